@@ -1,0 +1,1 @@
+"""Container Device Interface: spec model, discovery and generation for gpuslice."""

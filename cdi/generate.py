@@ -1,0 +1,113 @@
+"""Assemble gpuslice's CDI spec from what discovery found.
+
+Spec-wide edits (control nodes, driver libraries, tools, firmware) apply to
+any device of ours. Devices:
+
+- ``<index>`` and ``GPU-<uuid>``: a whole card, held exclusively;
+- ``all``: every card, exclusively;
+- ``<index>-<profile>``: a slice of one card (not on MIG cards, nor where the
+  profile's memory exceeds the card's);
+- ``<profile>``: a slice of whichever card the accountant picks at create time.
+
+Every device carries the create and release hooks, so that the node accountant
+sees whole cards as well as slices. Slices also carry the limits as
+GPUSLICE_* env and the shim, mounted and preloaded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+from cdi import devnodes, driverfiles
+from cdi.nvml import DiscoveryError, Inventory
+from cdi.profiles import Profile, slice_device_name
+from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
+from cdi.version import minimum_version
+
+SHIM_CONTAINER_PATH = "/usr/lib/gpuslice/libgpuslice.so"
+HOOK_ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass
+class GenerateOptions:
+    kind: str
+    profiles: Sequence[Profile]
+    driver_root: str = "/"
+    dev_root: str = "/"
+    sys_root: str = "/sys"
+    shim_path: str = "/usr/lib/gpuslice/libgpuslice.so"
+    hook_path: str = "/usr/bin/gpuslice-hook"
+    config_path: Optional[str] = None  # passed to the hooks, which get no env of ours
+    warnings: List[str] = field(default_factory=list)
+
+
+def _hooks(opts: GenerateOptions, device: str) -> List[Hook]:
+    env = [HOOK_ENV_PATH]
+    if opts.config_path:
+        env.append(f"GPUSLICE_CONFIG={opts.config_path}")
+    return [
+        Hook("createContainer", opts.hook_path,
+             args=["gpuslice-hook", "create", "--device", device], env=list(env)),
+        Hook("poststop", opts.hook_path, args=["gpuslice-hook", "release"], env=list(env)),
+    ]
+
+
+def _whole(opts: GenerateOptions, name: str, nodes: List[DeviceNode]) -> Device:
+    return Device(name, ContainerEdits(device_nodes=nodes, hooks=_hooks(opts, name)))
+
+
+def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: Profile) -> Device:
+    env = [f"GPUSLICE_MEMORY_LIMIT={profile.memory_mib}MiB"]
+    if profile.cores:
+        env.append(f"GPUSLICE_CORE_LIMIT={profile.cores}")
+    env.append(f"LD_PRELOAD={SHIM_CONTAINER_PATH}")
+    shim = Mount(opts.shim_path, SHIM_CONTAINER_PATH, options=list(driverfiles.MOUNT_OPTIONS))
+    return Device(name, ContainerEdits(env=env, device_nodes=nodes, mounts=[shim],
+                                       hooks=_hooks(opts, name)))
+
+
+def _spec_edits(inv: Inventory, opts: GenerateOptions) -> ContainerEdits:
+    mounts = (driverfiles.library_mounts(opts.driver_root)
+              + driverfiles.binary_mounts(opts.driver_root)
+              + driverfiles.firmware_mounts(opts.driver_root, inv.driver_version))
+    return ContainerEdits(
+        # Tells a container which driver its spec was made for; `--check` reads it back.
+        env=[f"GPUSLICE_DRIVER_VERSION={inv.driver_version}"],
+        device_nodes=devnodes.control_nodes(opts.dev_root),
+        mounts=mounts,
+    )
+
+
+def build_spec(inv: Inventory, opts: GenerateOptions) -> Spec:
+    """The complete spec for this host; raises DiscoveryError when the host cannot back it."""
+    if not inv.gpus:
+        raise DiscoveryError("NVML reports no GPUs on this host; nothing to describe")
+    card_nodes = {g.index: devnodes.card_nodes(g, opts.dev_root, opts.sys_root) for g in inv.gpus}
+    devices: List[Device] = []
+    for gpu in inv.gpus:
+        devices.append(_whole(opts, str(gpu.index), card_nodes[gpu.index]))
+        devices.append(_whole(opts, gpu.uuid, card_nodes[gpu.index]))
+    devices.append(_whole(opts, "all", [n for g in inv.gpus for n in card_nodes[g.index]]))
+    sliceable = [g for g in inv.gpus if not g.mig]
+    for lost in inv.lost:
+        opts.warnings.append(f"{lost} does not answer NVML (GPU is lost): not offered")
+    for gpu in inv.gpus:
+        if gpu.mig:
+            opts.warnings.append(f"GPU {gpu.index} ({gpu.uuid}) is in MIG mode: offered whole only")
+    for gpu in sliceable:
+        for profile in opts.profiles:
+            if profile.memory_mib <= gpu.memory_mib:
+                devices.append(_slice(opts, slice_device_name(gpu.index, profile),
+                                      card_nodes[gpu.index], profile))
+    for profile in opts.profiles:
+        fits = [g for g in sliceable if profile.memory_mib <= g.memory_mib]
+        if fits:
+            devices.append(_slice(opts, profile.name,
+                                  [n for g in fits for n in card_nodes[g.index]], profile))
+        else:
+            opts.warnings.append(f"profile {profile.name!r} fits no sliceable card: not offered")
+    spec = Spec(version="", kind=opts.kind, devices=devices, edits=_spec_edits(inv, opts))
+    spec.version = minimum_version(spec)
+    spec.validate()
+    return spec
+

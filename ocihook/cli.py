@@ -1,0 +1,148 @@
+"""The `gpuslice` command line: a thin layer over the cdi and ocihook libraries.
+
+Every failure the user can fix (a bad configuration, a host without a driver,
+an invalid spec) is one line on stderr and exit status 2; `--check` and
+`validate` answer "no" with status 1.
+"""
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import click
+
+from ocihook import config as config_mod
+from ocihook.messages import EXIT_NO, error as fail, warn
+
+
+class State:
+    def __init__(self, config_path: Optional[str]) -> None:
+        self.config_path = config_path
+        self._config: Optional[config_mod.Config] = None
+
+    @property
+    def config(self) -> config_mod.Config:
+        if self._config is None:
+            try:
+                self._config = config_mod.load(self.config_path)
+            except config_mod.ConfigError as e:
+                fail(str(e))
+        return self._config
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", metavar="FILE",
+              help=f"configuration file [default: ${config_mod.ENV_VAR} or {config_mod.DEFAULT_PATH}]")
+@click.pass_context
+def cli(ctx: click.Context, config_path: Optional[str]) -> None:
+    """Share NVIDIA GPUs between containers: memory slices and compute caps."""
+    ctx.obj = State(config_path)
+
+
+# -- config -----------------------------------------------------------------
+
+@cli.group("config")
+def config_group() -> None:
+    """Show or check the configuration."""
+
+
+@config_group.command("show")
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml")
+@click.pass_obj
+def config_show(state: State, fmt: str) -> None:
+    """Print the effective configuration (file values over defaults)."""
+    doc = state.config.to_dict()
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        import yaml
+
+        source = state.config.source or "built-in defaults (no configuration file)"
+        click.echo(f"# effective configuration from {source}")
+        click.echo(yaml.safe_dump(doc, sort_keys=False).rstrip())
+
+
+@config_group.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+def config_check(file: str) -> None:
+    """Check one configuration FILE; say what is wrong, or that it is valid."""
+    try:
+        config_mod.load(file)
+    except config_mod.ConfigError as e:
+        fail(str(e))
+    click.echo(f"{file}: valid")
+
+
+# -- cdi --------------------------------------------------------------------
+
+@cli.group("cdi")
+def cdi_group() -> None:
+    """Generate, list and validate CDI specs."""
+
+
+@cdi_group.command("generate")
+@click.option("--driver-root", metavar="DIR", help="root of the driver's files [config: driver_root]")
+@click.option("--dev-root", metavar="DIR", help="root holding /dev/nvidia* [config: dev_root]")
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml",
+              show_default=True)
+@click.option("--output", "-o", metavar="PATH",
+              help="file to write, or - for stdout [default: SPEC_DIR/gpuslice.FORMAT]")
+@click.option("--dry-run", is_flag=True, help="discover and validate; write nothing")
+@click.option("--check", "check_only", is_flag=True,
+              help="compare the spec on disk with this host; exit 1 if it is stale")
+@click.pass_obj
+def cdi_generate(state: State, driver_root: Optional[str], dev_root: Optional[str], fmt: str,
+                 output: Optional[str], dry_run: bool, check_only: bool) -> None:
+    """Describe this host's GPUs, whole and sliced, as a CDI spec."""
+    from ocihook import generate_cmd
+
+    sys.exit(generate_cmd.run(state.config, generate_cmd.Request(
+        driver_root=driver_root, dev_root=dev_root, fmt=fmt, output=output,
+        dry_run=dry_run, check_only=check_only, config_path=state.config_path)))
+
+
+@cdi_group.command("list")
+@click.option("--spec-dir", "spec_dirs", multiple=True, metavar="DIR",
+              help="folder to read (repeatable) [default: config spec_dir]")
+@click.pass_obj
+def cdi_list(state: State, spec_dirs: List[str]) -> None:
+    """Print every fully qualified device name a runtime will accept."""
+    from cdi.names import qualified
+    from cdi.specfile import load_specs
+
+    good, bad = load_specs(list(spec_dirs) or [state.config.spec_dir])
+    for line in bad:
+        warn(f"ignored, as a runtime would: {line}")
+    for _path, spec in good:
+        for dev in spec.devices:
+            click.echo(qualified(spec.kind, dev.name))
+
+
+@cdi_group.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def cdi_validate(files: List[str]) -> None:
+    """Check CDI spec FILES, ours or any vendor's, against the specification."""
+    from cdi.specfile import read_spec
+    from cdi.spec import SpecError
+
+    status = 0
+    for path in files:
+        try:
+            spec = read_spec(path)
+        except SpecError as e:
+            click.echo(f"{e}", err=True)
+            status = EXIT_NO
+            continue
+        click.echo(f"{path}: valid (kind {spec.kind}, cdiVersion {spec.version}, "
+                   f"{len(spec.devices)} devices)")
+    sys.exit(status)
+
+
+def main() -> None:
+    cli(prog_name="gpuslice")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""gpuslice's configuration file: defaults, loading, validation.
+
+The file is YAML (``/etc/gpuslice/config.yaml``, or ``--config`` /
+``GPUSLICE_CONFIG``). Every key is optional and documented in
+docs/configuration.md. The structure is checked against config_schema.json
+with jsonschema; the rules a schema cannot say (sizes, names, duplicates) are
+checked here. A bad file raises ConfigError with one line that names the key,
+the value and the rule.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from cdi import names
+from cdi.profiles import Profile, ProfileError
+from ocihook import units
+
+DEFAULT_PATH = "/etc/gpuslice/config.yaml"
+ENV_VAR = "GPUSLICE_CONFIG"
+SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
+
+DEFAULT_PROFILES: Tuple[Profile, ...] = (
+    Profile("1g", 1024), Profile("2g", 2048), Profile("4g", 4096), Profile("8g", 8192),
+    Profile("16g", 16384), Profile("32g", 32768), Profile("4g-30", 4096, 30),
+    Profile("8g-50", 8192, 50),
+)
+
+
+def _default_hook_path() -> str:
+    # The hook is installed beside the `gpuslice` command, wherever pip or the
+    # distro package put the scripts of this installation.
+    import sysconfig
+
+    return os.path.join(sysconfig.get_path("scripts"), "gpuslice-hook")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; one line naming key, value and rule."""
+
+
+@dataclass
+class Config:
+    cdi_kind: str = "gpuslice.io/gpu"
+    spec_dir: str = "/etc/cdi"
+    profiles: List[Profile] = field(default_factory=lambda: list(DEFAULT_PROFILES))
+    driver_root: str = "/"
+    dev_root: str = "/"
+    state_dir: str = "/run/gpuslice"
+    database: str = "/var/lib/gpuslice/state.db"
+    placement: str = "binpack"
+    memory_overcommit: float = 1.0
+    shim_path: str = "/usr/lib/gpuslice/libgpuslice.so"
+    hook_path: str = field(default_factory=_default_hook_path)
+    source: Optional[str] = None  # the file it came from; None for built-in defaults
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The effective configuration in the file's own shape."""
+        return {
+            "cdi_kind": self.cdi_kind,
+            "spec_dir": self.spec_dir,
+            "profiles": [
+                {"name": p.name, "memory": units.format_mib(p.memory_mib), "cores": p.cores}
+                for p in self.profiles
+            ],
+            "driver_root": self.driver_root,
+            "dev_root": self.dev_root,
+            "state_dir": self.state_dir,
+            "database": self.database,
+            "placement": self.placement,
+            "memory_overcommit": self.memory_overcommit,
+            "shim_path": self.shim_path,
+            "hook_path": self.hook_path,
+        }
+
+
+def _schema_error(source: str, doc: Any) -> Optional[str]:
+    import jsonschema
+
+    from cdi.schema import first_problem
+
+    validator = jsonschema.Draft7Validator(json.loads(SCHEMA_PATH.read_text()))
+    problem = first_problem(validator, doc)
+    return f"{source}: {problem}" if problem else None
+
+
+def _profiles(source: str, items: List[Dict[str, Any]]) -> List[Profile]:
+    out: List[Profile] = []
+    seen: Dict[str, int] = {}
+    for i, item in enumerate(items):
+        where = f"{source}: profiles[{i}]"
+        name = item["name"]
+        try:
+            memory = units.parse_memory_mib(item["memory"])
+            cores = units.parse_cores(item.get("cores"))
+            profile = Profile(name, memory, cores)
+            profile.validate()
+        except (units.LimitError, ProfileError) as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if name in seen:
+            raise ConfigError(f"{where}: profile name {name!r} is already used by "
+                              f"profiles[{seen[name]}]; profile names must be unique")
+        seen[name] = i
+        out.append(profile)
+    return out
+
+
+def from_document(doc: Any, source: str) -> Config:
+    """Build a Config from a parsed document, or raise ConfigError."""
+    if doc is None:
+        doc = {}
+    problem = _schema_error(source, doc)
+    if problem:
+        raise ConfigError(problem)
+    cfg = Config(source=source)
+    for key in ("cdi_kind", "spec_dir", "driver_root", "dev_root", "state_dir", "database",
+                "placement", "shim_path", "hook_path"):
+        if key in doc:
+            setattr(cfg, key, doc[key])
+    if "memory_overcommit" in doc:
+        cfg.memory_overcommit = float(doc["memory_overcommit"])
+    if "profiles" in doc:
+        cfg.profiles = _profiles(source, doc["profiles"])
+    try:
+        names.validate_kind(cfg.cdi_kind)
+    except names.CdiNameError as e:
+        raise ConfigError(f"{source}: cdi_kind: {e}") from None
+    return cfg
+
+
+def config_path(explicit: Optional[str] = None) -> Tuple[str, bool]:
+    """The file to read and whether the user named it (then it must exist)."""
+    if explicit:
+        return explicit, True
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return env, True
+    return DEFAULT_PATH, False
+
+
+def load(explicit: Optional[str] = None) -> Config:
+    """Load the effective configuration: the named file, or the default file if present."""
+    path, required = config_path(explicit)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        if required:
+            raise ConfigError(f"{path}: configuration file not found") from None
+        return Config()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    return parse_text(text, path)
+
+
+def parse_text(text: str, source: str) -> Config:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or "malformed YAML"
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(f"{source}: {where}{problem}") from None
+    if doc is not None and not isinstance(doc, dict):
+        raise ConfigError(f"{source}: the configuration must be a mapping of keys, "
+                          f"found {type(doc).__name__}")
+    return from_document(doc, source)

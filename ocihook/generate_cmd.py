@@ -1,0 +1,119 @@
+"""`gpuslice cdi generate`: discovery, assembly, then write, print or check.
+
+Kept apart from the click layer so that tests and the package's post-install
+step can call it as a function.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from ocihook.config import Config
+from ocihook.messages import EXIT_NO, error, say, warn
+
+
+@dataclass
+class Request:
+    driver_root: Optional[str] = None
+    dev_root: Optional[str] = None
+    fmt: str = "yaml"
+    output: Optional[str] = None
+    dry_run: bool = False
+    check_only: bool = False
+    config_path: Optional[str] = None  # as the user gave it, for the refresh command
+    sys_root: str = "/sys"
+
+
+def default_output(cfg: Config, fmt: str) -> str:
+    return os.path.join(cfg.spec_dir, f"gpuslice.{fmt}")
+
+
+def refresh_command(req: Request) -> str:
+    parts = ["gpuslice"]
+    if req.config_path:
+        parts += ["--config", req.config_path]
+    parts += ["cdi", "generate"]
+    for flag, value in (("--driver-root", req.driver_root), ("--dev-root", req.dev_root),
+                        ("--output", req.output)):
+        if value:
+            parts += [flag, value]
+    if req.fmt != "yaml":
+        parts += ["--format", req.fmt]
+    return " ".join(parts)
+
+
+def build(cfg: Config, req: Request) -> Tuple[object, List[str]]:
+    """Discover this host and assemble its spec: (Spec, warnings)."""
+    from cdi import driverfiles, nvml
+    from cdi.generate import GenerateOptions, build_spec
+
+    driver_root = req.driver_root or cfg.driver_root
+    dev_root = req.dev_root or cfg.dev_root
+    for what, root in (("driver root", driver_root), ("dev root", dev_root)):
+        if not os.path.isdir(root):
+            raise nvml.DiscoveryError(f"{what} {root} is not a folder")
+    # Look for the driver's files before asking NVML: "no driver here" is the
+    # likelier fault, and NVML must come from that driver root.
+    nvml_path = driverfiles.nvml_library(driver_root)
+    inventory = nvml.discover(nvml_path if driver_root != "/" else None)
+    opts = GenerateOptions(
+        kind=cfg.cdi_kind, profiles=cfg.profiles, driver_root=driver_root, dev_root=dev_root,
+        sys_root=req.sys_root, shim_path=cfg.shim_path, hook_path=cfg.hook_path,
+        config_path=os.path.abspath(cfg.source) if cfg.source else None,
+    )
+    return build_spec(inventory, opts), opts.warnings
+
+
+def run(cfg: Config, req: Request) -> int:
+    """Do what the request asks; return the exit status (errors exit at once)."""
+    from cdi import check, specfile
+    from cdi.nvml import DiscoveryError
+    from cdi.spec import Spec, SpecError
+
+    output = req.output or default_output(cfg, req.fmt)
+    if req.check_only and output == "-":
+        error("--check compares a spec file; it cannot read --output -")
+    try:
+        spec, warnings = build(cfg, req)
+    except (DiscoveryError, SpecError) as e:
+        error(str(e))
+    assert isinstance(spec, Spec)
+    for w in warnings:
+        warn(w)
+    for path in check.missing_on_host(spec):
+        warn(f"{path} does not exist: containers that ask for a device needing it will "
+             "fail to start until it is installed")
+
+    if req.check_only:
+        try:
+            stale = check.problems(specfile.read_spec(output), spec)
+        except SpecError as e:
+            stale = [str(e)]
+        if stale:
+            for line in stale:
+                say(f"stale: {output}: {line}")
+            say(f"refresh it with: {refresh_command(req)}")
+            return EXIT_NO
+        print(f"{output}: up to date ({len(spec.devices)} devices)")
+        return 0
+
+    text = specfile.render(spec, req.fmt)
+    if output == "-":
+        print(text, end="")
+        return 0
+    summary = f"{output}: kind {spec.kind}, cdiVersion {spec.version}, {len(spec.devices)} devices"
+    if req.dry_run:
+        print(f"would write {summary}")
+        return 0
+    try:
+        specfile.write_atomic(output, text)
+        if req.output is None:
+            # Our spec in both formats would offer every device twice.
+            other = default_output(cfg, "json" if req.fmt == "yaml" else "yaml")
+            if os.path.exists(other):
+                os.unlink(other)
+    except OSError as e:
+        error(f"cannot write {output}: {e.strerror}")
+    print(f"wrote {summary}")
+    return 0

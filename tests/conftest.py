@@ -1,0 +1,67 @@
+"""Shared fixtures: the fake NVIDIA driver and fake GPU descriptions."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FAKEDRIVER_DIR = REPO / "tests" / "fakedriver"
+FAKEDRIVER_BUILD = FAKEDRIVER_DIR / "build"
+
+
+@pytest.fixture(scope="session")
+def fakedriver() -> Path:
+    """Build tests/fakedriver once per session; return its build folder."""
+    subprocess.run(["make", "-s", "-C", str(FAKEDRIVER_DIR)], check=True)
+    return FAKEDRIVER_BUILD
+
+
+def fake_gpu(index: int, **overrides: Any) -> Dict[str, Any]:
+    """One fake H200-like card description; overrides replace fields."""
+    gpu: Dict[str, Any] = {
+        "uuid": "GPU-%08x-1111-2222-3333-%012x" % (index + 0xA0, index),
+        "name": "NVIDIA H200",
+        "memory_mib": 143771,
+        "minor": index,
+        "pci_bus_id": "00000000:%02X:00.0" % (0x18 + index),
+        "mig": False,
+    }
+    gpu.update(overrides)
+    return gpu
+
+
+def fake_gpus_doc(count: int, gpus: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    return {
+        "driver_version": "580.95.05",
+        "cuda_version": "13.0",
+        "gpus": gpus if gpus is not None else [fake_gpu(i) for i in range(count)],
+    }
+
+
+@pytest.fixture
+def fake_env(tmp_path: Path, fakedriver: Path):
+    """Return a function that writes a GPU JSON and gives the env that loads the fake NVML."""
+
+    def make(count: int = 1, gpus: Optional[List[Dict[str, Any]]] = None) -> Dict[str, str]:
+        doc = fake_gpus_doc(count, gpus)
+        path = tmp_path / "gpus.json"
+        path.write_text(json.dumps(doc))
+        env = dict(os.environ)
+        env["GPUSLICE_FAKE_GPUS"] = str(path)
+        env["LD_LIBRARY_PATH"] = str(fakedriver)
+        return env
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def driver_root(tmp_path_factory: pytest.TempPathFactory, fakedriver: Path) -> Path:
+    """A fake driver root (read-only use): libraries, ld cache, nvidia-smi, firmware."""
+    from fakehost import make_driver_root
+
+    return make_driver_root(tmp_path_factory.mktemp("driver") / "root", fakedriver)

@@ -1,0 +1,371 @@
+"""`gpuslice cdi generate` against the fake NVML and a fake host on disk."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import jsonschema
+import pytest
+import yaml
+
+from conftest import fake_gpu, fake_gpus_doc
+from fakehost import DRIVER_VERSION, LIBDIR, make_dev_root
+
+OFFICIAL_SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "cdi-schema"
+PROFILES = [("4g", "4GiB", 0), ("4g-30", "4GiB", 30), ("32g", "32GiB", None)]
+
+
+class Host:
+    """One fake host: GPUs JSON, dev root, config file, spec dir."""
+
+    def __init__(self, tmp: Path, driver_root: Path, gpus: List[Dict],
+                 extra_config: str = "") -> None:
+        self.tmp = tmp
+        self.driver_root = driver_root
+        self.dev_root = make_dev_root(tmp / "devroot", [g["minor"] for g in gpus])
+        self.spec_dir = tmp / "cdi"
+        self.gpus_json = tmp / "gpus.json"
+        self.set_gpus(gpus)
+        self.shim = tmp / "libgpuslice.so"
+        self.shim.write_bytes(b"")
+        self.hook = tmp / "gpuslice-hook"
+        self.hook.write_text("#!/bin/sh\nexit 0\n")
+        self.hook.chmod(0o755)
+        self.config = tmp / "config.yaml"
+        profiles = "\n".join(
+            f"  - {{name: {n}, memory: {m}" + (f", cores: {c}}}" if c is not None else "}")
+            for n, m, c in PROFILES)
+        self.config.write_text(
+            f"spec_dir: {self.spec_dir}\ndriver_root: {driver_root}\ndev_root: {self.dev_root}\n"
+            f"shim_path: {self.shim}\nhook_path: {self.hook}\nprofiles:\n{profiles}\n"
+            + extra_config)
+
+    def set_gpus(self, gpus: List[Dict], driver_version: str = DRIVER_VERSION) -> None:
+        doc = fake_gpus_doc(0, gpus)
+        doc["driver_version"] = driver_version
+        self.gpus_json.write_text(json.dumps(doc))
+
+    def run(self, *args: str, config: Optional[Path] = None) -> subprocess.CompletedProcess:
+        env = dict(os.environ)
+        env["GPUSLICE_FAKE_GPUS"] = str(self.gpus_json)
+        env["GPUSLICE_CONFIG"] = str(config or self.config)
+        env.pop("LD_LIBRARY_PATH", None)  # NVML must come from the driver root
+        return subprocess.run(["gpuslice", *args], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    def spec(self, *args: str) -> Dict:
+        res = self.run("cdi", "generate", "--format", "json", "--output", "-", *args)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+
+def devices(spec: Dict) -> Dict[str, Dict]:
+    return {d["name"]: d["containerEdits"] for d in spec["devices"]}
+
+
+def official_validator() -> jsonschema.Draft7Validator:
+    schema = json.loads((OFFICIAL_SCHEMA / "schema.json").read_text())
+    defs = json.loads((OFFICIAL_SCHEMA / "defs.json").read_text())
+    from referencing import Registry, Resource
+
+    registry = Registry().with_resource("defs.json", Resource.from_contents(
+        defs, default_specification=referencing_draft7()))
+    return jsonschema.Draft7Validator(schema, registry=registry)
+
+
+def referencing_draft7():
+    from referencing.jsonschema import DRAFT7
+
+    return DRAFT7
+
+
+@pytest.fixture
+def host_factory(tmp_path: Path, driver_root: Path, fakedriver: Path):
+    def make(gpus: List[Dict], extra_config: str = "") -> Host:
+        return Host(tmp_path, driver_root, gpus, extra_config)
+    return make
+
+
+@pytest.mark.parametrize("count", [1, 2, 8])
+def test_devices_for_n_cards(host_factory, count):
+    gpus = [fake_gpu(i, memory_mib=16384) for i in range(count)]
+    host = host_factory(gpus)
+    spec = host.spec()
+    official_validator().validate(spec)
+    assert spec["cdiVersion"] == "0.5.0" and spec["kind"] == "gpuslice.io/gpu"
+    names = [d["name"] for d in spec["devices"]]
+    expected = []
+    for g in gpus:
+        expected += [str(g["minor"]), g["uuid"]]
+    expected.append("all")
+    for i in range(count):
+        expected += [f"{i}-4g", f"{i}-4g-30"]  # 32g exceeds a 16 GiB card
+    expected += ["4g", "4g-30"]
+    assert names == expected
+    devs = devices(spec)
+    for i, g in enumerate(gpus):
+        node = {"path": f"/dev/nvidia{i}", "hostPath": f"{host.dev_root}/dev/nvidia{i}"}
+        assert devs[str(i)]["deviceNodes"] == [node]
+        assert devs[g["uuid"]]["deviceNodes"] == [node]
+        assert devs[f"{i}-4g"]["deviceNodes"] == [node]
+    assert len(devs["all"]["deviceNodes"]) == count
+    assert len(devs["4g"]["deviceNodes"]) == count
+
+
+def test_spec_wide_edits_name_the_driver(host_factory):
+    host = host_factory([fake_gpu(0)])
+    edits = host.spec()["containerEdits"]
+    assert edits["env"] == [f"GPUSLICE_DRIVER_VERSION={DRIVER_VERSION}"]
+    assert [n["path"] for n in edits["deviceNodes"]] == [
+        "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    mounts = {m["containerPath"]: m for m in edits["mounts"]}
+    for soname in ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1",
+                   "libnvidia-nvvm.so.4", "libcudadebugger.so.1"):
+        m = mounts[f"{LIBDIR}/{soname}"]
+        # The soname link, not the versioned file: the spec survives an upgrade.
+        assert m["hostPath"] == f"{host.driver_root}{LIBDIR}/{soname}"
+        assert m["options"] == ["ro", "nosuid", "nodev", "bind"]
+    assert not any("libunrelated" in p for p in mounts)
+    assert mounts["/usr/bin/nvidia-smi"]["hostPath"] == f"{host.driver_root}/usr/bin/nvidia-smi"
+    assert f"/lib/firmware/nvidia/{DRIVER_VERSION}" in mounts
+    assert len(mounts) == 7
+
+
+def test_slice_edits(host_factory):
+    host = host_factory([fake_gpu(0)])
+    devs = devices(host.spec())
+    capped, plain = devs["0-4g-30"], devs["0-4g"]
+    assert capped["env"] == ["GPUSLICE_MEMORY_LIMIT=4096MiB", "GPUSLICE_CORE_LIMIT=30",
+                             "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"]
+    assert plain["env"] == ["GPUSLICE_MEMORY_LIMIT=4096MiB",
+                            "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"]
+    assert capped["mounts"] == [{"hostPath": str(host.shim),
+                                 "containerPath": "/usr/lib/gpuslice/libgpuslice.so",
+                                 "options": ["ro", "nosuid", "nodev", "bind"]}]
+    create, release = capped["hooks"]
+    assert create["hookName"] == "createContainer" and create["path"] == str(host.hook)
+    assert create["args"] == ["gpuslice-hook", "create", "--device", "0-4g-30"]
+    assert release["hookName"] == "poststop" and release["args"] == ["gpuslice-hook", "release"]
+    assert f"GPUSLICE_CONFIG={host.config}" in create["env"]
+    # Whole cards carry the hooks (the accountant must see them) but no limits.
+    assert "env" not in devs["0"] and "mounts" not in devs["0"]
+    assert devs["0"]["hooks"][0]["args"][-1] == "0"
+
+
+def test_mig_card_is_offered_whole_only(host_factory):
+    host = host_factory([fake_gpu(0, memory_mib=16384), fake_gpu(1, memory_mib=16384, mig=True)])
+    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
+    assert res.returncode == 0, res.stderr
+    assert "GPU 1" in res.stderr and "MIG mode" in res.stderr
+    devs = devices(json.loads(res.stdout))
+    assert "1" in devs and fake_gpu(1)["uuid"] in devs
+    assert not any(n.startswith("1-") for n in devs)
+    assert [n["path"] for n in devs["4g"]["deviceNodes"]] == ["/dev/nvidia0"]
+    assert len(devs["all"]["deviceNodes"]) == 2
+
+
+def test_profile_larger_than_every_card_is_not_offered(host_factory):
+    host = host_factory([fake_gpu(0, memory_mib=16384), fake_gpu(1, memory_mib=81920)])
+    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
+    devs = devices(json.loads(res.stdout))
+    assert "1-32g" in devs and "0-32g" not in devs
+    assert [n["path"] for n in devs["32g"]["deviceNodes"]] == ["/dev/nvidia1"]
+    host.set_gpus([fake_gpu(0, memory_mib=16384)])
+    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
+    assert "profile '32g' fits no sliceable card" in res.stderr
+    assert "32g" not in devices(json.loads(res.stdout))
+
+
+def test_lost_card_is_left_out_with_a_warning(host_factory):
+    host = host_factory([fake_gpu(0), fake_gpu(1, health="lost")])
+    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
+    assert res.returncode == 0, res.stderr
+    assert "GPU 1 does not answer NVML" in res.stderr
+    devs = devices(json.loads(res.stdout))
+    assert "0" in devs and "1" not in devs
+
+
+def test_nonstandard_minor_numbers(host_factory):
+    host = host_factory([fake_gpu(0, minor=3), fake_gpu(1, minor=0)])
+    devs = devices(host.spec())
+    assert devs["0"]["deviceNodes"][0]["path"] == "/dev/nvidia3"
+    assert devs["1"]["deviceNodes"][0]["path"] == "/dev/nvidia0"
+
+
+def test_missing_optional_nodes_are_left_out(host_factory):
+    host = host_factory([fake_gpu(0)])
+    for name in ("nvidia-uvm", "nvidia-uvm-tools"):
+        (host.dev_root / "dev" / name).unlink()
+    edits = host.spec()["containerEdits"]
+    assert [n["path"] for n in edits["deviceNodes"]] == ["/dev/nvidiactl"]
+
+
+@pytest.mark.parametrize("remove, message", [
+    ("nvidiactl", "nvidiactl is missing"),
+    ("nvidia0", "has no device node"),
+])
+def test_missing_required_nodes_are_errors(host_factory, remove, message):
+    host = host_factory([fake_gpu(0)])
+    (host.dev_root / "dev" / remove).unlink()
+    res = host.run("cdi", "generate")
+    assert res.returncode == 2
+    assert message in res.stderr and str(host.dev_root) in res.stderr
+    assert not host.spec_dir.exists()
+
+
+def test_writes_atomically_into_spec_dir(host_factory):
+    host = host_factory([fake_gpu(0)])
+    res = host.run("cdi", "generate")
+    assert res.returncode == 0, res.stderr
+    path = host.spec_dir / "gpuslice.yaml"
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    assert sorted(os.listdir(host.spec_dir)) == ["gpuslice.yaml"]  # no temporary left
+    doc = yaml.safe_load(path.read_text())
+    official_validator().validate(doc)
+    assert f"wrote {path}" in res.stdout
+    # Switching format replaces our spec: one spec of ours, never two.
+    assert host.run("cdi", "generate", "--format", "json").returncode == 0
+    assert sorted(os.listdir(host.spec_dir)) == ["gpuslice.json"]
+    assert json.loads((host.spec_dir / "gpuslice.json").read_text()) == doc
+
+
+def test_dry_run_writes_nothing(host_factory):
+    host = host_factory([fake_gpu(0)])
+    res = host.run("cdi", "generate", "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "would write" in res.stdout
+    assert not host.spec_dir.exists()
+
+
+def test_check_up_to_date_then_stale_after_driver_upgrade(host_factory):
+    host = host_factory([fake_gpu(0)])
+    assert host.run("cdi", "generate").returncode == 0
+    res = host.run("cdi", "generate", "--check")
+    assert res.returncode == 0, res.stderr
+    assert "up to date" in res.stdout
+    host.set_gpus([fake_gpu(0)], driver_version="590.10.01")
+    res = host.run("cdi", "generate", "--check")
+    assert res.returncode == 1
+    assert "made for driver 580.95.05, host has 590.10.01" in res.stderr
+    assert f"refresh it with: gpuslice cdi generate" in res.stderr
+
+
+def test_check_reports_vanished_host_paths(host_factory, tmp_path, driver_root):
+    import shutil
+
+    copy = tmp_path / "driver-copy"
+    shutil.copytree(driver_root, copy, symlinks=True)
+    host = host_factory([fake_gpu(0)], extra_config="")
+    host.config.write_text(host.config.read_text().replace(str(driver_root), str(copy)))
+    assert host.run("cdi", "generate").returncode == 0
+    (copy / "usr" / "bin" / "nvidia-smi").unlink()
+    res = host.run("cdi", "generate", "--check")
+    assert res.returncode == 1
+    assert f"host path {copy}/usr/bin/nvidia-smi does not exist" in res.stderr
+
+
+def test_check_sees_a_new_card_and_a_missing_spec(host_factory):
+    host = host_factory([fake_gpu(0), fake_gpu(1)])
+    res = host.run("cdi", "generate", "--check")
+    assert res.returncode == 1 and "cannot read" in res.stderr
+    host.set_gpus([fake_gpu(0)])
+    assert host.run("cdi", "generate").returncode == 0
+    host.set_gpus([fake_gpu(0), fake_gpu(1)])
+    res = host.run("cdi", "generate", "--check")
+    assert res.returncode == 1 and "device 1 is missing from the spec" in res.stderr
+
+
+BAD_CONFIGS = [
+    ("profiles: [{name: a, memory: 1g\n", "line 3, column 1: expected ',' or '}'"),
+    ("colour: blue\n", "unknown key 'colour'"),
+    ("profiles: [{name: small, memory: 100MiB}]\n", "'100MiB' is under the minimum of 128 MiB"),
+    ("profiles: [{name: odd, memory: 300MiB}]\n", "'300MiB' is not a multiple of 128 MiB"),
+    ("profiles: [{name: hot, memory: 1g, cores: 101}]\n", "cores 101 is out of range"),
+    ("profiles: [{name: a, memory: 1g}, {name: a, memory: 2g}]\n",
+     "profile name 'a' is already used by profiles[0]"),
+]
+
+
+@pytest.mark.parametrize("text, message", BAD_CONFIGS)
+def test_bad_config_is_one_line_exit_2_nothing_written(host_factory, tmp_path, text, message):
+    host = host_factory([fake_gpu(0)])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"spec_dir: {host.spec_dir}\n" + text)
+    for args in (("cdi", "generate"), ("config", "check", str(bad))):
+        res = host.run(*args, config=bad)
+        assert res.returncode == 2, res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0] and str(bad) in lines[0], res.stderr
+        assert not host.spec_dir.exists()
+
+
+def test_driver_root_without_driver(host_factory, tmp_path):
+    host = host_factory([fake_gpu(0)])
+    empty = tmp_path / "empty-root"
+    (empty / "etc").mkdir(parents=True)
+    res = host.run("cdi", "generate", "--driver-root", str(empty))
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0
+    assert f"driver root {empty} has no ld cache" in res.stderr
+    (empty / "etc" / "ld.so.conf").write_text("/usr/lib\n")
+    subprocess.run(["ldconfig", "-r", str(empty)], check=True)
+    res = host.run("cdi", "generate", "--driver-root", str(empty))
+    assert res.returncode == 2
+    assert f"driver root {empty} holds no NVIDIA driver" in res.stderr
+    assert "libcuda.so.* and libnvidia-ml.so.*" in res.stderr
+    assert not host.spec_dir.exists()
+
+
+def test_nvml_that_cannot_start_is_a_clear_error(host_factory):
+    host = host_factory([fake_gpu(0)])
+    host.gpus_json.write_text("{not json")
+    res = host.run("cdi", "generate")
+    assert res.returncode == 2
+    assert "NVML" in res.stderr and "did not start" in res.stderr
+    assert not host.spec_dir.exists()
+
+
+def test_list_prints_what_a_runtime_accepts(host_factory):
+    host = host_factory([fake_gpu(0)])
+    assert host.run("cdi", "generate").returncode == 0
+    (host.spec_dir / "broken.yaml").write_text("cdiVersion: 0.5.0\nkind: x\n")
+    res = host.run("cdi", "list")
+    assert res.returncode == 0
+    assert res.stdout.split() == [f"gpuslice.io/gpu={n}" for n in
+                                  ["0", fake_gpu(0)["uuid"], "all", "0-4g", "0-4g-30", "0-32g",
+                                   "4g", "4g-30", "32g"]]
+    assert "broken.yaml" in res.stderr
+
+
+def test_validate(host_factory, tmp_path):
+    host = host_factory([fake_gpu(0)])
+    assert host.run("cdi", "generate").returncode == 0
+    ours = host.spec_dir / "gpuslice.yaml"
+    foreign = tmp_path / "nvidia.yaml"
+    foreign.write_text("cdiVersion: 0.6.0\nkind: nvidia.com/gpu\nannotations: {a: b}\n"
+                       "devices:\n- name: gpu0\n  containerEdits:\n"
+                       "    deviceNodes: [{path: /dev/nvidia0}]\n")
+    res = host.run("cdi", "validate", str(ours), str(foreign))
+    assert res.returncode == 0, res.stderr
+    assert "cdiVersion 0.5.0" in res.stdout and "nvidia.com/gpu" in res.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: gpu0\n"
+                   "  containerEdits: {env: [NOVALUE]}\n")
+    res = host.run("cdi", "validate", str(bad))
+    assert res.returncode == 1
+    assert str(bad) in res.stderr and "NOVALUE" in res.stderr
+
+
+def test_config_show_is_the_effective_configuration(host_factory):
+    host = host_factory([fake_gpu(0)])
+    res = host.run("config", "show", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    shown = json.loads(res.stdout)
+    assert shown["spec_dir"] == str(host.spec_dir)
+    assert shown["placement"] == "binpack" and shown["memory_overcommit"] == 1.0
+    assert shown["profiles"][1] == {"name": "4g-30", "memory": "4GiB", "cores": 30}
+    res = host.run("config", "check", str(host.config))
+    assert res.returncode == 0 and "valid" in res.stdout
