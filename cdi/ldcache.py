@@ -28,8 +28,7 @@ import os
 import platform
 import struct
 import sys
-from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 __all__ = [
     "LdCacheEntry",
@@ -154,8 +153,7 @@ class LdCacheError(Exception):
     """A file that is not a readable ld.so.cache; the message names the file."""
 
 
-@dataclass(frozen=True)
-class LdCacheEntry:
+class LdCacheEntry(NamedTuple):
     """One cache entry: a soname and the path ld.so would open for it."""
 
     name: str  # the key, e.g. "libcuda.so.1"

@@ -5,9 +5,7 @@ somewhere other than ``/``, so that a spec for /run/nvidia/driver describes
 that driver, not whatever libnvidia-ml.so.1 the host happens to resolve.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 MIB = 1024 * 1024
 
@@ -16,8 +14,7 @@ class DiscoveryError(RuntimeError):
     """NVML could not be loaded or queried; the message says what and where."""
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(NamedTuple):
     index: int
     uuid: str
     name: str
@@ -27,8 +24,7 @@ class Gpu:
     mig: bool
 
 
-@dataclass(frozen=True)
-class Inventory:
+class Inventory(NamedTuple):
     driver_version: str
     cuda_version: str  # "13.0"
     gpus: List[Gpu]

@@ -10,7 +10,8 @@ mean card 0, profile ``4g``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
+
 
 _PROFILE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _RESERVED = ("all",)
@@ -20,8 +21,7 @@ class ProfileError(ValueError):
     """A profile that breaks a rule; the message names the value and the rule."""
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(NamedTuple):
     name: str
     memory_mib: int
     cores: int = 0  # percent of one card; 0 = no compute cap

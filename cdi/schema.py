@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from cdi.schemalite import first_problem
 from cdi.spec import SpecError
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
@@ -21,43 +22,6 @@ def _validator() -> Any:
 
     schema = json.loads(SCHEMA_PATH.read_text())
     return jsonschema.Draft7Validator(schema)
-
-
-def _location(path: Any) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "(top level)"
-
-
-# The schema's patterns, said as rules a person reads.
-_PATTERN_RULES = {
-    "^/": "must be an absolute path",
-    "^[^=]+=.*$": "must have the form NAME=VALUE",
-    "^[^/=]+/[^/=]+$": "must have the form vendor/class, e.g. gpuslice.io/gpu",
-    "^[0-9]+\\.[0-9]+\\.[0-9]+$": "must be a version such as 0.5.0",
-    "^[rwm]*$": "may hold only r, w and m",
-}
-
-
-def first_problem(validator: Any, doc: Any) -> Optional[str]:
-    """The first schema violation in ``doc`` as one line: where, the value, the rule.
-
-    Shared by spec and configuration checks, so both speak the same way.
-    """
-    errors = sorted(validator.iter_errors(doc),
-                    key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if not errors:
-        return None
-    err = errors[0]
-    where = _location(err.absolute_path)
-    if err.validator == "additionalProperties":
-        known = sorted(err.schema.get("properties", {}))
-        extra = sorted(set(err.instance) - set(known))
-        return f"{where}: unknown key {extra[0]!r}; known keys are {', '.join(known)}"
-    if err.validator == "pattern" and err.validator_value in _PATTERN_RULES:
-        return f"{where}: {err.instance!r} {_PATTERN_RULES[err.validator_value]}"
-    return f"{where}: {err.message}"
 
 
 def check_document(doc: Any) -> None:

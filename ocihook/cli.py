@@ -69,7 +69,7 @@ def config_show(state: State, fmt: str) -> None:
 def config_check(file: str) -> None:
     """Check one configuration FILE; say what is wrong, or that it is valid."""
     try:
-        config_mod.load(file)
+        config_mod.check_file(file)
     except config_mod.ConfigError as e:
         fail(str(e))
     click.echo(f"{file}: valid")

@@ -77,13 +77,16 @@ class Config:
         }
 
 
+def schema() -> Dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
 def _schema_error(source: str, doc: Any) -> Optional[str]:
-    import jsonschema
+    # cdi.schemalite, not jsonschema: this runs on every command and, from the
+    # hook, on every container start. `gpuslice config check` runs jsonschema too.
+    from cdi.schemalite import Validator, first_problem
 
-    from cdi.schema import first_problem
-
-    validator = jsonschema.Draft7Validator(json.loads(SCHEMA_PATH.read_text()))
-    problem = first_problem(validator, doc)
+    problem = first_problem(Validator(schema()), doc)
     return f"{source}: {problem}" if problem else None
 
 
@@ -156,6 +159,10 @@ def load(explicit: Optional[str] = None) -> Config:
 
 
 def parse_text(text: str, source: str) -> Config:
+    return from_document(parse_document(text, source), source)
+
+
+def parse_document(text: str, source: str) -> Any:
     import yaml
 
     try:
@@ -168,4 +175,18 @@ def parse_text(text: str, source: str) -> Config:
     if doc is not None and not isinstance(doc, dict):
         raise ConfigError(f"{source}: the configuration must be a mapping of keys, "
                           f"found {type(doc).__name__}")
-    return from_document(doc, source)
+    return doc
+
+
+def check_file(path: str) -> Config:
+    """Everything load() checks, and the structure once more with jsonschema itself."""
+    cfg = load(path)
+    import jsonschema
+
+    from cdi.schemalite import first_problem
+
+    doc = parse_document(Path(path).read_text(), path)
+    problem = first_problem(jsonschema.Draft7Validator(schema()), doc or {})
+    if problem:
+        raise ConfigError(f"{path}: {problem}")
+    return cfg

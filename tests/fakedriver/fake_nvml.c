@@ -1,0 +1,729 @@
+/*
+ * fake_nvml.c: a fake libnvidia-ml.so.1 for tests on machines without a GPU.
+ *
+ * It serves the cards described by the fakegpus JSON (see fakegpus.h) through
+ * NVML's C ABI, so that unmodified pynvml (and anything else that dlopens
+ * libnvidia-ml.so.1) sees them. Only the entry points gpuslice needs exist;
+ * a missing one shows up in pynvml as NVMLError_FunctionNotFound.
+ *
+ * Semantics copied from the real library because callers depend on them:
+ *  - init/shutdown are reference counted; any call outside an init returns
+ *    NVML_ERROR_UNINITIALIZED. The JSON is (re)read when the count leaves 0.
+ *  - a bad handle is NVML_ERROR_INVALID_ARGUMENT; a too-small string buffer
+ *    is NVML_ERROR_INSUFFICIENT_SIZE; a lost card answers every per-device
+ *    query with NVML_ERROR_GPU_IS_LOST but can still be looked up.
+ * One mutex guards all state: calls are cheap and tests call from threads.
+ * No NVML header is used; the types below repeat NVML's ABI (checked by the
+ * static asserts against the sizes pynvml's ctypes structures have).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "fakegpus.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ------------------------------------------------------------- NVML's ABI */
+
+typedef enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
+    NVML_ERROR_ALREADY_INITIALIZED = 5,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_INSUFFICIENT_POWER = 8,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_IRQ_ISSUE = 11,
+    NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+    NVML_ERROR_CORRUPTED_INFOROM = 14,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_RESET_REQUIRED = 16,
+    NVML_ERROR_OPERATING_SYSTEM = 17,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
+    NVML_ERROR_IN_USE = 19,
+    NVML_ERROR_MEMORY = 20,
+    NVML_ERROR_NO_DATA = 21,
+    NVML_ERROR_VGPU_ECC_NOT_SUPPORTED = 22,
+    NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
+    NVML_ERROR_FREQ_NOT_SUPPORTED = 24,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_DEPRECATED = 26,
+    NVML_ERROR_NOT_READY = 27,
+    NVML_ERROR_GPU_NOT_FOUND = 28,
+    NVML_ERROR_INVALID_STATE = 29,
+    NVML_ERROR_UNKNOWN = 999
+} nvmlReturn_t;
+
+typedef enum {
+    NVML_TOPOLOGY_INTERNAL = 0,
+    NVML_TOPOLOGY_SINGLE = 10,
+    NVML_TOPOLOGY_MULTIPLE = 20,
+    NVML_TOPOLOGY_HOSTBRIDGE = 30,
+    NVML_TOPOLOGY_NODE = 40,
+    NVML_TOPOLOGY_SYSTEM = 50
+} nvmlGpuTopologyLevel_t;
+
+typedef enum {
+    NVML_P2P_CAPS_INDEX_READ = 0,
+    NVML_P2P_CAPS_INDEX_WRITE = 1,
+    NVML_P2P_CAPS_INDEX_NVLINK = 2,
+    NVML_P2P_CAPS_INDEX_ATOMICS = 3,
+    NVML_P2P_CAPS_INDEX_PCI = 4,
+    NVML_P2P_CAPS_INDEX_UNKNOWN = 5
+} nvmlGpuP2PCapsIndex_t;
+
+typedef enum {
+    NVML_P2P_STATUS_OK = 0,
+    NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED = 1,
+    NVML_P2P_STATUS_NOT_SUPPORTED = 5
+} nvmlGpuP2PStatus_t;
+
+typedef int nvmlBrandType_t;              /* an enum in nvml.h */
+typedef unsigned nvmlDeviceArchitecture_t; /* a typedef of unsigned int in nvml.h */
+
+/* The handle is opaque to callers; ours points into g_handles. */
+struct nvmlDevice_st {
+    unsigned index;
+};
+typedef struct nvmlDevice_st *nvmlDevice_t;
+
+/* The layout since NVML 9.0 (nvmlDeviceGetPciInfo_v3). */
+typedef struct {
+    char busIdLegacy[16];
+    unsigned domain;
+    unsigned bus;
+    unsigned device;
+    unsigned pciDeviceId;
+    unsigned pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+/* The layout the _v1 and _v2 entry points were built against; old callers
+ * pass a buffer this small, so those entry points must not write more. */
+typedef struct {
+    char busId[16];
+    unsigned domain;
+    unsigned bus;
+    unsigned device;
+    unsigned pciDeviceId;
+    unsigned pciSubSystemId;
+    unsigned reserved[4];
+} nvmlPciInfoLegacy_t;
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+
+/* NVML's versioned structs carry sizeof | (version << 24). */
+#define NVML_STRUCT_VERSION(type, ver) ((unsigned)(sizeof(type) | ((unsigned)(ver) << 24)))
+#define nvmlMemory_v2 NVML_STRUCT_VERSION(nvmlMemory_v2_t, 2)
+
+_Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
+_Static_assert(offsetof(nvmlPciInfo_t, busId) == 36, "nvmlPciInfo_t layout");
+_Static_assert(sizeof(nvmlPciInfoLegacy_t) == 52, "legacy nvmlPciInfo_t layout");
+_Static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t layout");
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t layout");
+_Static_assert(nvmlMemory_v2 == 0x02000028, "nvmlMemory_v2 as in nvml.h and pynvml");
+
+/* ------------------------------------------------------------------ state */
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned g_refcount;      /* guarded by g_lock */
+static struct fakegpus g_gpus;   /* valid while g_refcount > 0 */
+static struct nvmlDevice_st g_handles[FAKEGPUS_MAX_GPUS];
+
+static nvmlReturn_t leave(nvmlReturn_t rc)
+{
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* Take the lock if initialised; on failure the lock is not held. */
+static nvmlReturn_t enter(void)
+{
+    pthread_mutex_lock(&g_lock);
+    if (g_refcount == 0)
+        return leave(NVML_ERROR_UNINITIALIZED);
+    return NVML_SUCCESS;
+}
+
+/* The card behind a handle, or NULL for NULL, foreign or stale handles. The
+ * pointer is compared as a number and never dereferenced: a caller may pass
+ * anything. */
+static const struct fakegpu *lookup(nvmlDevice_t dev)
+{
+    uintptr_t base = (uintptr_t)g_handles, p = (uintptr_t)dev;
+    if (p < base || p >= base + sizeof(g_handles))
+        return NULL;
+    if ((p - base) % sizeof(g_handles[0]) != 0)
+        return NULL;
+    size_t idx = (p - base) / sizeof(g_handles[0]);
+    return idx < g_gpus.count ? &g_gpus.gpus[idx] : NULL;
+}
+
+/* enter() plus a handle check: what every per-device query starts with. */
+static nvmlReturn_t enter_dev(nvmlDevice_t dev, const struct fakegpu **out)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    const struct fakegpu *g = lookup(dev);
+    if (!g)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (g->lost)
+        return leave(NVML_ERROR_GPU_IS_LOST);
+    *out = g;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t copy_out(char *dst, unsigned length, const char *src)
+{
+    if (!dst)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    size_t need = strlen(src) + 1;
+    if (need > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, need);
+    return NVML_SUCCESS;
+}
+
+static nvmlDevice_t handle_of(unsigned idx)
+{
+    g_handles[idx].index = idx;
+    return &g_handles[idx];
+}
+
+/* --------------------------------------------------------- init, shutdown */
+
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned flags)
+{
+    (void)flags; /* NO_GPUS / NO_ATTACH change nothing: an empty list is fine */
+    pthread_mutex_lock(&g_lock);
+    if (g_refcount == 0) {
+        char err[1024];
+        if (fakegpus_load(NULL, &g_gpus, err, sizeof(err)) != 0) {
+            fprintf(stderr, "gpuslice fake libnvidia-ml.so.1: %s\n", err);
+            return leave(NVML_ERROR_DRIVER_NOT_LOADED);
+        }
+    }
+    if (g_refcount < UINT32_MAX)
+        g_refcount++;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlInit_v2(void)
+{
+    return nvmlInitWithFlags(0);
+}
+
+EXPORT nvmlReturn_t nvmlInit(void)
+{
+    return nvmlInitWithFlags(0);
+}
+
+EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    g_refcount--;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t result)
+{
+    /* Works without init, as in NVML: callers format errors from init. */
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM: return "Operating system blocked the request";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "Library and driver versions differ";
+    case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_MEMORY: return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA: return "No Data";
+    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "vGPU ECC not supported";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient Resources";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Frequency Not Supported";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument Version Mismatch";
+    case NVML_ERROR_DEPRECATED: return "Deprecated";
+    case NVML_ERROR_NOT_READY: return "Not Ready";
+    case NVML_ERROR_GPU_NOT_FOUND: return "GPU Not Found";
+    case NVML_ERROR_INVALID_STATE: return "Invalid State";
+    default: return "Unknown Error";
+    }
+}
+
+/* ----------------------------------------------------------------- system */
+
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned length)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    return leave(copy_out(version, length, g_gpus.driver_version));
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned length)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    /* NVML reports "<CUDA major>.<driver version>", e.g. "13.580.95.05". */
+    char text[FAKEGPUS_VERSION_SIZE + 16];
+    snprintf(text, sizeof(text), "%d.%s", g_gpus.cuda_major, g_gpus.driver_version);
+    return leave(copy_out(version, length, text));
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!cudaDriverVersion)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *cudaDriverVersion = g_gpus.cuda_major * 1000 + g_gpus.cuda_minor * 10;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+}
+
+/* ---------------------------------------------------------- handle lookup */
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *deviceCount)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!deviceCount)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *deviceCount = g_gpus.count;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned *deviceCount)
+{
+    return nvmlDeviceGetCount_v2(deviceCount);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!device || index >= g_gpus.count)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *device = handle_of(index);
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned index, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!uuid || !device)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (unsigned k = 0; k < g_gpus.count; k++) {
+        if (strcmp(g_gpus.gpus[k].uuid, uuid) == 0) {
+            *device = handle_of(k);
+            return leave(NVML_SUCCESS);
+        }
+    }
+    return leave(NVML_ERROR_NOT_FOUND);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!pciBusId || !device)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* Compare numerically: NVML accepts short domains and either case. */
+    unsigned dom, bus, dev, fn;
+    if (fakegpus_parse_busid(pciBusId, &dom, &bus, &dev, &fn) != 0)
+        return leave(NVML_ERROR_NOT_FOUND);
+    for (unsigned k = 0; k < g_gpus.count; k++) {
+        const struct fakegpu *g = &g_gpus.gpus[k];
+        if (g->pci_domain == dom && g->pci_bus == bus && g->pci_device == dev &&
+            g->pci_function == fn) {
+            *device = handle_of(k);
+            return leave(NVML_SUCCESS);
+        }
+    }
+    return leave(NVML_ERROR_NOT_FOUND);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}
+
+/* ------------------------------------------------------ per-device queries */
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned *index)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!index)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *index = (unsigned)(g - g_gpus.gpus);
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned length)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    return leave(copy_out(name, length, g->name));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned length)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    return leave(copy_out(uuid, length, g->uuid));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned length)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    return leave(copy_out(serial, length, g->serial));
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned *minorNumber)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!minorNumber)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *minorNumber = g->minor;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!pci)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    memset(pci, 0, sizeof(*pci));
+    /* NVML's legacy format has a 4-digit domain so that it fits 16 bytes. */
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X",
+             g->pci_domain & 0xFFFF, g->pci_bus, g->pci_device, g->pci_function);
+    pci->domain = g->pci_domain;
+    pci->bus = g->pci_bus;
+    pci->device = g->pci_device;
+    pci->pciDeviceId = g->pci_device_id;
+    pci->pciSubSystemId = 0;
+    memcpy(pci->busId, g->pci_bus_id, sizeof(pci->busId));
+    return leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t pci_info_legacy(nvmlDevice_t device, nvmlPciInfoLegacy_t *pci)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!pci)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    memset(pci, 0, sizeof(*pci));
+    snprintf(pci->busId, sizeof(pci->busId), "%04X:%02X:%02X.%X", g->pci_domain & 0xFFFF,
+             g->pci_bus, g->pci_device, g->pci_function);
+    pci->domain = g->pci_domain;
+    pci->bus = g->pci_bus;
+    pci->device = g->pci_device;
+    pci->pciDeviceId = g->pci_device_id;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfoLegacy_t *pci)
+{
+    return pci_info_legacy(device, pci);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfoLegacy_t *pci)
+{
+    return pci_info_legacy(device, pci);
+}
+
+#define MIB 1048576ull
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!memory)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    memory->total = g->memory_mib * MIB;
+    memory->used = g->memory_used_mib * MIB;
+    memory->free = memory->total - memory->used;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!memory)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* The caller states which layout it passed; refuse one we do not know. */
+    if (memory->version != nvmlMemory_v2)
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    memory->total = g->memory_mib * MIB;
+    memory->reserved = 0; /* the fake driver keeps nothing back */
+    memory->used = g->memory_used_mib * MIB;
+    memory->free = memory->total - memory->used;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned *currentMode,
+                                         unsigned *pendingMode)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!currentMode || !pendingMode)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* No mode change is ever pending: pending equals current. */
+    *currentMode = *pendingMode = g->mig ? 1u : 0u;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
+                                                       int *minor)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!major || !minor)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *major = g->cc_major;
+    *minor = g->cc_minor;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned *node)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!node)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* A machine without NUMA information makes NVML say "not supported". */
+    if (g->numa_node < 0)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    *node = (unsigned)g->numa_node;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!type)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *type = (nvmlBrandType_t)g->brand;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device,
+                                              nvmlDeviceArchitecture_t *arch)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!arch)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *arch = g->architecture;
+    return leave(NVML_SUCCESS);
+}
+
+/*
+ * Two cards' links. Both handles are checked, and a lost card on either end
+ * makes the query fail as on the real driver. On success the lock is held.
+ */
+static nvmlReturn_t enter_pair(nvmlDevice_t d1, nvmlDevice_t d2, unsigned *i1, unsigned *i2)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    const struct fakegpu *a = lookup(d1), *b = lookup(d2);
+    if (!a || !b)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (a->lost || b->lost)
+        return leave(NVML_ERROR_GPU_IS_LOST);
+    *i1 = (unsigned)(a - g_gpus.gpus);
+    *i2 = (unsigned)(b - g_gpus.gpus);
+    return NVML_SUCCESS;
+}
+
+/*
+ * NVLink is not a level of nvmlGpuTopologyLevel_t: the real driver answers
+ * this query from the PCIe tree alone and reports NVLink through other calls
+ * (nvmlDeviceGetNvLinkState, nvmlDeviceGetP2PStatus with the NVLINK index),
+ * which is why `nvidia-smi topo -m` needs both. On NVLink boards (HGX/DGX)
+ * each GPU sits behind its own PCIe switch off a CPU root port, so the PCIe
+ * answer for an NVLink pair is NODE, or SYSTEM when the two cards are known
+ * to hang off different NUMA nodes. That is what we report; NVLink itself is
+ * visible through nvmlDeviceGetP2PStatus below.
+ */
+EXPORT nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1,
+                                                        nvmlDevice_t device2,
+                                                        nvmlGpuTopologyLevel_t *pathInfo)
+{
+    unsigned a, b;
+    nvmlReturn_t rc = enter_pair(device1, device2, &a, &b);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!pathInfo)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    static const nvmlGpuTopologyLevel_t levels[] = {
+        [FAKEGPU_LINK_INTERNAL] = NVML_TOPOLOGY_INTERNAL,
+        [FAKEGPU_LINK_SINGLE] = NVML_TOPOLOGY_SINGLE,
+        [FAKEGPU_LINK_MULTIPLE] = NVML_TOPOLOGY_MULTIPLE,
+        [FAKEGPU_LINK_HOSTBRIDGE] = NVML_TOPOLOGY_HOSTBRIDGE,
+        [FAKEGPU_LINK_NODE] = NVML_TOPOLOGY_NODE,
+        [FAKEGPU_LINK_SYSTEM] = NVML_TOPOLOGY_SYSTEM,
+        [FAKEGPU_LINK_NVLINK] = NVML_TOPOLOGY_NODE,
+    };
+    /* A card with itself shares everything: the innermost level (the link
+     * table holds INTERNAL on its diagonal). */
+    unsigned link = g_gpus.link[a][b];
+    nvmlGpuTopologyLevel_t level = levels[link];
+    int na = g_gpus.gpus[a].numa_node, nb = g_gpus.gpus[b].numa_node;
+    if (link == FAKEGPU_LINK_NVLINK && na >= 0 && nb >= 0 && na != nb)
+        level = NVML_TOPOLOGY_SYSTEM;
+    *pathInfo = level;
+    return leave(NVML_SUCCESS);
+}
+
+/*
+ * Peer-to-peer: the NVLINK index is OK only for NVLink pairs. The others
+ * (read, write, atomics, PCI) work over NVLink or within one PCIe host
+ * bridge; through the CPU they report what common chipsets report.
+ */
+EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                           nvmlGpuP2PCapsIndex_t p2pIndex,
+                                           nvmlGpuP2PStatus_t *p2pStatus)
+{
+    unsigned a, b;
+    nvmlReturn_t rc = enter_pair(device1, device2, &a, &b);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!p2pStatus || (unsigned)p2pIndex > NVML_P2P_CAPS_INDEX_UNKNOWN)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned link = g_gpus.link[a][b];
+    if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK)
+        *p2pStatus = link == FAKEGPU_LINK_NVLINK ? NVML_P2P_STATUS_OK
+                                                 : NVML_P2P_STATUS_NOT_SUPPORTED;
+    else if (link == FAKEGPU_LINK_NVLINK || link <= FAKEGPU_LINK_HOSTBRIDGE)
+        *p2pStatus = NVML_P2P_STATUS_OK;
+    else
+        *p2pStatus = NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED;
+    return leave(NVML_SUCCESS);
+}
+
+/*
+ * Running processes: a fake card runs nothing, so the list is always empty.
+ * The versions differ only in the entry layout, and no entry is written.
+ */
+static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned *infoCount)
+{
+    const struct fakegpu *g;
+    nvmlReturn_t rc = enter_dev(device, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!infoCount)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *infoCount = 0;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                         unsigned *infoCount, void *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                            unsigned *infoCount, void *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                            unsigned *infoCount, void *infos)
+{
+    (void)infos;
+    return no_processes(device, infoCount);
+}
