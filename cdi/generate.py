@@ -9,9 +9,12 @@ any device of ours. Devices:
   profile's memory exceeds the card's);
 - ``<profile>``: a slice of whichever card the accountant picks at create time.
 
-Every device carries the create and release hooks, so that the node accountant
-sees whole cards as well as slices. Slices also carry the limits as
-GPUSLICE_* env and the shim, mounted and preloaded.
+Slices carry the limits as GPUSLICE_* env, the shim (mounted and preloaded)
+and the create and release hooks, always: a slice whose shim or hook is
+missing fails to start rather than run unlimited. Whole cards carry the hooks
+too, so that the accountant sees them, but only once the hook is installed:
+until then a whole card works as any CDI whole-card device does, unaccounted
+(and `--check` reports the spec stale when the hook appears).
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ class GenerateOptions:
     shim_path: str = "/usr/lib/gpuslice/libgpuslice.so"
     hook_path: str = "/usr/bin/gpuslice-hook"
     config_path: Optional[str] = None  # passed to the hooks, which get no env of ours
+    hook_installed: bool = True
     warnings: List[str] = field(default_factory=list)
 
 
@@ -53,7 +57,8 @@ def _hooks(opts: GenerateOptions, device: str) -> List[Hook]:
 
 
 def _whole(opts: GenerateOptions, name: str, nodes: List[DeviceNode]) -> Device:
-    return Device(name, ContainerEdits(device_nodes=nodes, hooks=_hooks(opts, name)))
+    hooks = _hooks(opts, name) if opts.hook_installed else []
+    return Device(name, ContainerEdits(device_nodes=nodes, hooks=hooks))
 
 
 def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: Profile) -> Device:
@@ -88,6 +93,9 @@ def build_spec(inv: Inventory, opts: GenerateOptions) -> Spec:
         devices.append(_whole(opts, str(gpu.index), card_nodes[gpu.index]))
         devices.append(_whole(opts, gpu.uuid, card_nodes[gpu.index]))
     devices.append(_whole(opts, "all", [n for g in inv.gpus for n in card_nodes[g.index]]))
+    if not opts.hook_installed:
+        opts.warnings.append(f"{opts.hook_path} is not installed: whole cards are offered "
+                             "without the accountant's hooks; run this again once it is")
     sliceable = [g for g in inv.gpus if not g.mig]
     for lost in inv.lost:
         opts.warnings.append(f"{lost} does not answer NVML (GPU is lost): not offered")

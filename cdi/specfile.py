@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
@@ -52,13 +51,15 @@ def render(spec: Spec, fmt: str) -> str:
 def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gpuslice-", suffix=".tmp", dir=folder)
+    # A dot name with a .tmp suffix: no runtime reads it as a spec meanwhile.
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
+        os.chmod(tmp, mode)  # the umask may have narrowed it
         os.rename(tmp, path)
     except BaseException:
         try:

@@ -13,6 +13,8 @@ import re
 from typing import Any, List
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Plain words YAML 1.1 reads as booleans or null, in any case.
+_RESERVED_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "null"})
 
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -26,8 +28,14 @@ def _printable(code: int) -> bool:
             or code >= 0x10000)
 
 
+# Strings that need no escape at all: most of a spec (paths, names, env).
+_NO_ESCAPE = re.compile(r'^[ !#-\[\]-~]*$')
+
+
 def quote(text: str) -> str:
     """``text`` as a YAML double-quoted scalar."""
+    if _NO_ESCAPE.match(text):
+        return f'"{text}"'
     out = ['"']
     for ch in text:
         code = ord(ch)
@@ -55,7 +63,7 @@ def _scalar(value: Any) -> str:
 
 def _key(key: Any) -> str:
     text = str(key)
-    plain = _PLAIN_KEY.match(text) and text not in ("true", "false", "null", "yes", "no", "on", "off")
+    plain = _PLAIN_KEY.match(text) and text.lower() not in _RESERVED_WORDS
     return text if plain else quote(text)
 
 

@@ -61,6 +61,7 @@ def build(cfg: Config, req: Request) -> Tuple[object, List[str]]:
         kind=cfg.cdi_kind, profiles=cfg.profiles, driver_root=driver_root, dev_root=dev_root,
         sys_root=req.sys_root, shim_path=cfg.shim_path, hook_path=cfg.hook_path,
         config_path=os.path.abspath(cfg.source) if cfg.source else None,
+        hook_installed=os.access(cfg.hook_path, os.X_OK),
     )
     return build_spec(inventory, opts), opts.warnings
 

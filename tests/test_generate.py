@@ -369,3 +369,21 @@ def test_config_show_is_the_effective_configuration(host_factory):
     assert shown["profiles"][1] == {"name": "4g-30", "memory": "4GiB", "cores": 30}
     res = host.run("config", "check", str(host.config))
     assert res.returncode == 0 and "valid" in res.stdout
+
+
+def test_whole_cards_carry_hooks_only_once_the_hook_is_installed(host_factory):
+    host = host_factory([fake_gpu(0)])
+    host.hook.unlink()
+    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
+    assert res.returncode == 0, res.stderr
+    assert f"{host.hook} is not installed: whole cards are offered without" in res.stderr
+    devs = devices(json.loads(res.stdout))
+    assert "hooks" not in devs["0"] and "hooks" not in devs["all"]
+    # A slice never runs unaccounted: it keeps its hooks and fails to start instead.
+    assert [h["hookName"] for h in devs["0-4g"]["hooks"]] == ["createContainer", "poststop"]
+    assert host.run("cdi", "generate").returncode == 0
+    host.hook.write_text("#!/bin/sh\nexit 0\n")
+    host.hook.chmod(0o755)
+    res = host.run("cdi", "generate", "--check")
+    assert res.returncode == 1
+    assert "edits differ" in res.stderr

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Install gpuslice for the python3 on PATH, write /etc/gpuslice/config.yaml if
+# there is none, and generate the CDI spec when an NVIDIA driver is present.
+#
+#   sudo ./install.sh               gpuslice itself
+#   sudo ./install.sh --with-tests  also what the test suite needs (Debian/Ubuntu:
+#                                   podman, runc, busybox, gcc; pytest), installed
+#                                   editable so the tests run against this tree
+set -euo pipefail
+cd "$(dirname "$0")"
+
+with_tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-tests) with_tests=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown option '$arg' (use --with-tests or --help)" >&2; exit 2 ;;
+  esac
+done
+if [ "$(id -u)" != 0 ]; then
+  echo "install.sh: run as root (sudo ./install.sh): it writes /etc/gpuslice and /etc/cdi" >&2
+  exit 2
+fi
+
+if [ "$with_tests" = 1 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq podman runc crun busybox-static uidmap gcc make libc6-dev >/dev/null
+fi
+
+pip_args=(-q)
+# Debian 12 and Ubuntu 24.04 mark the system Python as managed by apt; the
+# distro packages (packaging/) are the clean way there, this script the quick one.
+if python3 -c 'import sys, sysconfig, os; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
+  pip_args+=(--break-system-packages)
+fi
+if [ "$with_tests" = 1 ]; then
+  python3 -m pip install "${pip_args[@]}" -e '.[test]'
+else
+  python3 -m pip install "${pip_args[@]}" .
+fi
+
+gpuslice=$(python3 -c 'import os, sysconfig; print(os.path.join(sysconfig.get_path("scripts"), "gpuslice"))')
+mkdir -p /etc/gpuslice
+if [ ! -e /etc/gpuslice/config.yaml ]; then
+  "$gpuslice" config show > /etc/gpuslice/config.yaml
+  echo "wrote /etc/gpuslice/config.yaml (defaults; see docs/configuration.md)"
+fi
+"$gpuslice" config check /etc/gpuslice/config.yaml
+
+if python3 -c 'import ctypes; ctypes.CDLL("libnvidia-ml.so.1")' 2>/dev/null; then
+  "$gpuslice" cdi generate
+else
+  echo "no NVIDIA driver found: run 'gpuslice cdi generate' once it is installed"
+fi
+echo "gpuslice installed: $gpuslice"
