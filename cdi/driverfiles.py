@@ -51,8 +51,11 @@ def driver_libraries(driver_root: str) -> Dict[str, str]:
                              "it holds no usable driver") from None
     except LdCacheError as e:
         raise DiscoveryError(str(e)) from None
+    # Unversioned names (libcuda.so) are links for the linker at build time,
+    # which some driver installs list in the cache too; programs load sonames.
     found = {soname: under(driver_root, path) for soname, path in libs.items()
-             if _base(soname) in LIBRARIES and os.path.exists(under(driver_root, path))}
+             if _base(soname) in LIBRARIES and soname != _base(soname)
+             and os.path.exists(under(driver_root, path))}
     missing = [lib for lib in REQUIRED_LIBRARIES if not any(_base(s) == lib for s in found)]
     if missing:
         raise DiscoveryError(f"driver root {driver_root} holds no NVIDIA driver: "

@@ -41,6 +41,9 @@ def make_driver_root(root: Path, fakedriver_build: Path, version: str = DRIVER_V
         base = soname.split(".so", 1)[0]
         _shared_object(libdir / f"{base}.so.{version}", soname)
     shutil.copy(fakedriver_build / "libnvidia-ml.so.1", libdir / f"libnvidia-ml.so.{version}")
+    # An unversioned name in the cache, as real driver installs have them
+    # (seen on the H200 host: libcuda.so, libnvidia-ml.so, ...).
+    _shared_object(libdir / "libnvidia-cfg.so", "libnvidia-cfg.so")
     (root / "etc").mkdir()
     (root / "etc" / "ld.so.conf").write_text(LIBDIR + "\n")
     subprocess.run(["ldconfig", "-r", str(root)], check=True)

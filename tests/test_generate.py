@@ -129,6 +129,7 @@ def test_spec_wide_edits_name_the_driver(host_factory):
         assert m["hostPath"] == f"{host.driver_root}{LIBDIR}/{soname}"
         assert m["options"] == ["ro", "nosuid", "nodev", "bind"]
     assert not any("libunrelated" in p for p in mounts)
+    assert f"{LIBDIR}/libnvidia-cfg.so" not in mounts  # unversioned: the linker's, not ours
     assert mounts["/usr/bin/nvidia-smi"]["hostPath"] == f"{host.driver_root}/usr/bin/nvidia-smi"
     assert f"/lib/firmware/nvidia/{DRIVER_VERSION}" in mounts
     assert len(mounts) == 7

@@ -90,7 +90,7 @@ def test_yaml_round_trip():
             if kind == 2:
                 return rng.choice([[], {}])
             if kind in (3, 4):
-                return {rng.choice(TRICKY + ["key", "true", "1"]): value(depth + 1)
+                return {rng.choice(TRICKY + ["key", "true", "True", "NULL", "On", "1"]): value(depth + 1)
                         for _ in range(rng.randint(1, 3))}
             return [value(depth + 1) for _ in range(rng.randint(1, 3))]
         doc = value()

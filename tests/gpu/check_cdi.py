@@ -1,0 +1,184 @@
+"""CDI generation against the real NVML and driver files of a GPU host.
+
+Runs `gpuslice cdi generate` as a user would (as a process, default driver and
+dev roots), then checks the spec against what the host says independently:
+nvidia-smi's list of cards, the device nodes in /dev, the driver's files, and
+both the package's validator and the official CDI schema when present. Prints
+a table; exits 1 if any check failed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+REPO = Path(__file__).resolve().parents[2]
+GPUSLICE = [sys.executable, "-m", "ocihook.cli"]
+rows: List[Tuple[str, str, str, bool]] = []
+
+
+def check(name: str, expected: object, got: object, ok: bool) -> None:
+    rows.append((name, str(expected), str(got), ok))
+
+
+def run(*args: str, env: Dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([*GPUSLICE, *args], env=env, capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+
+
+def smi_cards() -> List[Dict[str, str]]:
+    q = "index,uuid,name,memory.total,pci.bus_id,mig.mode.current"
+    res = subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True)
+    cards = []
+    for line in res.stdout.strip().splitlines():
+        index, uuid, name, mem, bus, mig = [p.strip() for p in line.split(",")]
+        cards.append({"index": index, "uuid": uuid, "name": name, "memory_mib": mem,
+                      "bus": bus, "mig": mig})
+    return cards
+
+
+def main() -> int:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    config = out / "config.yaml"
+    shim, hook = out / "libgpuslice.so", out / "gpuslice-hook"
+    shim.write_bytes(b"")
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    hook.chmod(0o755)
+    config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n")
+    env = dict(os.environ, GPUSLICE_CONFIG=str(config))
+
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        res = run("cdi", "generate", env=env)
+        times.append((time.perf_counter() - start) * 1000)
+    check("cdi generate exits 0", 0, res.returncode, res.returncode == 0)
+    if res.returncode:
+        print(res.stderr)
+        return report()
+    spec_path = out / "cdi" / "gpuslice.yaml"
+    import yaml
+
+    spec = yaml.safe_load(spec_path.read_text())
+    (out / "gpuslice.json").write_text(json.dumps(spec, indent=1))
+    devices = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    cards = smi_cards()
+
+    check("cdiVersion", "0.5.0", spec["cdiVersion"], spec["cdiVersion"] == "0.5.0")
+    check("cards in spec = nvidia-smi", len(cards), sum(1 for n in devices if n.isdigit()),
+          all(c["index"] in devices for c in cards))
+    for c in cards:
+        i = c["index"]
+        node = devices[i]["deviceNodes"][0]["path"]
+        minor = os.minor(os.stat(node).st_rdev)
+        check(f"card {i}: node {node} is the card's minor", f"/dev/nvidia{minor}", node,
+              node == f"/dev/nvidia{minor}")
+        check(f"card {i}: UUID device", c["uuid"], c["uuid"] in devices, c["uuid"] in devices)
+        mem = int(c["memory_mib"])
+        fitting = [n for n in devices if n.startswith(f"{i}-")]
+        expected = ["1g", "2g", "4g", "8g", "16g", "32g", "4g-30", "8g-50"]
+        if c["mig"] in ("Enabled",):
+            check(f"card {i}: MIG, whole only", 0, len(fitting), not fitting)
+        else:
+            check(f"card {i} ({mem} MiB): slices", len(expected), len(fitting),
+                  sorted(fitting) == sorted(f"{i}-{p}" for p in expected))
+        s = devices.get(f"{i}-4g-30", {})
+        check(f"card {i}: 4g-30 limits", "4096MiB, 30", s.get("env", [])[:2],
+              s.get("env", [])[:2] == ["GPUSLICE_MEMORY_LIMIT=4096MiB", "GPUSLICE_CORE_LIMIT=30"])
+
+    edits = spec["containerEdits"]
+    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                            capture_output=True, text=True).stdout.split()[0]
+    check("driver version env", driver, edits["env"][0], edits["env"][0].endswith("=" + driver))
+    nodes = [n["path"] for n in edits["deviceNodes"]]
+    want_nodes = [p for p in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                              "/dev/nvidia-modeset") if os.path.exists(p)]
+    check("control nodes = those in /dev", want_nodes, nodes, nodes == want_nodes)
+    mounts = {Path(m["containerPath"]).name: m for m in edits["mounts"]}
+    for lib in ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1"):
+        m = mounts.get(lib)
+        real = os.path.realpath(m["hostPath"]) if m else ""
+        check(f"mount {lib}", f"-> *.{driver}", real, bool(m) and real.endswith(driver))
+    check("mount nvidia-smi", "present", "nvidia-smi" in mounts, "nvidia-smi" in mounts)
+    missing = [m["hostPath"] for m in edits["mounts"] if not os.path.exists(m["hostPath"])]
+    check("every spec-wide host path exists", 0, len(missing), not missing)
+    check("mounts in spec", ">= 3", len(edits["mounts"]), len(edits["mounts"]) >= 3)
+
+    # The libraries the spec names are enough to run NVML: load libnvidia-ml
+    # from the spec's path alone and ask it for the cards.
+    ml = mounts["libnvidia-ml.so.1"]["hostPath"]
+    probe = ("import ctypes, pynvml; pynvml.nvmlLib = ctypes.CDLL(%r); pynvml.nvmlInit(); "
+             "print(pynvml.nvmlDeviceGetCount())" % ml)
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    check("NVML from the spec's library", len(cards), got.stdout.strip(),
+          got.stdout.strip() == str(len(cards)))
+
+    res = run("cdi", "validate", str(spec_path), env=env)
+    check("cdi validate (own schema + rules)", 0, res.returncode, res.returncode == 0)
+    res = run("cdi", "generate", "--check", env=env)
+    check("generate --check right after", 0, res.returncode, res.returncode == 0)
+    res = run("cdi", "list", env=env)
+    listed = res.stdout.split()
+    check("cdi list = devices", len(devices), len(listed), len(listed) == len(devices))
+    # ../shared/ beside the checkout here; carried as .carry/ to the GPU machine.
+    official = next((p for p in (REPO.parent / "shared" / "reference" / "cdi-schema",
+                                 REPO / ".carry" / "cdi-schema") if p.is_dir()), None)
+    check("official CDI schema found", "present", official, official is not None)
+    if official is not None:
+        import jsonschema
+        from referencing import Registry, Resource
+        from referencing.jsonschema import DRAFT7
+
+        schema = json.loads((official / "schema.json").read_text())
+        defs = Resource.from_contents(json.loads((official / "defs.json").read_text()),
+                                      default_specification=DRAFT7)
+        errs = list(jsonschema.Draft7Validator(
+            schema, registry=Registry().with_resource("defs.json", defs)).iter_errors(spec))
+        check("official CDI schema", 0, len(errs), not errs)
+    check("no unversioned .so mounted", 0, [n for n in mounts if n.endswith(".so")],
+          not [n for n in mounts if n.endswith(".so")])
+    floor = []
+    for _ in range(5):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", NVML_ONLY], check=True, env=env)
+        floor.append((time.perf_counter() - start) * 1000)
+    gen, flo = statistics.median(times), statistics.median(floor)
+    measured("generate, median of 5 (ms)", f"{gen:.0f}")
+    measured("NVML-only process, median of 5 (ms)", f"{flo:.0f}")
+    measured("ratio generate / NVML-only", f"{gen / flo:.2f}x")
+    return report()
+
+
+NVML_ONLY = """
+import pynvml
+pynvml.nvmlInit()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    pynvml.nvmlDeviceGetUUID(h); pynvml.nvmlDeviceGetMemoryInfo(h); pynvml.nvmlDeviceGetPciInfo(h)
+pynvml.nvmlShutdown()
+"""
+
+
+def measured(name: str, value: str) -> None:
+    rows.append((name, "(measured)", value, True))
+
+
+def report() -> int:
+    width = max(len(r[0]) for r in rows)
+    print(f"{'check':{width}}  {'expected':>16}  {'got':>24}  result")
+    for name, expected, got, ok in rows:
+        print(f"{name:{width}}  {expected[:16]:>16}  {got[:24]:>24}  {'ok' if ok else 'FAIL'}")
+    failed = sum(1 for r in rows if not r[3])
+    print(f"{len(rows) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
