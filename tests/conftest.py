@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
+from fakehost import fake_gpus_doc
+
 REPO = Path(__file__).resolve().parent.parent
 FAKEDRIVER_DIR = REPO / "tests" / "fakedriver"
 FAKEDRIVER_BUILD = FAKEDRIVER_DIR / "build"
@@ -19,28 +21,6 @@ def fakedriver() -> Path:
     """Build tests/fakedriver once per session; return its build folder."""
     subprocess.run(["make", "-s", "-C", str(FAKEDRIVER_DIR)], check=True)
     return FAKEDRIVER_BUILD
-
-
-def fake_gpu(index: int, **overrides: Any) -> Dict[str, Any]:
-    """One fake H200-like card description; overrides replace fields."""
-    gpu: Dict[str, Any] = {
-        "uuid": "GPU-%08x-1111-2222-3333-%012x" % (index + 0xA0, index),
-        "name": "NVIDIA H200",
-        "memory_mib": 143771,
-        "minor": index,
-        "pci_bus_id": "00000000:%02X:00.0" % (0x18 + index),
-        "mig": False,
-    }
-    gpu.update(overrides)
-    return gpu
-
-
-def fake_gpus_doc(count: int, gpus: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
-    return {
-        "driver_version": "580.95.05",
-        "cuda_version": "13.0",
-        "gpus": gpus if gpus is not None else [fake_gpu(i) for i in range(count)],
-    }
 
 
 @pytest.fixture

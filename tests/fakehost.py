@@ -8,12 +8,13 @@ devices made with mknod.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import subprocess
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Dict, Iterable, List, Optional
 
 DRIVER_VERSION = "580.95.05"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -24,6 +25,29 @@ UVM_MAJOR = 510
 OTHER_LIBRARIES = ("libcuda.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4",
                    "libcudadebugger.so.1")
 UNRELATED_LIBRARY = "libunrelated.so.2"
+PROFILES = [("4g", "4GiB", 0), ("4g-30", "4GiB", 30), ("32g", "32GiB", None)]
+
+
+def fake_gpu(index: int, **overrides: Any) -> Dict[str, Any]:
+    """One fake H200-like card description; overrides replace fields."""
+    gpu: Dict[str, Any] = {
+        "uuid": "GPU-%08x-1111-2222-3333-%012x" % (index + 0xA0, index),
+        "name": "NVIDIA H200",
+        "memory_mib": 143771,
+        "minor": index,
+        "pci_bus_id": "00000000:%02X:00.0" % (0x18 + index),
+        "mig": False,
+    }
+    gpu.update(overrides)
+    return gpu
+
+
+def fake_gpus_doc(count: int, gpus: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    return {
+        "driver_version": "580.95.05",
+        "cuda_version": "13.0",
+        "gpus": gpus if gpus is not None else [fake_gpu(i) for i in range(count)],
+    }
 
 
 def _shared_object(dest: Path, soname: str) -> None:
@@ -74,3 +98,51 @@ def make_dev_root(root: Path, minors: Iterable[int], control: bool = True,
         mknod_char(root / "dev" / "nvidia-uvm", UVM_MAJOR, 0)
         mknod_char(root / "dev" / "nvidia-uvm-tools", UVM_MAJOR, 1)
     return root
+
+
+class Host:
+    """One fake host: GPUs JSON, dev root, config file, spec dir."""
+
+    def __init__(self, tmp: Path, driver_root: Path, gpus: List[Dict],
+                 extra_config: str = "", spec_dir: Optional[Path] = None) -> None:
+        self.tmp = tmp
+        self.driver_root = driver_root
+        self.dev_root = make_dev_root(tmp / "devroot", [g["minor"] for g in gpus])
+        self.spec_dir = spec_dir or tmp / "cdi"
+        self.gpus_json = tmp / "gpus.json"
+        self.set_gpus(gpus)
+        self.shim = tmp / "libgpuslice.so"
+        self.shim.write_bytes(b"")
+        self.hook = tmp / "gpuslice-hook"
+        self.hook.write_text("#!/bin/sh\nexit 0\n")
+        self.hook.chmod(0o755)
+        self.config = tmp / "config.yaml"
+        profiles = "\n".join(
+            f"  - {{name: {n}, memory: {m}" + (f", cores: {c}}}" if c is not None else "}")
+            for n, m, c in PROFILES)
+        self.config.write_text(
+            f"spec_dir: {self.spec_dir}\ndriver_root: {driver_root}\ndev_root: {self.dev_root}\n"
+            f"shim_path: {self.shim}\nhook_path: {self.hook}\nprofiles:\n{profiles}\n"
+            + extra_config)
+
+    def set_gpus(self, gpus: List[Dict], driver_version: str = DRIVER_VERSION) -> None:
+        doc = fake_gpus_doc(0, gpus)
+        doc["driver_version"] = driver_version
+        self.gpus_json.write_text(json.dumps(doc))
+
+    def run(self, *args: str, config: Optional[Path] = None) -> subprocess.CompletedProcess:
+        env = dict(os.environ)
+        env["GPUSLICE_FAKE_GPUS"] = str(self.gpus_json)
+        env["GPUSLICE_CONFIG"] = str(config or self.config)
+        env.pop("LD_LIBRARY_PATH", None)  # NVML must come from the driver root
+        return subprocess.run(["gpuslice", *args], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    def spec(self, *args: str) -> Dict:
+        res = self.run("cdi", "generate", "--format", "json", "--output", "-", *args)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+
+def devices(spec: Dict) -> Dict[str, Dict]:
+    return {d["name"]: d["containerEdits"] for d in spec["devices"]}

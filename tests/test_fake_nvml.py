@@ -15,7 +15,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-from conftest import FAKEDRIVER_DIR, fake_gpu, fake_gpus_doc
+from conftest import FAKEDRIVER_DIR
+from fakehost import fake_gpu, fake_gpus_doc
 
 LIB_PREFIX = "gpuslice fake libnvidia-ml.so.1: "
 DEFAULT_DIR = Path("/run/gpuslice-fake")

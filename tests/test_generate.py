@@ -11,61 +11,9 @@ import jsonschema
 import pytest
 import yaml
 
-from conftest import fake_gpu, fake_gpus_doc
-from fakehost import DRIVER_VERSION, LIBDIR, make_dev_root
+from fakehost import DRIVER_VERSION, LIBDIR, Host, devices, fake_gpu
 
 OFFICIAL_SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "cdi-schema"
-PROFILES = [("4g", "4GiB", 0), ("4g-30", "4GiB", 30), ("32g", "32GiB", None)]
-
-
-class Host:
-    """One fake host: GPUs JSON, dev root, config file, spec dir."""
-
-    def __init__(self, tmp: Path, driver_root: Path, gpus: List[Dict],
-                 extra_config: str = "") -> None:
-        self.tmp = tmp
-        self.driver_root = driver_root
-        self.dev_root = make_dev_root(tmp / "devroot", [g["minor"] for g in gpus])
-        self.spec_dir = tmp / "cdi"
-        self.gpus_json = tmp / "gpus.json"
-        self.set_gpus(gpus)
-        self.shim = tmp / "libgpuslice.so"
-        self.shim.write_bytes(b"")
-        self.hook = tmp / "gpuslice-hook"
-        self.hook.write_text("#!/bin/sh\nexit 0\n")
-        self.hook.chmod(0o755)
-        self.config = tmp / "config.yaml"
-        profiles = "\n".join(
-            f"  - {{name: {n}, memory: {m}" + (f", cores: {c}}}" if c is not None else "}")
-            for n, m, c in PROFILES)
-        self.config.write_text(
-            f"spec_dir: {self.spec_dir}\ndriver_root: {driver_root}\ndev_root: {self.dev_root}\n"
-            f"shim_path: {self.shim}\nhook_path: {self.hook}\nprofiles:\n{profiles}\n"
-            + extra_config)
-
-    def set_gpus(self, gpus: List[Dict], driver_version: str = DRIVER_VERSION) -> None:
-        doc = fake_gpus_doc(0, gpus)
-        doc["driver_version"] = driver_version
-        self.gpus_json.write_text(json.dumps(doc))
-
-    def run(self, *args: str, config: Optional[Path] = None) -> subprocess.CompletedProcess:
-        env = dict(os.environ)
-        env["GPUSLICE_FAKE_GPUS"] = str(self.gpus_json)
-        env["GPUSLICE_CONFIG"] = str(config or self.config)
-        env.pop("LD_LIBRARY_PATH", None)  # NVML must come from the driver root
-        return subprocess.run(["gpuslice", *args], env=env, capture_output=True, text=True,
-                              timeout=60)
-
-    def spec(self, *args: str) -> Dict:
-        res = self.run("cdi", "generate", "--format", "json", "--output", "-", *args)
-        assert res.returncode == 0, res.stderr
-        return json.loads(res.stdout)
-
-
-def devices(spec: Dict) -> Dict[str, Dict]:
-    return {d["name"]: d["containerEdits"] for d in spec["devices"]}
-
-
 def official_validator() -> jsonschema.Draft7Validator:
     schema = json.loads((OFFICIAL_SCHEMA / "schema.json").read_text())
     defs = json.loads((OFFICIAL_SCHEMA / "defs.json").read_text())
