@@ -24,8 +24,15 @@ fi
 
 if [ "$with_tests" = 1 ]; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq podman runc crun busybox-static uidmap gcc make libc6-dev >/dev/null
+  apt-get update -q
+  # Tests run real Podman 4.3 with runc (crun refuses the hybrid cgroup layout
+  # of some hosts) on a busybox-static root file system; gcc builds the fake
+  # driver. --no-install-recommends is enough: podman's recommends serve
+  # rootless use and images, which the tests do not need.
+  apt-get install -y -q --no-install-recommends \
+    podman runc crun conmon containernetworking-plugins busybox-static uidmap \
+    gcc make libc6-dev python3 python3-pip python3-dev \
+    ca-certificates util-linux mount procps </dev/null
 fi
 
 pip_args=(-q)
@@ -34,10 +41,11 @@ pip_args=(-q)
 if python3 -c 'import sys, sysconfig, os; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
   pip_args+=(--break-system-packages)
 fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 if [ "$with_tests" = 1 ]; then
-  python3 -m pip install "${pip_args[@]}" -e '.[test]'
+  python3 -m pip install "${pip_args[@]}" -e '.[test]' </dev/null
 else
-  python3 -m pip install "${pip_args[@]}" .
+  python3 -m pip install "${pip_args[@]}" . </dev/null
 fi
 
 gpuslice=$(python3 -c 'import os, sysconfig; print(os.path.join(sysconfig.get_path("scripts"), "gpuslice"))')
