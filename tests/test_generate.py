@@ -336,3 +336,33 @@ def test_whole_cards_carry_hooks_only_once_the_hook_is_installed(host_factory):
     res = host.run("cdi", "generate", "--check")
     assert res.returncode == 1
     assert "edits differ" in res.stderr
+
+
+def test_dri_nodes_come_from_sysfs(tmp_path):
+    """A card's /dev/dri nodes are those its PCI device's drm folder lists."""
+    from cdi.devnodes import card_nodes
+    from cdi.nvml import Gpu
+    from fakehost import mknod_char
+
+    gpu = Gpu(index=0, uuid="GPU-x", name="n", minor=2, memory_mib=1024,
+              pci_bus_id="00000000:3B:00.0", mig=False)
+    sysfs = tmp_path / "sys"
+    drm = sysfs / "bus" / "pci" / "devices" / "0000:3b:00.0" / "drm"
+    for entry in ("card1", "renderD129", "controlD65"):
+        (drm / entry).mkdir(parents=True)
+    dev = tmp_path / "dev"
+    mknod_char(dev / "dev" / "nvidia2", 195, 2)
+    mknod_char(dev / "dev" / "dri" / "card1", 226, 1)
+    mknod_char(dev / "dev" / "dri" / "renderD129", 226, 129)
+    nodes = card_nodes(gpu, str(dev), str(sysfs))
+    assert [(n.path, n.host_path) for n in nodes] == [
+        ("/dev/nvidia2", f"{dev}/dev/nvidia2"),
+        ("/dev/dri/card1", f"{dev}/dev/dri/card1"),
+        ("/dev/dri/renderD129", f"{dev}/dev/dri/renderD129"),
+    ]
+    # A node sysfs names but /dev lacks is left out; no drm folder, no DRI nodes.
+    (dev / "dev" / "dri" / "card1").unlink()
+    assert [n.path for n in card_nodes(gpu, str(dev), str(sysfs))] == [
+        "/dev/nvidia2", "/dev/dri/renderD129"]
+    assert [n.path for n in card_nodes(gpu, str(dev), str(tmp_path / "nosys"))] == [
+        "/dev/nvidia2"]
