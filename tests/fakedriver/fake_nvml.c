@@ -196,6 +196,15 @@ static nvmlReturn_t enter_dev(nvmlDevice_t dev, const struct fakegpu **out)
     return NVML_SUCCESS;
 }
 
+/* The prologue of every per-device query: declare g, or return enter_dev's error. */
+#define ENTER_DEVICE(dev, g)                          \
+    const struct fakegpu *g;                          \
+    do {                                              \
+        nvmlReturn_t enter_rc_ = enter_dev((dev), &g); \
+        if (enter_rc_ != NVML_SUCCESS)                \
+            return enter_rc_;                         \
+    } while (0)
+
 static nvmlReturn_t copy_out(char *dst, unsigned length, const char *src)
 {
     if (!dst)
@@ -406,10 +415,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevi
 
 EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned *index)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!index)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     *index = (unsigned)(g - g_gpus.gpus);
@@ -418,37 +424,25 @@ EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned *index)
 
 EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned length)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     return leave(copy_out(name, length, g->name));
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned length)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     return leave(copy_out(uuid, length, g->uuid));
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned length)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     return leave(copy_out(serial, length, g->serial));
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned *minorNumber)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!minorNumber)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     *minorNumber = g->minor;
@@ -457,10 +451,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned *mino
 
 EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!pci)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     memset(pci, 0, sizeof(*pci));
@@ -478,10 +469,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *
 
 static nvmlReturn_t pci_info_legacy(nvmlDevice_t device, nvmlPciInfoLegacy_t *pci)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!pci)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     memset(pci, 0, sizeof(*pci));
@@ -508,10 +496,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfoLegacy_
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!memory)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     memory->total = g->memory_mib * MIB;
@@ -522,10 +507,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!memory)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     /* The caller states which layout it passed; refuse one we do not know. */
@@ -541,10 +523,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned *currentMode,
                                          unsigned *pendingMode)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!currentMode || !pendingMode)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     /* No mode change is ever pending: pending equals current. */
@@ -555,10 +534,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned *currentM
 EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
                                                        int *minor)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!major || !minor)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     *major = g->cc_major;
@@ -568,10 +544,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int 
 
 EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned *node)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!node)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     /* A machine without NUMA information makes NVML say "not supported". */
@@ -583,10 +556,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned *node)
 
 EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!type)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     *type = (nvmlBrandType_t)g->brand;
@@ -596,10 +566,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *typ
 EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device,
                                               nvmlDeviceArchitecture_t *arch)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!arch)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     *arch = g->architecture;
@@ -697,10 +664,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t de
  */
 static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned *infoCount)
 {
-    const struct fakegpu *g;
-    nvmlReturn_t rc = enter_dev(device, &g);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    ENTER_DEVICE(device, g);
     if (!infoCount)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     *infoCount = 0;
