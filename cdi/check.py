@@ -10,9 +10,8 @@ from __future__ import annotations
 import os
 from typing import List
 
+from cdi.generate import DRIVER_VERSION_ENV
 from cdi.spec import Spec
-
-DRIVER_ENV = "GPUSLICE_DRIVER_VERSION="
 
 
 def host_paths(spec: Spec) -> List[str]:
@@ -27,8 +26,9 @@ def host_paths(spec: Spec) -> List[str]:
 
 def driver_version(spec: Spec) -> str:
     for entry in spec.edits.env:
-        if entry.startswith(DRIVER_ENV):
-            return entry[len(DRIVER_ENV):]
+        name, _, value = entry.partition("=")
+        if name == DRIVER_VERSION_ENV:
+            return value
     return ""
 
 

@@ -28,6 +28,7 @@ from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdi.version import minimum_version
 
 SHIM_CONTAINER_PATH = "/usr/lib/gpuslice/libgpuslice.so"
+DRIVER_VERSION_ENV = "GPUSLICE_DRIVER_VERSION"
 HOOK_ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -77,7 +78,7 @@ def _spec_edits(inv: Inventory, opts: GenerateOptions) -> ContainerEdits:
               + driverfiles.firmware_mounts(opts.driver_root, inv.driver_version))
     return ContainerEdits(
         # Tells a container which driver its spec was made for; `--check` reads it back.
-        env=[f"GPUSLICE_DRIVER_VERSION={inv.driver_version}"],
+        env=[f"{DRIVER_VERSION_ENV}={inv.driver_version}"],
         device_nodes=devnodes.control_nodes(opts.dev_root),
         mounts=mounts,
     )

@@ -33,14 +33,12 @@ def check_document(doc: Any) -> None:
 
 def load_document(text: str, source: str) -> Dict[str, Any]:
     """Parse a spec file's text (JSON or YAML) into a document."""
-    import yaml
+    from cdi import yamlin
 
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"{source}: not valid YAML or JSON{where}") from None
+        doc = yamlin.load(text)
+    except yamlin.YamlError as e:
+        raise SpecError(f"{source}: not valid YAML or JSON: {e}") from None
     if not isinstance(doc, dict):
         raise SpecError(f"{source}: a CDI spec must be a mapping, found {type(doc).__name__}")
     return doc

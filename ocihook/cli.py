@@ -57,11 +57,11 @@ def config_show(state: State, fmt: str) -> None:
 
         click.echo(json.dumps(doc, indent=2))
     else:
-        import yaml
+        from cdi import yamlout
 
         source = state.config.source or "built-in defaults (no configuration file)"
         click.echo(f"# effective configuration from {source}")
-        click.echo(yaml.safe_dump(doc, sort_keys=False).rstrip())
+        click.echo(yamlout.dump(doc), nl=False)
 
 
 @config_group.command("check")

@@ -163,15 +163,12 @@ def parse_text(text: str, source: str) -> Config:
 
 
 def parse_document(text: str, source: str) -> Any:
-    import yaml
+    from cdi import yamlin
 
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        problem = getattr(e, "problem", None) or "malformed YAML"
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError(f"{source}: {where}{problem}") from None
+        doc = yamlin.load(text)
+    except yamlin.YamlError as e:
+        raise ConfigError(f"{source}: {e}") from None
     if doc is not None and not isinstance(doc, dict):
         raise ConfigError(f"{source}: the configuration must be a mapping of keys, "
                           f"found {type(doc).__name__}")

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from ocihook.config import Config
 from ocihook.messages import EXIT_NO, error, say, warn
+
+if TYPE_CHECKING:
+    from cdi.spec import Spec
 
 
 @dataclass
@@ -43,7 +46,7 @@ def refresh_command(req: Request) -> str:
     return " ".join(parts)
 
 
-def build(cfg: Config, req: Request) -> Tuple[object, List[str]]:
+def build(cfg: Config, req: Request) -> Tuple["Spec", List[str]]:
     """Discover this host and assemble its spec: (Spec, warnings)."""
     from cdi import driverfiles, nvml
     from cdi.generate import GenerateOptions, build_spec
@@ -70,7 +73,7 @@ def run(cfg: Config, req: Request) -> int:
     """Do what the request asks; return the exit status (errors exit at once)."""
     from cdi import check, specfile
     from cdi.nvml import DiscoveryError
-    from cdi.spec import Spec, SpecError
+    from cdi.spec import SpecError
 
     output = req.output or default_output(cfg, req.fmt)
     if req.check_only and output == "-":
@@ -79,7 +82,6 @@ def run(cfg: Config, req: Request) -> int:
         spec, warnings = build(cfg, req)
     except (DiscoveryError, SpecError) as e:
         error(str(e))
-    assert isinstance(spec, Spec)
     for w in warnings:
         warn(w)
     for path in check.missing_on_host(spec):

@@ -228,7 +228,7 @@ def test_check_sees_a_new_card_and_a_missing_spec(host_factory):
 
 
 BAD_CONFIGS = [
-    ("profiles: [{name: a, memory: 1g\n", "line 3, column 1: expected ',' or '}'"),
+    ("profiles: [{name: a, memory: 1g\n", ", column 1: did not find expected ',' or '}'"),
     ("colour: blue\n", "unknown key 'colour'"),
     ("profiles: [{name: small, memory: 100MiB}]\n", "'100MiB' is under the minimum of 128 MiB"),
     ("profiles: [{name: odd, memory: 300MiB}]\n", "'300MiB' is not a multiple of 128 MiB"),
