@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
+import jsonschema
+
 DRIVER_VERSION = "580.95.05"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 NVIDIA_MAJOR = 195
@@ -25,6 +27,7 @@ UVM_MAJOR = 510
 OTHER_LIBRARIES = ("libcuda.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4",
                    "libcudadebugger.so.1")
 UNRELATED_LIBRARY = "libunrelated.so.2"
+OFFICIAL_SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "cdi-schema"
 PROFILES = [("4g", "4GiB", 0), ("4g-30", "4GiB", 30), ("32g", "32GiB", None)]
 
 
@@ -138,11 +141,29 @@ class Host:
         return subprocess.run(["gpuslice", *args], env=env, capture_output=True, text=True,
                               timeout=60)
 
-    def spec(self, *args: str) -> Dict:
+    def generated(self, *args: str) -> "tuple[subprocess.CompletedProcess, Dict]":
+        """Generate to stdout; the spec is checked against the official CDI schema."""
         res = self.run("cdi", "generate", "--format", "json", "--output", "-", *args)
         assert res.returncode == 0, res.stderr
-        return json.loads(res.stdout)
+        doc = json.loads(res.stdout)
+        official_validator().validate(doc)
+        return res, doc
+
+    def spec(self, *args: str) -> Dict:
+        return self.generated(*args)[1]
 
 
 def devices(spec: Dict) -> Dict[str, Dict]:
     return {d["name"]: d["containerEdits"] for d in spec["devices"]}
+
+
+def official_validator() -> jsonschema.Draft7Validator:
+    """The official CDI schema (../shared/reference), its defs.json resolved locally."""
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT7
+
+    schema = json.loads((OFFICIAL_SCHEMA / "schema.json").read_text())
+    defs = json.loads((OFFICIAL_SCHEMA / "defs.json").read_text())
+    registry = Registry().with_resource(
+        "defs.json", Resource.from_contents(defs, default_specification=DRAFT7))
+    return jsonschema.Draft7Validator(schema, registry=registry)

@@ -7,28 +7,10 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import jsonschema
 import pytest
 import yaml
 
-from fakehost import DRIVER_VERSION, LIBDIR, Host, devices, fake_gpu
-
-OFFICIAL_SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "cdi-schema"
-def official_validator() -> jsonschema.Draft7Validator:
-    schema = json.loads((OFFICIAL_SCHEMA / "schema.json").read_text())
-    defs = json.loads((OFFICIAL_SCHEMA / "defs.json").read_text())
-    from referencing import Registry, Resource
-
-    registry = Registry().with_resource("defs.json", Resource.from_contents(
-        defs, default_specification=referencing_draft7()))
-    return jsonschema.Draft7Validator(schema, registry=registry)
-
-
-def referencing_draft7():
-    from referencing.jsonschema import DRAFT7
-
-    return DRAFT7
-
+from fakehost import DRIVER_VERSION, LIBDIR, Host, devices, fake_gpu, official_validator
 
 @pytest.fixture
 def host_factory(tmp_path: Path, driver_root: Path, fakedriver: Path):
@@ -106,10 +88,9 @@ def test_slice_edits(host_factory):
 
 def test_mig_card_is_offered_whole_only(host_factory):
     host = host_factory([fake_gpu(0, memory_mib=16384), fake_gpu(1, memory_mib=16384, mig=True)])
-    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
-    assert res.returncode == 0, res.stderr
+    res, spec = host.generated()
     assert "GPU 1" in res.stderr and "MIG mode" in res.stderr
-    devs = devices(json.loads(res.stdout))
+    devs = devices(spec)
     assert "1" in devs and fake_gpu(1)["uuid"] in devs
     assert not any(n.startswith("1-") for n in devs)
     assert [n["path"] for n in devs["4g"]["deviceNodes"]] == ["/dev/nvidia0"]
@@ -118,22 +99,21 @@ def test_mig_card_is_offered_whole_only(host_factory):
 
 def test_profile_larger_than_every_card_is_not_offered(host_factory):
     host = host_factory([fake_gpu(0, memory_mib=16384), fake_gpu(1, memory_mib=81920)])
-    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
-    devs = devices(json.loads(res.stdout))
+    res, spec = host.generated()
+    devs = devices(spec)
     assert "1-32g" in devs and "0-32g" not in devs
     assert [n["path"] for n in devs["32g"]["deviceNodes"]] == ["/dev/nvidia1"]
     host.set_gpus([fake_gpu(0, memory_mib=16384)])
-    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
+    res, spec = host.generated()
     assert "profile '32g' fits no sliceable card" in res.stderr
-    assert "32g" not in devices(json.loads(res.stdout))
+    assert "32g" not in devices(spec)
 
 
 def test_lost_card_is_left_out_with_a_warning(host_factory):
     host = host_factory([fake_gpu(0), fake_gpu(1, health="lost")])
-    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
-    assert res.returncode == 0, res.stderr
+    res, spec = host.generated()
     assert "GPU 1 does not answer NVML" in res.stderr
-    devs = devices(json.loads(res.stdout))
+    devs = devices(spec)
     assert "0" in devs and "1" not in devs
 
 
@@ -323,10 +303,9 @@ def test_config_show_is_the_effective_configuration(host_factory):
 def test_whole_cards_carry_hooks_only_once_the_hook_is_installed(host_factory):
     host = host_factory([fake_gpu(0)])
     host.hook.unlink()
-    res = host.run("cdi", "generate", "--format", "json", "--output", "-")
-    assert res.returncode == 0, res.stderr
+    res, spec = host.generated()
     assert f"{host.hook} is not installed: whole cards are offered without" in res.stderr
-    devs = devices(json.loads(res.stdout))
+    devs = devices(spec)
     assert "hooks" not in devs["0"] and "hooks" not in devs["all"]
     # A slice never runs unaccounted: it keeps its hooks and fails to start instead.
     assert [h["hookName"] for h in devs["0-4g"]["hooks"]] == ["createContainer", "poststop"]
