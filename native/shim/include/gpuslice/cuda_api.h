@@ -1,0 +1,154 @@
+/*
+ * The few CUDA driver API and NVML types gpuslice touches, declared from the
+ * public API documentation so that nothing here needs the CUDA toolkit.
+ * Shared by libgpuslice.so and the fake driver in tests/fakedriver/: one
+ * declaration of each type, so the two cannot drift apart.
+ */
+#ifndef GPUSLICE_CUDA_API_H
+#define GPUSLICE_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ----------------------------------------------------------------- CUDA */
+
+typedef int CUresult;
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_DEINITIALIZED = 4,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_UNKNOWN = 999,
+};
+
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr; /* the _v2 API's 64-bit pointer */
+typedef unsigned int CUdeviceptr_v1;    /* the legacy API's 32-bit pointer */
+typedef uint64_t cuuint64_t;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUarray_st *CUarray;
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+typedef struct {
+    char bytes[16];
+} CUuuid;
+
+typedef struct {
+    int type; /* CU_MEM_LOCATION_TYPE_DEVICE = 1 */
+    int id;   /* the device ordinal for a device location */
+} CUmemLocation;
+enum { CU_MEM_LOCATION_TYPE_DEVICE = 1 };
+
+typedef struct {
+    int type;                 /* CUmemAllocationType */
+    int requestedHandleTypes; /* CUmemAllocationHandleType */
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct {
+    size_t Width;
+    size_t Height;
+    int Format; /* CUarray_format */
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+
+typedef struct {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    int Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+
+/* CUarray_format values and their element sizes in bytes. */
+enum {
+    CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
+    CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
+    CU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
+    CU_AD_FORMAT_SIGNED_INT8 = 0x08,
+    CU_AD_FORMAT_SIGNED_INT16 = 0x09,
+    CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
+    CU_AD_FORMAT_HALF = 0x10,
+    CU_AD_FORMAT_FLOAT = 0x20,
+};
+
+/* cuGetProcAddress_v2's fifth argument. */
+typedef enum {
+    CU_GET_PROC_ADDRESS_SUCCESS = 0,
+    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+    CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2,
+} CUdriverProcAddressQueryResult;
+/* cuGetProcAddress flags. */
+enum {
+    CU_GET_PROC_ADDRESS_DEFAULT = 0,
+    CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1,
+    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 2,
+};
+
+/* CUmemPool_attribute values used for pool accounting. */
+enum {
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+};
+
+/* ----------------------------------------------------------------- NVML */
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999,
+};
+typedef struct nvmlDevice_st *nvmlDevice_t;
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+#define nvmlMemory_v2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
+
+/* nvmlDeviceGetComputeRunningProcesses_v3's element. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+#define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
+
+#endif

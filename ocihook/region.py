@@ -1,0 +1,106 @@
+"""Read-only view of a container's shared region (the file libgpuslice.so maps).
+
+The layout comes from the shim's own header, native/shim/include/gpuslice/
+region.h, parsed by cffi: one definition for C and Python. A file with another
+magic, version or size is refused rather than misread.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, List, Tuple
+
+_HEADER_CANDIDATES = (
+    Path(__file__).resolve().parent / "native" / "region.h",  # an installed package
+    Path(__file__).resolve().parent.parent / "native" / "shim" / "include" / "gpuslice" / "region.h",
+)
+KIND_NAMES = ("context", "alloc", "vmm", "pool", "array")
+
+
+class RegionError(ValueError):
+    """A region file that cannot be read as ours; the message names the file and why."""
+
+
+@lru_cache(maxsize=None)
+def _ffi() -> Any:
+    import cffi
+
+    for header in _HEADER_CANDIDATES:
+        if header.exists():
+            text = header.read_text()
+            break
+    else:
+        raise RegionError("region.h not found beside the package nor in the source tree")
+    # cdef takes the declarations between the include guard's lines.
+    body = text.split("#define GPUSLICE_REGION_H", 1)[1].rsplit("#endif", 1)[0]
+    ffi = cffi.FFI()
+    ffi.cdef(body)
+    return ffi
+
+
+def constant(name: str) -> int:
+    lib = _ffi().dlopen(None)
+    return int(getattr(lib, name))
+
+
+@dataclass(frozen=True)
+class ProcUsage:
+    pid: int
+    start_time: int
+    used: List[List[int]]  # [device][kind] in bytes
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    index: int
+    uuid: str
+    limit_bytes: int
+    total_bytes: int
+    used_bytes: int
+    core_limit: int
+
+
+@dataclass(frozen=True)
+class Region:
+    path: str
+    devices: List[DeviceUsage]
+    procs: List[ProcUsage]
+
+
+def read(path: str) -> Region:
+    """A consistent-enough snapshot: counters are read as they are, without the lock."""
+    ffi = _ffi()
+    size = ffi.sizeof("struct gpuslice_region")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise RegionError(f"{path}: cannot open: {e.strerror}") from None
+    try:
+        if os.fstat(fd).st_size < size:
+            raise RegionError(f"{path}: {os.fstat(fd).st_size} bytes, a region has {size}")
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
+            buf = bytes(m)
+    finally:
+        os.close(fd)
+    r = ffi.cast("struct gpuslice_region *", ffi.from_buffer(buf))
+    lib = ffi.dlopen(None)
+    want: Tuple[int, int, int] = (lib.GPUSLICE_REGION_MAGIC, lib.GPUSLICE_REGION_VERSION, size)
+    got = (r.magic, r.version, r.size)
+    if got != want:
+        raise RegionError(f"{path}: magic/version/size {got} is not a gpuslice region {want}; "
+                          "refusing to guess its layout")
+    n = min(r.device_count, lib.GPUSLICE_MAX_DEVICES)
+    devices = [DeviceUsage(i, ffi.string(d.uuid).decode(errors="replace"), d.limit_bytes,
+                           d.total_bytes, d.used_bytes, d.core_limit)
+               for i, d in ((i, r.devices[i]) for i in range(n))]
+    procs = []
+    for i in range(lib.GPUSLICE_MAX_PROCS):
+        p = r.procs[i]
+        if p.state == lib.GPUSLICE_SLOT_LIVE:
+            procs.append(ProcUsage(p.pid, p.start_time,
+                                   [[p.used[d][k] for k in range(lib.GPUSLICE_KINDS)]
+                                    for d in range(n)]))
+    return Region(path, devices, procs)

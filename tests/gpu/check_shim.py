@@ -1,0 +1,246 @@
+"""libgpuslice.so on a real GPU: memory caps seen and enforced, measured from outside.
+
+Each scenario runs in child processes with the shim preloaded and its own
+state dir; this process (no shim) watches the card through NVML, as any
+host tool would. Prints a table; exits 1 if any check failed.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pynvml
+
+REPO = Path(__file__).resolve().parents[2]
+SHIM = REPO / "native" / "shim" / "build" / "libgpuslice.so"
+GIB = 1024 ** 3
+MIB = 1024 ** 2
+rows: List[Tuple[str, str, str, bool]] = []
+
+
+def check(name: str, expected: object, got: object, ok: bool) -> None:
+    rows.append((name, str(expected), str(got), bool(ok)))
+
+
+def shim_env(limit: str, state: Optional[Path] = None, **extra: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(LD_PRELOAD=str(SHIM), GPUSLICE_MEMORY_LIMIT=limit,
+               GPUSLICE_STATE_DIR=str(state or tempfile.mkdtemp(prefix="gs-state-")))
+    env.update(extra)
+    return env
+
+
+def py(code: str, env: Dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def last_line(res: subprocess.CompletedProcess) -> str:
+    lines = res.stdout.strip().splitlines()
+    return lines[-1] if lines else f"rc={res.returncode} {res.stderr.strip()[-200:]}"
+
+
+def nvml_used_by(pids: List[int]) -> int:
+    """Bytes NVML says the given (host) pids hold on GPU 0, from outside the shim."""
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    total = 0
+    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+        if p.pid in pids and p.usedGpuMemory:
+            total += p.usedGpuMemory
+    return total
+
+
+TORCH_CAP = """
+import torch
+free, total = torch.cuda.mem_get_info()
+a = torch.empty(3 * 2**30, dtype=torch.uint8, device="cuda")
+fits = True
+try:
+    b = torch.empty(2 * 2**30, dtype=torch.uint8, device="cuda")
+    refused = False
+except torch.cuda.OutOfMemoryError:
+    refused = True
+print(total, fits, refused)
+"""
+
+CUPY_CAP = """
+import cupy
+POOL
+free, total = cupy.cuda.runtime.memGetInfo()
+a = cupy.empty(3 * 2**30, dtype=cupy.uint8)
+try:
+    b = cupy.empty(2 * 2**30, dtype=cupy.uint8)
+    refused = False
+except cupy.cuda.memory.OutOfMemoryError:
+    refused = True
+print(total, True, refused)
+"""
+
+
+def scenario_caps() -> None:
+    cases = [
+        ("torch", TORCH_CAP, {}),
+        ("torch expandable_segments", TORCH_CAP,
+         {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+        ("cupy default pool", CUPY_CAP.replace("POOL", ""), {}),
+        ("cupy async pool", CUPY_CAP.replace(
+            "POOL", "cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)"), {}),
+    ]
+    for name, code, extra in cases:
+        res = py(code, shim_env("4GiB", **extra))
+        parts = last_line(res).split()
+        ok = len(parts) == 3 and parts[0] == str(4 * GIB) and parts[1] == "True" and parts[2] == "True"
+        check(f"{name}: 4 GiB cap: total, 3 GiB fits, +2 GiB OOM", f"{4 * GIB} True True",
+              " ".join(parts) if len(parts) == 3 else last_line(res), ok)
+
+
+HOLDER = """
+import os, sys, time, torch
+chunks = []
+while True:
+    try:
+        chunks.append(torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda"))
+    except torch.cuda.OutOfMemoryError:
+        break
+open(sys.argv[1], "w").write(str(len(chunks)))
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def start_holders(n: int, env: Dict[str, str], hold_s: float, tmp: Path) -> List[Tuple[subprocess.Popen, Path]]:
+    procs = []
+    for i in range(n):
+        done = tmp / f"done-{i}"
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, str(done), str(hold_s)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        procs.append((p, done))
+    return procs
+
+
+def scenario_shared_cap() -> None:
+    tmp = Path(tempfile.mkdtemp())
+    env = shim_env("8GiB", PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+    procs = start_holders(4, env, 8.0, tmp)
+    pids = [p.pid for p, _ in procs]
+    peak = 0
+    deadline = time.time() + 120
+    while time.time() < deadline and any(p.poll() is None for p, _ in procs):
+        peak = max(peak, nvml_used_by(pids))
+        if all(d.exists() for _, d in procs):
+            for _ in range(10):  # all hold their share now: sample a while longer
+                peak = max(peak, nvml_used_by(pids))
+                time.sleep(0.2)
+            break
+        time.sleep(0.05)
+    chunks = sum(int(d.read_text()) for _, d in procs if d.exists())
+    for p, _ in procs:
+        p.kill()
+        p.wait()
+    check("4 procs, one 8 GiB cap: NVML peak from outside (MiB)", "<= 8192",
+          peak // MIB, 0 < peak <= 8 * GIB)
+    check("4 procs, one 8 GiB cap: 256 MiB chunks granted", "< 32", chunks, 0 < chunks < 32)
+
+
+def scenario_fill_one() -> None:
+    tmp = Path(tempfile.mkdtemp())
+    env = shim_env("4GiB", PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+    [(p, done)] = start_holders(1, env, 4.0, tmp)
+    peak = 0
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        peak = max(peak, nvml_used_by([p.pid]))
+        if done.exists():
+            for _ in range(10):
+                peak = max(peak, nvml_used_by([p.pid]))
+                time.sleep(0.1)
+            break
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    check("one proc fills 4 GiB cap: NVML from outside (MiB)", "< 4096", peak // MIB,
+          0 < peak < 4 * GIB)
+
+
+def scenario_smi() -> None:
+    q = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
+    res = subprocess.run(q, env=shim_env("4GiB"), capture_output=True, text=True)
+    got = res.stdout.strip()
+    check("nvidia-smi under the shim: memory.total (MiB)", "4096", got, got == "4096")
+    res = subprocess.run(["nvidia-smi"], env=shim_env("4GiB"), capture_output=True, text=True)
+    check("nvidia-smi table shows '/ 4096MiB'", "present", "4096MiB" in res.stdout,
+          "4096MiB" in res.stdout)
+
+
+def scenario_sigkill() -> None:
+    state = Path(tempfile.mkdtemp(prefix="gs-state-"))
+    env = shim_env("4GiB", state, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+    flag = state.parent / f"{state.name}-ready"
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time, torch
+        a = torch.empty(3 * 2**30, dtype=torch.uint8, device="cuda")
+        open(sys.argv[1], "w").write("1")
+        time.sleep(120)
+        """), str(flag)], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not flag.exists() and time.time() < deadline and holder.poll() is None:
+        time.sleep(0.05)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    res = py("""
+        import torch
+        a = torch.empty(3 * 2**30, dtype=torch.uint8, device="cuda")
+        print("got 3 GiB")
+        """, env)
+    check("SIGKILL holder of 3 of 4 GiB: next gets 3 GiB", "got 3 GiB", last_line(res),
+          last_line(res) == "got 3 GiB")
+
+
+def measure_context() -> None:
+    """What one CUDA context costs on this card: the shim's default reservation must cover it."""
+    tmp = Path(tempfile.mkdtemp())
+    flag = tmp / "ready"
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time, torch
+        torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+        open(sys.argv[1], "w").write("1"); time.sleep(30)
+        """), str(flag)], env=dict(os.environ), stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not flag.exists() and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    used = nvml_used_by([p.pid])
+    p.kill()
+    p.wait()
+    rows.append(("context + 1 tensor, torch, no shim (MiB)", "(measured)", str(used // MIB), True))
+
+
+def report() -> int:
+    width = max(len(r[0]) for r in rows)
+    print(f"{'check':{width}}  {'expected':>22}  {'got':>26}  result")
+    for name, expected, got, ok in rows:
+        print(f"{name:{width}}  {expected[:22]:>22}  {got[:26]:>26}  {'ok' if ok else 'FAIL'}")
+    failed = sum(1 for r in rows if not r[3])
+    print(f"{len(rows) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def main() -> int:
+    subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
+    pynvml.nvmlInit()
+    for scenario in (measure_context, scenario_caps, scenario_smi, scenario_fill_one,
+                     scenario_shared_cap, scenario_sigkill):
+        try:
+            scenario()
+        except Exception as e:  # one broken scenario must not hide the others' results
+            check(f"{scenario.__name__} ran", "no exception", repr(e)[:60], False)
+    return report()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
