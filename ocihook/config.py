@@ -30,6 +30,13 @@ DEFAULT_PROFILES: Tuple[Profile, ...] = (
 )
 
 
+def _default_shim_path() -> str:
+    # `pip install .` ships the shim inside the package; distro packages and
+    # editable installs put it in /usr/lib/gpuslice.
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "libgpuslice.so")
+    return bundled if os.path.exists(bundled) else "/usr/lib/gpuslice/libgpuslice.so"
+
+
 def _default_hook_path() -> str:
     # The hook is installed beside the `gpuslice` command, wherever pip or the
     # distro package put the scripts of this installation.
@@ -53,7 +60,7 @@ class Config:
     database: str = "/var/lib/gpuslice/state.db"
     placement: str = "binpack"
     memory_overcommit: float = 1.0
-    shim_path: str = "/usr/lib/gpuslice/libgpuslice.so"
+    shim_path: str = field(default_factory=_default_shim_path)
     hook_path: str = field(default_factory=_default_hook_path)
     source: Optional[str] = None  # the file it came from; None for built-in defaults
 

@@ -588,7 +588,8 @@ def test_clean_build(tmp_path: Path) -> None:
     for src in FAKEDRIVER_DIR.iterdir():
         if src.is_file():
             shutil.copy2(src, copy / src.name)
-    make = ["make", "-C", str(copy)]
+    include = FAKEDRIVER_DIR.parent.parent / "native" / "shim" / "include"
+    make = ["make", "-C", str(copy), f"CUDA_API_INCLUDE={include}"]
     build = subprocess.run(make, capture_output=True, text=True)
     assert build.returncode == 0, build.stdout + build.stderr
     assert "-Werror" in build.stdout

@@ -1,0 +1,1949 @@
+/*
+ * fake_cuda.c: a fake libcuda.so.1 for tests on machines without a GPU.
+ *
+ * It serves the cards of the fakegpus JSON (see fakegpus.h) through the CUDA
+ * driver API's C ABI, so that the preloaded shim libgpuslice.so can be tested
+ * through the same paths as with the real driver: direct linking, dlopen +
+ * dlsym, and cuGetProcAddress.
+ *
+ * The model (all state lives in this process, in host memory):
+ *  - Devices: ordinal i is gpus[i] of the JSON, filtered and renumbered by
+ *    CUDA_VISIBLE_DEVICES as the real driver does. Each has memory_mib MiB.
+ *  - Every allocation is an entry in a table (hash on its key: the fake
+ *    device address, or the handle value for arrays and VMM handles). Fake
+ *    device addresses are 2 MiB aligned, never overlap, and come from one
+ *    1 TiB window per device (VA_BASE + (ordinal << 40)); VMM address
+ *    reservations come from the window after the last possible device.
+ *    Nothing is ever mapped there: the addresses must not be dereferenced.
+ *  - Per device, `used` bytes; anything that would take it past the card's
+ *    memory fails with CUDA_ERROR_OUT_OF_MEMORY.
+ *  - A context costs its device context_mib MiB (per-gpu JSON key, default
+ *    FAKECUDA_CONTEXT_MIB): each cuCtxCreate, and the primary context while
+ *    its retain count is above zero. Destroying a context (or releasing the
+ *    primary one to zero) frees its memory and every cuMemAlloc*, array and
+ *    stream made in it, as the real driver does. VMM handles and pool memory
+ *    belong to the process and survive.
+ *  - Memory pools keep freed memory reserved. At a synchronisation
+ *    (cuStreamSynchronize, cuCtxSynchronize) a pool gives back what it holds
+ *    above max(used, release threshold); cuMemPoolTrimTo gives back what it
+ *    holds above max(used, minBytesToKeep). Reservations grow in 2 MiB steps.
+ *  - VMM: cuMemCreate charges at once; a handle stays charged until it is
+ *    released and no mapping uses it any more.
+ * One mutex guards all state; the current context is per thread.
+ * Test hooks: fakecuda_used_bytes() and fakecuda_launch_count().
+ */
+#define _GNU_SOURCE
+#include "fakegpus.h"
+
+#include <gpuslice/cuda_api.h>
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+#define LIB_PREFIX "gpuslice fake libcuda.so.1: "
+#define FAKECUDA_DRIVER_VERSION 13000
+/* What one context costs on its device unless the JSON says otherwise. */
+#define FAKECUDA_CONTEXT_MIB 300
+#define MIB (1ull << 20)
+#define GRANULARITY (2ull << 20)
+#define VA_BASE 0x7f0000000000ull
+#define VA_WINDOW_SHIFT 40
+#define VA_RESERVE_REGION FAKEGPUS_MAX_GPUS
+#define HANDLE_BASE 0x100000ull /* arrays and VMM handles: small values */
+#define MAX_CTXS 256            /* the first FAKEGPUS_MAX_GPUS are primary */
+#define MAX_STREAMS 1024
+#define MAX_POOLS (FAKEGPUS_MAX_GPUS + 256) /* the first ones are defaults */
+#define NBUCKETS 4096
+
+/* ------------------------------------------------ types cuda_api.h lacks */
+
+/* Opaque handles of the real API, declared here because cuda_api.h does not
+ * need them. */
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUexecAffinityParam_st CUexecAffinityParam; /* only pointed to */
+typedef struct CUctxCreateParams_st CUctxCreateParams;     /* only pointed to */
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;     /* only pointed to */
+typedef int CUdevice_attribute;
+typedef int CUmemPool_attribute;
+typedef int CUmemAllocationGranularity_flags;
+
+/* CUmemAccessDesc: where, and the access flags. */
+typedef struct {
+    CUmemLocation location;
+    int flags;
+} CUmemAccessDesc;
+
+/* The leading fields of CUmemPoolProps; only these are read (the caller's
+ * struct is larger: security attributes, maxSize, usage, reserved bytes). */
+typedef struct {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+} fake_CUmemPoolProps_prefix;
+typedef fake_CUmemPoolProps_prefix CUmemPoolProps;
+
+/* CUlaunchConfig as cuLaunchKernelEx takes it. */
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+enum { CU_MEM_ALLOCATION_TYPE_PINNED = 1 };
+enum { CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+       CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+       CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+       CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+       CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8 };
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+/* ------------------------------------------------------------------ state */
+
+struct card {
+    unsigned gpu; /* index in g_gpus */
+    uint64_t total, used, ctx_bytes;
+    CUuuid uuid;
+};
+
+struct ctx {
+    bool alive, primary;
+    int dev;
+    unsigned refs; /* primary: the retain count */
+    unsigned gen;  /* bumped at every destroy, so stale current ones die */
+};
+
+struct stream {
+    bool alive;
+    struct ctx *ctx;
+};
+
+struct pool {
+    bool alive, is_default;
+    int dev;
+    uint64_t reserved, used, threshold, reserved_high, used_high;
+    int reuse[4];
+    unsigned outstanding; /* allocations not yet freed */
+};
+
+enum kind {
+    K_ALLOC = 1, K_PITCH, K_MANAGED, K_POOL, K_RESERVE, /* keyed by address */
+    K_ARRAY, K_MIPMAP, K_VMM,                           /* keyed by handle */
+};
+#define KM(k) (1u << (k))
+#define KM_FREEABLE (KM(K_ALLOC) | KM(K_PITCH) | KM(K_MANAGED) | KM(K_POOL))
+#define KM_ADDRESS (KM_FREEABLE | KM(K_RESERVE))
+
+struct alloc {
+    struct alloc *hnext;       /* hash chain */
+    struct alloc *prev, *next; /* list of all */
+    unsigned long long key;
+    uint64_t size;    /* what the caller asked for */
+    uint64_t span;    /* address space used (2 MiB multiple) */
+    uint64_t charged; /* bytes held on the device for this entry */
+    int dev, kind;
+    struct ctx *ctx;   /* owner for per-context kinds, else NULL */
+    struct pool *pool; /* K_POOL */
+    unsigned refs;     /* K_VMM: 1 until released, +1 per mapping */
+    bool released;     /* K_VMM: cuMemRelease done */
+};
+
+struct mapping {
+    struct mapping *next;
+    CUdeviceptr va;
+    uint64_t size;
+    struct alloc *handle;
+};
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool g_init_done;  /* cuInit ran (successfully or not) */
+static CUresult g_init_rc = CUDA_ERROR_NOT_INITIALIZED;
+static bool g_ready;      /* cuInit succeeded */
+static struct fakegpus g_gpus;
+static int g_ndev;
+static struct card g_cards[FAKEGPUS_MAX_GPUS];
+static uint64_t g_ctx_bytes_by_gpu[FAKEGPUS_MAX_GPUS]; /* by JSON index */
+static struct ctx g_ctxs[MAX_CTXS];
+static unsigned g_next_ctx = FAKEGPUS_MAX_GPUS;
+static struct stream g_streams[MAX_STREAMS];
+static struct pool g_pools[MAX_POOLS];
+static struct alloc *g_buckets[NBUCKETS];
+static struct alloc g_all = {.prev = &g_all, .next = &g_all};
+static struct mapping *g_maps;
+static uint64_t g_va_next[FAKEGPUS_MAX_GPUS + 1];
+static unsigned long long g_next_handle = HANDLE_BASE;
+static unsigned long long g_launches;
+
+static _Thread_local struct ctx *t_cur;
+static _Thread_local unsigned t_cur_gen;
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t round_up(uint64_t v, uint64_t to)
+{
+    return (v + to - 1) / to * to;
+}
+
+static struct card *card_of(CUdevice dev)
+{
+    return (dev >= 0 && dev < g_ndev) ? &g_cards[dev] : NULL;
+}
+
+static CUresult charge(int dev, uint64_t bytes)
+{
+    struct card *c = &g_cards[dev];
+    if (bytes > c->total - c->used)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->used += bytes;
+    return CUDA_SUCCESS;
+}
+
+static void uncharge(int dev, uint64_t bytes)
+{
+    struct card *c = &g_cards[dev];
+    c->used = bytes > c->used ? 0 : c->used - bytes;
+}
+
+static struct ctx *cur_ctx(void)
+{
+    if (t_cur && t_cur->alive && t_cur->gen == t_cur_gen)
+        return t_cur;
+    return NULL;
+}
+
+static void set_cur(struct ctx *c)
+{
+    t_cur = c;
+    t_cur_gen = c ? c->gen : 0;
+}
+
+static struct ctx *ctx_of(CUcontext h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_ctxs;
+    if (p < base || p >= base + sizeof(g_ctxs) || (p - base) % sizeof(struct ctx))
+        return NULL;
+    struct ctx *c = (struct ctx *)h;
+    return c->alive ? c : NULL;
+}
+
+static struct pool *pool_of(CUmemoryPool h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_pools;
+    if (p < base || p >= base + sizeof(g_pools) || (p - base) % sizeof(struct pool))
+        return NULL;
+    struct pool *pl = (struct pool *)h;
+    return pl->alive ? pl : NULL;
+}
+
+/* A created stream, or NULL for the special ones and bad handles; *ok says
+ * whether the handle is usable at all. */
+static struct stream *stream_of(CUstream h, bool *ok)
+{
+    *ok = true;
+    if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+        return NULL;
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_streams;
+    if (p < base || p >= base + sizeof(g_streams) || (p - base) % sizeof(struct stream) ||
+        !((struct stream *)h)->alive || !((struct stream *)h)->ctx->alive) {
+        *ok = false;
+        return NULL;
+    }
+    return (struct stream *)h;
+}
+
+/* The context a stream operation runs in: the stream's, else the current. */
+static CUresult stream_ctx(CUstream h, struct ctx **out)
+{
+    bool ok;
+    struct stream *s = stream_of(h, &ok);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *out = s ? s->ctx : cur_ctx();
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/* ---------------------------------------------------------- the table */
+
+static unsigned bucket(unsigned long long key)
+{
+    return (unsigned)((key * 0x9E3779B97F4A7C15ull) >> 52) % NBUCKETS;
+}
+
+static struct alloc *find(unsigned long long key, unsigned kinds)
+{
+    for (struct alloc *a = g_buckets[bucket(key)]; a; a = a->hnext)
+        if (a->key == key && (KM(a->kind) & kinds))
+            return a;
+    return NULL;
+}
+
+static struct alloc *add_entry(unsigned long long key, int kind, int dev, uint64_t size)
+{
+    struct alloc *a = calloc(1, sizeof(*a));
+    if (!a)
+        return NULL;
+    a->key = key;
+    a->kind = kind;
+    a->dev = dev;
+    a->size = size;
+    unsigned b = bucket(key);
+    a->hnext = g_buckets[b];
+    g_buckets[b] = a;
+    a->prev = g_all.prev;
+    a->next = &g_all;
+    g_all.prev->next = a;
+    g_all.prev = a;
+    return a;
+}
+
+/* Unlink and free the entry; gives back what it charged. */
+static void drop_entry(struct alloc *a)
+{
+    struct alloc **pp = &g_buckets[bucket(a->key)];
+    while (*pp != a)
+        pp = &(*pp)->hnext;
+    *pp = a->hnext;
+    a->prev->next = a->next;
+    a->next->prev = a->prev;
+    if (a->charged)
+        uncharge(a->dev, a->charged);
+    free(a);
+}
+
+/* 0 if [lo, lo + span) is free, else the end of an entry in the way. */
+static uint64_t range_conflict(uint64_t lo, uint64_t span)
+{
+    for (struct alloc *a = g_all.next; a != &g_all; a = a->next)
+        if ((KM(a->kind) & KM_ADDRESS) && a->key < lo + span && lo < a->key + a->span)
+            return a->key + a->span;
+    return 0;
+}
+
+/* A fresh 2 MiB aligned address range in a region's window. */
+static CUresult va_alloc(int region, uint64_t span, uint64_t align, CUdeviceptr *out)
+{
+    uint64_t lo = VA_BASE + ((uint64_t)region << VA_WINDOW_SHIFT);
+    uint64_t hi = lo + (1ull << VA_WINDOW_SHIFT);
+    if (align < GRANULARITY)
+        align = GRANULARITY;
+    if (span > hi - lo || align > hi - lo)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t next = g_va_next[region] ? g_va_next[region] : lo;
+    uint64_t p = round_up(next, align);
+    if (p >= hi || span > hi - p) {
+        /* The window is used up once: first fit from its start. */
+        uint64_t end;
+        p = lo;
+        while (p < hi && span <= hi - p && (end = range_conflict(p, span)))
+            p = round_up(end, align);
+        if (p >= hi || span > hi - p)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g_va_next[region] = p + span;
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
+/* A new allocation that owns device memory and an address range. */
+static CUresult new_alloc(int kind, int dev, uint64_t size, uint64_t charged, struct ctx *owner,
+                          CUdeviceptr *out)
+{
+    uint64_t span = round_up(size, GRANULARITY);
+    CUdeviceptr va;
+    CUresult rc = va_alloc(dev, span, GRANULARITY, &va);
+    if (rc)
+        return rc;
+    if ((rc = charge(dev, charged)))
+        return rc;
+    struct alloc *a = add_entry(va, kind, dev, size);
+    if (!a) {
+        uncharge(dev, charged);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->span = span;
+    a->charged = charged;
+    a->ctx = owner;
+    *out = va;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ pools */
+
+static void pool_shrink_to(struct pool *p, uint64_t keep)
+{
+    uint64_t target = keep > p->used ? keep : p->used;
+    if (target >= p->reserved)
+        return;
+    target = round_up(target, GRANULARITY);
+    if (target >= p->reserved)
+        return;
+    uncharge(p->dev, p->reserved - target);
+    p->reserved = target;
+}
+
+/* What the real pools do at a synchronisation point. */
+static void pools_sync(void)
+{
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (g_pools[i].alive)
+            pool_shrink_to(&g_pools[i], g_pools[i].threshold);
+}
+
+static CUresult pool_alloc(struct pool *p, uint64_t size, CUdeviceptr *out)
+{
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t idle = p->reserved - p->used, grow = 0;
+    if (size > idle) {
+        grow = round_up(size - idle, GRANULARITY);
+        if (grow < size - idle) /* wrapped */
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult rc = charge(p->dev, grow);
+    if (rc)
+        return rc;
+    CUdeviceptr va;
+    rc = new_alloc(K_POOL, p->dev, size, 0, NULL, &va);
+    if (rc) {
+        uncharge(p->dev, grow);
+        return rc;
+    }
+    find(va, KM(K_POOL))->pool = p;
+    p->reserved += grow;
+    p->used += size;
+    p->outstanding++;
+    if (p->reserved > p->reserved_high)
+        p->reserved_high = p->reserved;
+    if (p->used > p->used_high)
+        p->used_high = p->used;
+    *out = va;
+    return CUDA_SUCCESS;
+}
+
+static void free_any(struct alloc *a)
+{
+    if (a->kind == K_POOL) {
+        struct pool *p = a->pool;
+        p->used -= a->size;
+        p->outstanding--;
+        if (!p->alive) {
+            pool_shrink_to(p, 0);
+            if (p->outstanding == 0) {
+                uncharge(p->dev, p->reserved);
+                p->reserved = 0;
+            }
+        }
+    }
+    drop_entry(a);
+}
+
+/* -------------------------------------------------------------- contexts */
+
+static void ctx_teardown(struct ctx *c)
+{
+    for (struct alloc *a = g_all.next, *n; a != &g_all; a = n) {
+        n = a->next;
+        if (a->ctx == c)
+            free_any(a);
+    }
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (g_streams[i].alive && g_streams[i].ctx == c)
+            g_streams[i].alive = false;
+    uncharge(c->dev, g_cards[c->dev].ctx_bytes);
+    c->alive = false;
+    c->refs = 0;
+    c->gen++;
+    if (t_cur == c)
+        set_cur(NULL);
+}
+
+static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct ctx *c = NULL;
+    for (unsigned k = 0; k < MAX_CTXS - FAKEGPUS_MAX_GPUS; k++) {
+        unsigned i = g_next_ctx + k;
+        if (i >= MAX_CTXS)
+            i -= MAX_CTXS - FAKEGPUS_MAX_GPUS;
+        if (!g_ctxs[i].alive) {
+            c = &g_ctxs[i];
+            g_next_ctx = i + 1 >= MAX_CTXS ? FAKEGPUS_MAX_GPUS : i + 1;
+            break;
+        }
+    }
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = charge(dev, g_cards[dev].ctx_bytes);
+    if (rc)
+        return rc;
+    c->alive = true;
+    c->primary = false;
+    c->dev = dev;
+    c->refs = 1;
+    set_cur(c);
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+static const char *json_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+        p++;
+    return p;
+}
+
+/* p at '"': returns past the closing quote. */
+static const char *json_string_end(const char *p)
+{
+    for (p++; *p && *p != '"'; p++)
+        if (*p == '\\' && p[1])
+            p++;
+    return *p ? p + 1 : p;
+}
+
+static const char *json_skip(const char *p)
+{
+    p = json_ws(p);
+    if (*p == '"')
+        return json_string_end(p);
+    if (*p == '{' || *p == '[') {
+        int depth = 0;
+        while (*p) {
+            if (*p == '"') {
+                p = json_string_end(p);
+                continue;
+            }
+            if (*p == '{' || *p == '[')
+                depth++;
+            else if ((*p == '}' || *p == ']') && --depth == 0)
+                return p + 1;
+            p++;
+        }
+        return p;
+    }
+    while (*p && !strchr(",]} \t\r\n", *p))
+        p++;
+    return p;
+}
+
+static bool json_key_is(const char *p, const char *end, const char *want)
+{
+    size_t n = strlen(want);
+    return (size_t)(end - p) == n + 2 && memcmp(p + 1, want, n) == 0;
+}
+
+/*
+ * fakegpus_load has already checked the document, so this only walks it to
+ * find the optional per-gpu "context_mib" that fakegpus does not know.
+ */
+static int load_context_mib(const char *path, char *err, size_t errlen)
+{
+    for (unsigned i = 0; i < g_gpus.count; i++)
+        g_ctx_bytes_by_gpu[i] = FAKECUDA_CONTEXT_MIB * MIB;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%.900s: cannot open", path);
+        return -1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap)
+            break;
+        char *nb = realloc(buf, cap * 2 + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    fclose(f);
+    if (!buf) {
+        snprintf(err, errlen, "%.900s: out of memory", path);
+        return -1;
+    }
+    buf[n] = '\0';
+    int rc = 0;
+    const char *p = json_ws(buf);
+    if (*p == '{')
+        p++;
+    while (*(p = json_ws(p)) == '"') {
+        const char *k = p;
+        p = json_string_end(p);
+        bool is_gpus = json_key_is(k, p, "gpus");
+        p = json_ws(p);
+        if (*p == ':')
+            p++;
+        p = json_ws(p);
+        if (is_gpus && *p == '[') {
+            p++;
+            for (unsigned idx = 0; *(p = json_ws(p)) == '{'; idx++) {
+                p++;
+                while (*(p = json_ws(p)) == '"') {
+                    const char *gk = p;
+                    p = json_string_end(p);
+                    bool is_ctx = json_key_is(gk, p, "context_mib");
+                    p = json_ws(p);
+                    if (*p == ':')
+                        p++;
+                    p = json_ws(p);
+                    if (is_ctx && idx < g_gpus.count) {
+                        char *end;
+                        unsigned long long v = strtoull(p, &end, 10);
+                        if (end == p || *p == '-' || (*end && strchr(".eE", *end)) ||
+                            v > g_gpus.gpus[idx].memory_mib) {
+                            snprintf(err, errlen,
+                                     "%.900s: gpus[%u].context_mib: expected an integer from 0 to "
+                                     "memory_mib",
+                                     path, idx);
+                            rc = -1;
+                            goto out;
+                        }
+                        g_ctx_bytes_by_gpu[idx] = v * MIB;
+                    }
+                    p = json_ws(json_skip(p));
+                    if (*p == ',')
+                        p++;
+                }
+                if (*p == '}')
+                    p++;
+                p = json_ws(p);
+                if (*p == ',')
+                    p++;
+            }
+            if (*p == ']')
+                p++;
+        } else {
+            p = json_skip(p);
+        }
+        p = json_ws(p);
+        if (*p == ',')
+            p++;
+    }
+out:
+    free(buf);
+    return rc;
+}
+
+/* Hex digits of "GPU-xxxxxxxx-xxxx-..." as 16 bytes; a hash if not that. */
+static void uuid_bytes(const char *text, CUuuid *out)
+{
+    unsigned char b[16] = {0};
+    unsigned nd = 0;
+    const char *p = strncmp(text, "GPU-", 4) == 0 ? text + 4 : text;
+    for (; *p && nd < 33; p++) {
+        int v;
+        if (*p >= '0' && *p <= '9')
+            v = *p - '0';
+        else if (*p >= 'a' && *p <= 'f')
+            v = *p - 'a' + 10;
+        else if (*p >= 'A' && *p <= 'F')
+            v = *p - 'A' + 10;
+        else if (*p == '-')
+            continue;
+        else
+            break;
+        if (nd < 32)
+            b[nd / 2] |= (unsigned char)(nd % 2 ? v : v << 4);
+        nd++;
+    }
+    if (nd != 32 || *p) {
+        uint64_t h1 = 1469598103934665603ull, h2 = 0x9E3779B97F4A7C15ull;
+        for (p = text; *p; p++) {
+            h1 = (h1 ^ (unsigned char)*p) * 1099511628211ull;
+            h2 = (h2 ^ (unsigned char)*p) * 0x100000001B3ull + 7;
+        }
+        memcpy(b, &h1, 8);
+        memcpy(b + 8, &h2, 8);
+    }
+    memcpy(out->bytes, b, 16);
+}
+
+/* CUDA_VISIBLE_DEVICES: the JSON's indexes in CUDA's order. */
+static int visible_devices(unsigned *order)
+{
+    const char *env = getenv("CUDA_VISIBLE_DEVICES");
+    if (!env) {
+        for (unsigned i = 0; i < g_gpus.count; i++)
+            order[i] = i;
+        return (int)g_gpus.count;
+    }
+    int n = 0;
+    const char *p = env;
+    while (*p && n < FAKEGPUS_MAX_GPUS) {
+        char tok[128];
+        size_t len = strcspn(p, ",");
+        const char *s = p, *e = p + len;
+        while (s < e && (*s == ' ' || *s == '\t'))
+            s++;
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if ((size_t)(e - s) >= sizeof(tok))
+            break;
+        memcpy(tok, s, (size_t)(e - s));
+        tok[e - s] = '\0';
+        int found = -1;
+        if (strncasecmp(tok, "GPU-", 4) == 0) {
+            size_t tl = strlen(tok);
+            for (unsigned i = 0; i < g_gpus.count; i++) {
+                if (strncasecmp(g_gpus.gpus[i].uuid, tok, tl) == 0) {
+                    if (found >= 0) { /* an ambiguous prefix */
+                        found = -1;
+                        break;
+                    }
+                    found = (int)i;
+                }
+            }
+        } else if (tok[0] >= '0' && tok[0] <= '9') {
+            char *end;
+            unsigned long v = strtoul(tok, &end, 10);
+            if (*end == '\0' && v < g_gpus.count)
+                found = (int)v;
+        }
+        for (int k = 0; found >= 0 && k < n; k++)
+            if (order[k] == (unsigned)found)
+                found = -1; /* a repeat is invalid too */
+        if (found < 0)
+            break; /* this entry and all after it are hidden */
+        order[n++] = (unsigned)found;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return n;
+}
+
+static CUresult do_init(void)
+{
+    char err[1024] = "";
+    if (fakegpus_load(NULL, &g_gpus, err, sizeof(err)) != 0 ||
+        load_context_mib(g_gpus.path, err, sizeof(err)) != 0) {
+        fprintf(stderr, LIB_PREFIX "%s\n", err);
+        return CUDA_ERROR_NO_DEVICE;
+    }
+    unsigned order[FAKEGPUS_MAX_GPUS];
+    g_ndev = visible_devices(order);
+    memset(g_cards, 0, sizeof(g_cards));
+    for (int d = 0; d < g_ndev; d++) {
+        struct card *c = &g_cards[d];
+        c->gpu = order[d];
+        c->total = g_gpus.gpus[order[d]].memory_mib * MIB;
+        c->ctx_bytes = g_ctx_bytes_by_gpu[order[d]];
+        uuid_bytes(g_gpus.gpus[order[d]].uuid, &c->uuid);
+        g_ctxs[d].primary = true;
+        g_ctxs[d].dev = d;
+        struct pool *p = &g_pools[d];
+        p->alive = p->is_default = true;
+        p->dev = d;
+    }
+    return g_ndev ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+/* --------------------------------------------------------- entry points */
+
+/* Runs `call` under the lock once cuInit has succeeded. */
+#define LOCKED(call)                                                                   \
+    do {                                                                               \
+        pthread_mutex_lock(&g_mu);                                                     \
+        CUresult rc_ = g_ready ? (call) : CUDA_ERROR_NOT_INITIALIZED;                  \
+        pthread_mutex_unlock(&g_mu);                                                   \
+        return rc_;                                                                    \
+    } while (0)
+
+EXPORT CUresult cuInit(unsigned int Flags)
+{
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_mu);
+    if (!g_init_done) {
+        g_init_rc = do_init();
+        g_ready = g_init_rc == CUDA_SUCCESS;
+        g_init_done = true;
+    }
+    CUresult rc = g_init_rc;
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = FAKECUDA_DRIVER_VERSION;
+    return CUDA_SUCCESS;
+}
+
+static CUresult dev_count(int *count)
+{
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = g_ndev;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetCount(int *count) { LOCKED(dev_count(count)); }
+
+static CUresult dev_get(CUdevice *device, int ordinal)
+{
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!card_of(ordinal))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) { LOCKED(dev_get(device, ordinal)); }
+
+static CUresult dev_name(char *name, int len, CUdevice dev)
+{
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct card *c = card_of(dev);
+    if (!c)
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "%s", g_gpus.gpus[c->gpu].name);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    LOCKED(dev_name(name, len, dev));
+}
+
+static CUresult dev_uuid(CUuuid *uuid, CUdevice dev)
+{
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct card *c = card_of(dev);
+    if (!c)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *uuid = c->uuid;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { LOCKED(dev_uuid(uuid, dev)); }
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) { LOCKED(dev_uuid(uuid, dev)); }
+
+static CUresult dev_total(size_t *bytes, unsigned int *bytes32, CUdevice dev)
+{
+    if (!bytes && !bytes32)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct card *c = card_of(dev);
+    if (!c)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (bytes)
+        *bytes = c->total;
+    else
+        *bytes32 = c->total > UINT_MAX ? UINT_MAX : (unsigned int)c->total;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    LOCKED(bytes ? dev_total(bytes, NULL, dev) : CUDA_ERROR_INVALID_VALUE);
+}
+/* The legacy 32-bit variant: saturates at 4 GiB - 1. */
+EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    LOCKED(bytes ? dev_total(NULL, bytes, dev) : CUDA_ERROR_INVALID_VALUE);
+}
+
+static CUresult dev_attr(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct card *c = card_of(dev);
+    if (!c)
+        return CUDA_ERROR_INVALID_DEVICE;
+    const struct fakegpu *g = &g_gpus.gpus[c->gpu];
+    int v;
+    switch (attrib) {
+    case 1: v = 1024; break;               /* MAX_THREADS_PER_BLOCK */
+    case 2: case 3: v = 1024; break;       /* MAX_BLOCK_DIM_X, Y */
+    case 4: v = 64; break;                 /* MAX_BLOCK_DIM_Z */
+    case 5: v = INT_MAX; break;            /* MAX_GRID_DIM_X */
+    case 6: case 7: v = 65535; break;      /* MAX_GRID_DIM_Y, Z */
+    case 8: v = 49152; break;              /* MAX_SHARED_MEMORY_PER_BLOCK */
+    case 10: v = 32; break;                /* WARP_SIZE */
+    case 16: v = 132; break;               /* MULTIPROCESSOR_COUNT */
+    case 33: v = (int)g->pci_bus; break;   /* PCI_BUS_ID */
+    case 34: v = (int)g->pci_device; break; /* PCI_DEVICE_ID */
+    case 39: v = 2048; break;              /* MAX_THREADS_PER_MULTIPROCESSOR */
+    case 41: v = 1; break;                 /* UNIFIED_ADDRESSING */
+    case 50: v = (int)g->pci_domain; break; /* PCI_DOMAIN_ID */
+    case 75: v = g->cc_major; break;       /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: v = g->cc_minor; break;       /* COMPUTE_CAPABILITY_MINOR */
+    case 83: v = 1; break;                 /* MANAGED_MEMORY */
+    case 102: v = 1; break;                /* VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
+    case 115: v = 1; break;                /* MEMORY_POOLS_SUPPORTED */
+    default:
+        if (attrib <= 0 || attrib >= 256)
+            return CUDA_ERROR_INVALID_VALUE;
+        v = 0;
+    }
+    *pi = v;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    LOCKED(dev_attr(pi, attrib, dev));
+}
+
+/* ---------------------------------------------------------- contexts */
+
+static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct ctx *c = &g_ctxs[dev];
+    if (c->refs == 0) {
+        CUresult rc = charge(dev, g_cards[dev].ctx_bytes);
+        if (rc)
+            return rc;
+        c->alive = true;
+    }
+    c->refs++;
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    LOCKED(primary_retain(pctx, dev));
+}
+
+static CUresult primary_release(CUdevice dev)
+{
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct ctx *c = &g_ctxs[dev];
+    if (c->refs == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (--c->refs == 0)
+        ctx_teardown(c);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { LOCKED(primary_release(dev)); }
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { LOCKED(primary_release(dev)); }
+
+EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    (void)flags;
+    LOCKED(ctx_create(pctx, dev));
+}
+EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    (void)flags;
+    LOCKED(ctx_create(pctx, dev));
+}
+EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                               unsigned int flags, CUdevice dev)
+{
+    (void)paramsArray, (void)numParams, (void)flags;
+    LOCKED(ctx_create(pctx, dev));
+}
+EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                               unsigned int flags, CUdevice dev)
+{
+    (void)ctxCreateParams, (void)flags;
+    LOCKED(ctx_create(pctx, dev));
+}
+
+static CUresult ctx_destroy(CUcontext h)
+{
+    struct ctx *c = ctx_of(h);
+    if (!c || c->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    ctx_teardown(c);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { LOCKED(ctx_destroy(ctx)); }
+EXPORT CUresult cuCtxDestroy(CUcontext ctx) { LOCKED(ctx_destroy(ctx)); }
+
+static CUresult ctx_set_current(CUcontext h)
+{
+    if (!h) {
+        set_cur(NULL);
+        return CUDA_SUCCESS;
+    }
+    struct ctx *c = ctx_of(h);
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    set_cur(c);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) { LOCKED(ctx_set_current(ctx)); }
+
+static CUresult ctx_get_current(CUcontext *pctx)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = (CUcontext)cur_ctx();
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx) { LOCKED(ctx_get_current(pctx)); }
+
+static CUresult ctx_get_device(CUdevice *device)
+{
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *device = c->dev;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxGetDevice(CUdevice *device) { LOCKED(ctx_get_device(device)); }
+
+static CUresult ctx_sync(void)
+{
+    if (!cur_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pools_sync();
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxSynchronize(void) { LOCKED(ctx_sync()); }
+
+/* ------------------------------------------------------------ memory */
+
+static CUresult mem_info(size_t *freeb, size_t *total)
+{
+    if (!freeb || !total)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *freeb = g_cards[c->dev].total - g_cards[c->dev].used;
+    *total = g_cards[c->dev].total;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) { LOCKED(mem_info(free, total)); }
+
+static CUresult mem_alloc(int kind, CUdeviceptr *dptr, uint64_t bytes)
+{
+    if (!dptr || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return new_alloc(kind, c->dev, bytes, bytes, c, dptr);
+}
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    LOCKED(mem_alloc(K_ALLOC, dptr, bytesize));
+}
+
+/* The legacy 32-bit pointer variant: no 64-bit address fits in it. */
+EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+    (void)dptr, (void)bytesize;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                unsigned elem)
+{
+    if (!dptr || !pitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t p = round_up(width, 512), bytes;
+    if (p < width || __builtin_mul_overflow(p, (uint64_t)height, &bytes))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = mem_alloc(K_PITCH, dptr, bytes);
+    if (rc == CUDA_SUCCESS)
+        *pitch = p;
+    return rc;
+}
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                   size_t Height, unsigned int ElementSizeBytes)
+{
+    LOCKED(mem_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
+}
+
+static CUresult mem_alloc_managed(CUdeviceptr *dptr, size_t bytes, unsigned flags)
+{
+    if (flags != 1 && flags != 2) /* CU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_HOST */
+        return CUDA_ERROR_INVALID_VALUE;
+    return mem_alloc(K_MANAGED, dptr, bytes);
+}
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    LOCKED(mem_alloc_managed(dptr, bytesize, flags));
+}
+
+static CUresult mem_free(CUdeviceptr p)
+{
+    struct alloc *a = find(p, KM_FREEABLE);
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    free_any(a);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { LOCKED(mem_free(dptr)); }
+
+static CUresult mem_range(CUdeviceptr *pbase, size_t *psize, CUdeviceptr p)
+{
+    if (!pbase && !psize)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (struct alloc *a = g_all.next; a != &g_all; a = a->next) {
+        if ((KM(a->kind) & KM_FREEABLE) && p >= a->key && p - a->key < a->size) {
+            if (pbase)
+                *pbase = a->key;
+            if (psize)
+                *psize = a->size;
+            return CUDA_SUCCESS;
+        }
+    }
+    for (struct mapping *m = g_maps; m; m = m->next) {
+        if (p >= m->va && p - m->va < m->size) {
+            if (pbase)
+                *pbase = m->va;
+            if (psize)
+                *psize = m->size;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_NOT_FOUND;
+}
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    LOCKED(mem_range(pbase, psize, dptr));
+}
+
+/* ------------------------------------------------------------------ VMM */
+
+static CUresult check_prop(const CUmemAllocationProp *prop)
+{
+    if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    return card_of(prop->location.id) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+static CUresult vmm_create(CUmemGenericAllocationHandle *handle, size_t size,
+                           const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    if (!handle || size == 0 || size % GRANULARITY || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = check_prop(prop);
+    if (rc)
+        return rc;
+    int dev = prop->location.id;
+    if ((rc = charge(dev, size)))
+        return rc;
+    unsigned long long key = g_next_handle;
+    g_next_handle += 0x10;
+    struct alloc *a = add_entry(key, K_VMM, dev, size);
+    if (!a) {
+        uncharge(dev, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->charged = size;
+    a->refs = 1;
+    *handle = key;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                            const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    LOCKED(vmm_create(handle, size, prop, flags));
+}
+
+static void vmm_unref(struct alloc *a)
+{
+    if (--a->refs == 0)
+        drop_entry(a);
+}
+
+static CUresult vmm_release(CUmemGenericAllocationHandle handle)
+{
+    struct alloc *a = find(handle, KM(K_VMM));
+    if (!a || a->released)
+        return CUDA_ERROR_INVALID_VALUE;
+    a->released = true;
+    vmm_unref(a);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { LOCKED(vmm_release(handle)); }
+
+static CUresult va_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                           unsigned long long flags)
+{
+    (void)addr; /* a hint only, as for the real driver */
+    if (!ptr || size == 0 || size % GRANULARITY || flags ||
+        (alignment & (alignment - 1)))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr va;
+    CUresult rc = va_alloc(VA_RESERVE_REGION, size, alignment, &va);
+    if (rc)
+        return rc;
+    struct alloc *a = add_entry(va, K_RESERVE, -1, size);
+    if (!a)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    a->span = size;
+    *ptr = va;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                    CUdeviceptr addr, unsigned long long flags)
+{
+    LOCKED(va_reserve(ptr, size, alignment, addr, flags));
+}
+
+static CUresult va_free(CUdeviceptr ptr, size_t size)
+{
+    struct alloc *a = find(ptr, KM(K_RESERVE));
+    if (!a || a->size != size)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (struct mapping *m = g_maps; m; m = m->next)
+        if (m->va >= ptr && m->va - ptr < size)
+            return CUDA_ERROR_INVALID_VALUE; /* still mapped */
+    drop_entry(a);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { LOCKED(va_free(ptr, size)); }
+
+static struct alloc *reservation_of(CUdeviceptr ptr, uint64_t size)
+{
+    for (struct alloc *a = g_all.next; a != &g_all; a = a->next)
+        if (a->kind == K_RESERVE && ptr >= a->key && ptr - a->key < a->size &&
+            size <= a->size - (ptr - a->key))
+            return a;
+    return NULL;
+}
+
+static CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset,
+                        CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    if (size == 0 || flags || ptr % GRANULARITY || size % GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct alloc *h = find(handle, KM(K_VMM));
+    if (!h || h->released || offset > h->size || size > h->size - offset)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!reservation_of(ptr, size))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (struct mapping *m = g_maps; m; m = m->next)
+        if (m->va < ptr + size && ptr < m->va + m->size)
+            return CUDA_ERROR_INVALID_VALUE; /* already mapped */
+    struct mapping *m = calloc(1, sizeof(*m));
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    m->va = ptr;
+    m->size = size;
+    m->handle = h;
+    m->next = g_maps;
+    g_maps = m;
+    h->refs++;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                         CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    LOCKED(vmm_map(ptr, size, offset, handle, flags));
+}
+
+/* Unmaps every mapping inside [ptr, ptr + size); one cut in half is refused. */
+static CUresult vmm_unmap(CUdeviceptr ptr, size_t size)
+{
+    if (size == 0 || ptr + size < ptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    bool any = false;
+    for (struct mapping *m = g_maps; m; m = m->next) {
+        if (m->va < ptr + size && ptr < m->va + m->size) {
+            if (m->va < ptr || m->va + m->size > ptr + size)
+                return CUDA_ERROR_INVALID_VALUE;
+            any = true;
+        }
+    }
+    if (!any)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (struct mapping **pp = &g_maps; *pp;) {
+        struct mapping *m = *pp;
+        if (m->va >= ptr && m->va + m->size <= ptr + size) {
+            *pp = m->next;
+            vmm_unref(m->handle);
+            free(m);
+        } else {
+            pp = &m->next;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) { LOCKED(vmm_unmap(ptr, size)); }
+
+static CUresult vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                               size_t count)
+{
+    if (!desc || count == 0 || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (!card_of(desc[i].location.id))
+            return CUDA_ERROR_INVALID_DEVICE;
+    }
+    /* Every byte of the range must be mapped. */
+    CUdeviceptr p = ptr, end = ptr + size;
+    while (p < end) {
+        struct mapping *hit = NULL;
+        for (struct mapping *m = g_maps; m && !hit; m = m->next)
+            if (p >= m->va && p < m->va + m->size)
+                hit = m;
+        if (!hit)
+            return CUDA_ERROR_INVALID_VALUE;
+        p = hit->va + hit->size;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                               size_t count)
+{
+    LOCKED(vmm_set_access(ptr, size, desc, count));
+}
+
+static CUresult vmm_granularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                CUmemAllocationGranularity_flags option)
+{
+    if (!granularity || (option != 0 && option != 1))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = check_prop(prop);
+    if (rc)
+        return rc;
+    *granularity = GRANULARITY;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
+                                              const CUmemAllocationProp *prop,
+                                              CUmemAllocationGranularity_flags option)
+{
+    LOCKED(vmm_granularity(granularity, prop, option));
+}
+
+/* ---------------------------------------------------------------- pools */
+
+static CUresult default_pool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    if (!pool_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pool_out = (CUmemoryPool)&g_pools[dev];
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    LOCKED(default_pool(pool_out, dev));
+}
+
+static CUresult pool_create(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!card_of(props->location.id))
+        return CUDA_ERROR_INVALID_DEVICE;
+    for (int i = FAKEGPUS_MAX_GPUS; i < MAX_POOLS; i++) {
+        struct pool *p = &g_pools[i];
+        if (!p->alive && p->outstanding == 0) {
+            memset(p, 0, sizeof(*p));
+            p->alive = true;
+            p->dev = props->location.id;
+            *pool = (CUmemoryPool)p;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    LOCKED(pool_create(pool, poolProps));
+}
+
+static CUresult pool_destroy(CUmemoryPool h)
+{
+    struct pool *p = pool_of(h);
+    if (!p || p->is_default)
+        return CUDA_ERROR_INVALID_VALUE;
+    p->alive = false;
+    pool_shrink_to(p, 0);
+    if (p->outstanding == 0) {
+        uncharge(p->dev, p->reserved);
+        p->reserved = 0;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) { LOCKED(pool_destroy(pool)); }
+
+static CUresult pool_trim(CUmemoryPool h, size_t keep)
+{
+    struct pool *p = pool_of(h);
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    pool_shrink_to(p, keep);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    LOCKED(pool_trim(pool, minBytesToKeep));
+}
+
+static CUresult pool_attr(CUmemoryPool h, CUmemPool_attribute attr, void *value, bool set)
+{
+    struct pool *p = pool_of(h);
+    if (!p || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t *u64 = NULL;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        if (set)
+            p->reuse[attr] = *(int *)value != 0;
+        else
+            *(int *)value = p->reuse[attr];
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        if (set)
+            p->threshold = *(cuuint64_t *)value;
+        else
+            *(cuuint64_t *)value = p->threshold;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        if (set)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(cuuint64_t *)value = attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ? p->used : p->reserved;
+        return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        u64 = &p->reserved_high;
+        break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        u64 = &p->used_high;
+        break;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!set) {
+        *(cuuint64_t *)value = *u64;
+        return CUDA_SUCCESS;
+    }
+    if (*(cuuint64_t *)value != 0) /* only a reset to zero is allowed */
+        return CUDA_ERROR_INVALID_VALUE;
+    *u64 = attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH ? p->used : p->reserved;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    LOCKED(pool_attr(pool, attr, value, false));
+}
+EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    LOCKED(pool_attr(pool, attr, value, true));
+}
+
+static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool h, bool from_pool,
+                            CUstream stream)
+{
+    if (!dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ctx *c;
+    CUresult rc = stream_ctx(stream, &c);
+    if (rc)
+        return rc;
+    struct pool *p = from_pool ? pool_of(h) : &g_pools[c->dev];
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    return pool_alloc(p, bytes, dptr);
+}
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    LOCKED(alloc_async(dptr, bytesize, NULL, false, hStream));
+}
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    LOCKED(alloc_async(dptr, bytesize, NULL, false, hStream));
+}
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                        CUstream hStream)
+{
+    LOCKED(alloc_async(dptr, bytesize, pool, true, hStream));
+}
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                             CUmemoryPool pool, CUstream hStream)
+{
+    LOCKED(alloc_async(dptr, bytesize, pool, true, hStream));
+}
+
+static CUresult free_async(CUdeviceptr p, CUstream stream)
+{
+    bool ok;
+    stream_of(stream, &ok);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return mem_free(p);
+}
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    LOCKED(free_async(dptr, hStream));
+}
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    LOCKED(free_async(dptr, hStream));
+}
+
+/* -------------------------------------------------------------- streams */
+
+static CUresult stream_create(CUstream *ph, unsigned flags)
+{
+    if (!ph || flags > 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (!g_streams[i].alive) {
+            g_streams[i].alive = true;
+            g_streams[i].ctx = c;
+            *ph = (CUstream)&g_streams[i];
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    LOCKED(stream_create(phStream, Flags));
+}
+
+static CUresult stream_destroy(CUstream h)
+{
+    bool ok;
+    struct stream *s = stream_of(h, &ok);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    s->alive = false;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) { LOCKED(stream_destroy(hStream)); }
+EXPORT CUresult cuStreamDestroy(CUstream hStream) { LOCKED(stream_destroy(hStream)); }
+
+static CUresult stream_sync(CUstream h)
+{
+    struct ctx *c;
+    CUresult rc = stream_ctx(h, &c);
+    if (rc)
+        return rc;
+    pools_sync();
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamSynchronize(CUstream hStream) { LOCKED(stream_sync(hStream)); }
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream) { LOCKED(stream_sync(hStream)); }
+
+/* --------------------------------------------------------------- arrays */
+
+static unsigned format_bytes(int format)
+{
+    switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT: return 4;
+    default: return 0;
+    }
+}
+
+/* Bytes of one level: width * max(h,1) * max(d,1) * channels * element. */
+static bool level_bytes(uint64_t w, uint64_t h, uint64_t d, unsigned ch, unsigned elem,
+                        uint64_t *out)
+{
+    uint64_t v = w;
+    return !__builtin_mul_overflow(v, h ? h : 1, &v) && !__builtin_mul_overflow(v, d ? d : 1, &v) &&
+           !__builtin_mul_overflow(v, (uint64_t)ch * elem, &v) && (*out = v, true);
+}
+
+static CUresult array_create(void **handle, int kind, size_t w, size_t h, size_t d, int format,
+                             unsigned ch, unsigned levels)
+{
+    unsigned elem = format_bytes(format);
+    if (!handle || w == 0 || elem == 0 || (ch != 1 && ch != 2 && ch != 4) || levels == 0 ||
+        (d && !h))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    /* At most 1 + floor(log2(largest extent)) levels, as the real driver. */
+    uint64_t largest = w > h ? w : h;
+    largest = largest > d ? largest : d;
+    unsigned max_levels = 1;
+    while (largest >>= 1)
+        max_levels++;
+    if (levels > max_levels)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t total = 0;
+    for (unsigned l = 0; l < levels; l++) {
+        uint64_t lw = w >> l, lh = h >> l, ld = d >> l, b;
+        lw = lw ? lw : 1;
+        lh = h ? (lh ? lh : 1) : 0;
+        ld = d ? (ld ? ld : 1) : 0;
+        if (!level_bytes(lw, lh, ld, ch, elem, &b) || __builtin_add_overflow(total, b, &total))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUresult rc = charge(c->dev, total);
+    if (rc)
+        return rc;
+    unsigned long long key = g_next_handle;
+    g_next_handle += 0x10;
+    struct alloc *a = add_entry(key, kind, c->dev, total);
+    if (!a) {
+        uncharge(c->dev, total);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->charged = total;
+    a->ctx = c;
+    *handle = (void *)(uintptr_t)key;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
+{
+    LOCKED(desc ? array_create((void **)pHandle, K_ARRAY, desc->Width, desc->Height, 0,
+                               desc->Format, desc->NumChannels, 1)
+                : CUDA_ERROR_INVALID_VALUE);
+}
+EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
+{
+    LOCKED(desc ? array_create((void **)pHandle, K_ARRAY, desc->Width, desc->Height, desc->Depth,
+                               desc->Format, desc->NumChannels, 1)
+                : CUDA_ERROR_INVALID_VALUE);
+}
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                       const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                       unsigned int numMipmapLevels)
+{
+    LOCKED(desc ? array_create((void **)pHandle, K_MIPMAP, desc->Width, desc->Height,
+                               desc->Depth, desc->Format, desc->NumChannels, numMipmapLevels)
+                : CUDA_ERROR_INVALID_VALUE);
+}
+
+static CUresult array_destroy(const void *h, int kind)
+{
+    struct alloc *a = find((unsigned long long)(uintptr_t)h, KM(kind));
+    if (!a)
+        return CUDA_ERROR_INVALID_HANDLE;
+    drop_entry(a);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuArrayDestroy(CUarray hArray) { LOCKED(array_destroy(hArray, K_ARRAY)); }
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    LOCKED(array_destroy(hMipmappedArray, K_MIPMAP));
+}
+
+/* ------------------------------------------------------------- launches */
+
+static CUresult launch(CUstream stream)
+{
+    struct ctx *c;
+    CUresult rc = stream_ctx(stream, &c);
+    if (rc)
+        return rc;
+    g_launches++;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                               unsigned int gridDimZ, unsigned int blockDimX,
+                               unsigned int blockDimY, unsigned int blockDimZ,
+                               unsigned int sharedMemBytes, CUstream hStream,
+                               void **kernelParams, void **extra)
+{
+    (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
+    (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams, (void)extra;
+    LOCKED(launch(hStream));
+}
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                    unsigned int gridDimZ, unsigned int blockDimX,
+                                    unsigned int blockDimY, unsigned int blockDimZ,
+                                    unsigned int sharedMemBytes, CUstream hStream,
+                                    void **kernelParams, void **extra)
+{
+    (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
+    (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams, (void)extra;
+    LOCKED(launch(hStream));
+}
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                 void **extra)
+{
+    (void)f, (void)kernelParams, (void)extra;
+    LOCKED(config ? launch(config->hStream) : CUDA_ERROR_INVALID_VALUE);
+}
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                      void **kernelParams, void **extra)
+{
+    (void)f, (void)kernelParams, (void)extra;
+    LOCKED(config ? launch(config->hStream) : CUDA_ERROR_INVALID_VALUE);
+}
+EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
+                                          unsigned int gridDimY, unsigned int gridDimZ,
+                                          unsigned int blockDimX, unsigned int blockDimY,
+                                          unsigned int blockDimZ, unsigned int sharedMemBytes,
+                                          CUstream hStream, void **kernelParams)
+{
+    (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
+    (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams;
+    LOCKED(launch(hStream));
+}
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
+                                               unsigned int gridDimY, unsigned int gridDimZ,
+                                               unsigned int blockDimX, unsigned int blockDimY,
+                                               unsigned int blockDimZ,
+                                               unsigned int sharedMemBytes, CUstream hStream,
+                                               void **kernelParams)
+{
+    (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
+    (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams;
+    LOCKED(launch(hStream));
+}
+EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    (void)hGraphExec;
+    LOCKED(launch(hStream));
+}
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    (void)hGraphExec;
+    LOCKED(launch(hStream));
+}
+
+/* --------------------------------------------------------------- errors */
+
+static const struct {
+    CUresult code;
+    const char *name, *text;
+} g_errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult error_text(CUresult error, const char **pStr, bool name)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]); i++) {
+        if (g_errors[i].code == error) {
+            *pStr = name ? g_errors[i].name : g_errors[i].text;
+            return CUDA_SUCCESS;
+        }
+    }
+    *pStr = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+    return error_text(error, pStr, false);
+}
+EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+    return error_text(error, pStr, true);
+}
+
+/* ------------------------------------------------------------ test hooks */
+
+/* What the "driver" holds on CUDA device `ordinal`, as NVML would see it. */
+EXPORT int fakecuda_used_bytes(int ordinal, unsigned long long *out)
+{
+    int rc = -1;
+    pthread_mutex_lock(&g_mu);
+    if (g_ready && out && card_of(ordinal)) {
+        *out = g_cards[ordinal].used;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return rc;
+}
+
+/* Kernel and graph launches so far, all kinds together. */
+EXPORT unsigned long long fakecuda_launch_count(void)
+{
+    pthread_mutex_lock(&g_mu);
+    unsigned long long n = g_launches;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+/* ------------------------------------------------------ cuGetProcAddress */
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                 cuuint64_t flags);
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                    cuuint64_t flags, CUdriverProcAddressQueryResult *status);
+
+/*
+ * Every variant cuGetProcAddress hands out: X(base symbol, the CUDA version
+ * that introduced this variant, the exported function, stream mode). Mode N
+ * is the default/legacy-stream variant, P the per-thread-stream one (_ptsz).
+ * The versions are those of the toolkit's cudaTypedefs.h PFN names.
+ */
+#define FAKECUDA_PROCS(X)                                              \
+    X(cuInit, 2000, cuInit, N)                                         \
+    X(cuDriverGetVersion, 2020, cuDriverGetVersion, N)                 \
+    X(cuDeviceGet, 2000, cuDeviceGet, N)                               \
+    X(cuDeviceGetCount, 2000, cuDeviceGetCount, N)                     \
+    X(cuDeviceGetName, 2000, cuDeviceGetName, N)                       \
+    X(cuDeviceGetUuid, 9020, cuDeviceGetUuid, N)                       \
+    X(cuDeviceGetUuid, 11040, cuDeviceGetUuid_v2, N)                   \
+    X(cuDeviceTotalMem, 2000, cuDeviceTotalMem, N)                     \
+    X(cuDeviceTotalMem, 3020, cuDeviceTotalMem_v2, N)                  \
+    X(cuDeviceGetAttribute, 2000, cuDeviceGetAttribute, N)             \
+    X(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain, N)     \
+    X(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease, N)   \
+    X(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2, N) \
+    X(cuCtxCreate, 2000, cuCtxCreate, N)                               \
+    X(cuCtxCreate, 3020, cuCtxCreate_v2, N)                            \
+    X(cuCtxCreate, 11040, cuCtxCreate_v3, N)                           \
+    X(cuCtxCreate, 12050, cuCtxCreate_v4, N)                           \
+    X(cuCtxDestroy, 2000, cuCtxDestroy, N)                             \
+    X(cuCtxDestroy, 4000, cuCtxDestroy_v2, N)                          \
+    X(cuCtxSetCurrent, 4000, cuCtxSetCurrent, N)                       \
+    X(cuCtxGetCurrent, 4000, cuCtxGetCurrent, N)                       \
+    X(cuCtxGetDevice, 2000, cuCtxGetDevice, N)                         \
+    X(cuCtxSynchronize, 2000, cuCtxSynchronize, N)                     \
+    X(cuMemGetInfo, 3020, cuMemGetInfo_v2, N)                          \
+    X(cuMemAlloc, 2000, cuMemAlloc, N)                                 \
+    X(cuMemAlloc, 3020, cuMemAlloc_v2, N)                              \
+    X(cuMemAllocPitch, 3020, cuMemAllocPitch_v2, N)                    \
+    X(cuMemAllocManaged, 6000, cuMemAllocManaged, N)                   \
+    X(cuMemFree, 3020, cuMemFree_v2, N)                                \
+    X(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2, N)          \
+    X(cuMemCreate, 10020, cuMemCreate, N)                              \
+    X(cuMemRelease, 10020, cuMemRelease, N)                            \
+    X(cuMemAddressReserve, 10020, cuMemAddressReserve, N)              \
+    X(cuMemAddressFree, 10020, cuMemAddressFree, N)                    \
+    X(cuMemMap, 10020, cuMemMap, N)                                    \
+    X(cuMemUnmap, 10020, cuMemUnmap, N)                                \
+    X(cuMemSetAccess, 10020, cuMemSetAccess, N)                        \
+    X(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity, N) \
+    X(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool, N)  \
+    X(cuMemPoolCreate, 11020, cuMemPoolCreate, N)                      \
+    X(cuMemPoolDestroy, 11020, cuMemPoolDestroy, N)                    \
+    X(cuMemPoolTrimTo, 11020, cuMemPoolTrimTo, N)                      \
+    X(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute, N)          \
+    X(cuMemPoolSetAttribute, 11020, cuMemPoolSetAttribute, N)          \
+    X(cuMemAllocAsync, 11020, cuMemAllocAsync, N)                      \
+    X(cuMemAllocAsync, 11020, cuMemAllocAsync_ptsz, P)                 \
+    X(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync, N)      \
+    X(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync_ptsz, P) \
+    X(cuMemFreeAsync, 11020, cuMemFreeAsync, N)                        \
+    X(cuMemFreeAsync, 11020, cuMemFreeAsync_ptsz, P)                   \
+    X(cuStreamCreate, 2000, cuStreamCreate, N)                         \
+    X(cuStreamDestroy, 2000, cuStreamDestroy, N)                       \
+    X(cuStreamDestroy, 4000, cuStreamDestroy_v2, N)                    \
+    X(cuStreamSynchronize, 2000, cuStreamSynchronize, N)               \
+    X(cuStreamSynchronize, 7000, cuStreamSynchronize_ptsz, P)          \
+    X(cuArrayCreate, 3020, cuArrayCreate_v2, N)                        \
+    X(cuArray3DCreate, 3020, cuArray3DCreate_v2, N)                    \
+    X(cuArrayDestroy, 2000, cuArrayDestroy, N)                         \
+    X(cuMipmappedArrayCreate, 5000, cuMipmappedArrayCreate, N)         \
+    X(cuMipmappedArrayDestroy, 5000, cuMipmappedArrayDestroy, N)       \
+    X(cuLaunchKernel, 4000, cuLaunchKernel, N)                         \
+    X(cuLaunchKernel, 7000, cuLaunchKernel_ptsz, P)                    \
+    X(cuLaunchKernelEx, 11060, cuLaunchKernelEx, N)                    \
+    X(cuLaunchKernelEx, 11060, cuLaunchKernelEx_ptsz, P)               \
+    X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel, N)   \
+    X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel_ptsz, P) \
+    X(cuGraphLaunch, 10000, cuGraphLaunch, N)                          \
+    X(cuGraphLaunch, 10000, cuGraphLaunch_ptsz, P)                     \
+    X(cuGetErrorString, 6000, cuGetErrorString, N)                     \
+    X(cuGetErrorName, 6000, cuGetErrorName, N)                         \
+    X(cuGetProcAddress, 11030, cuGetProcAddress, N)                    \
+    X(cuGetProcAddress, 12000, cuGetProcAddress_v2, N)
+
+struct proc {
+    const char *symbol;
+    int version;
+    bool per_thread;
+    const char *variant;
+    void *fn;
+};
+
+#define N false
+#define P true
+#define PROC_ROW(sym, ver, fn, mode) {#sym, ver, mode, #fn, (void *)fn},
+static const struct proc g_procs[] = {FAKECUDA_PROCS(PROC_ROW)};
+#undef PROC_ROW
+#undef N
+#undef P
+
+/*
+ * The real driver's choice: among the variants of `symbol` introduced at or
+ * before cudaVersion, the newest; with the per-thread flag the newest _ptsz
+ * variant if there is one, else the newest plain one.
+ */
+static const struct proc *proc_lookup(const char *symbol, int version, bool per_thread,
+                                      bool *known)
+{
+    const struct proc *best[2] = {NULL, NULL}; /* [per_thread] */
+    *known = false;
+    for (size_t i = 0; i < sizeof(g_procs) / sizeof(g_procs[0]); i++) {
+        const struct proc *p = &g_procs[i];
+        if (strcmp(p->symbol, symbol) != 0)
+            continue;
+        *known = true;
+        if (p->version > version)
+            continue;
+        if (!best[p->per_thread] || p->version >= best[p->per_thread]->version)
+            best[p->per_thread] = p;
+    }
+    return (per_thread && best[1]) ? best[1] : best[0];
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                    cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+    if (!symbol || !pfn || flags > CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
+        return CUDA_ERROR_INVALID_VALUE;
+    bool known;
+    const struct proc *p = proc_lookup(symbol, cudaVersion,
+                                       flags == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+                                       &known);
+    *pfn = p ? p->fn : NULL;
+    if (status)
+        *status = p ? CU_GET_PROC_ADDRESS_SUCCESS
+                    : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                            : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return p ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                 cuuint64_t flags)
+{
+    return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}
