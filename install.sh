@@ -44,8 +44,12 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 if [ "$with_tests" = 1 ]; then
   python3 -m pip install "${pip_args[@]}" -e '.[test]' </dev/null
+  # An editable install runs from this tree: build the shim here and put it
+  # where the configuration's default shim_path looks.
+  make -s -C native/shim
+  install -D -m 0644 native/shim/build/libgpuslice.so /usr/lib/gpuslice/libgpuslice.so
 else
-  python3 -m pip install "${pip_args[@]}" . </dev/null
+  python3 -m pip install "${pip_args[@]}" . </dev/null  # builds and ships the shim
 fi
 
 gpuslice=$(python3 -c 'import os, sysconfig; print(os.path.join(sysconfig.get_path("scripts"), "gpuslice"))')

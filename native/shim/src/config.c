@@ -1,0 +1,157 @@
+/*
+ * The environment, read once at init. Nothing here runs on a fast path.
+ *
+ * A malformed limit makes the process fail closed (every allocation is
+ * refused with CUDA_ERROR_OUT_OF_MEMORY): a typo must not turn a capped
+ * container into an uncapped one, and refusing memory is something every
+ * CUDA program already handles, unlike abort().
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gpuslice.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct gs_config gs_cfg;
+
+#define SIZE_RULE                                                                             \
+    "a whole number of bytes, or with a binary unit k/m/g/t (KiB/MiB/GiB/TiB, "               \
+    "case-insensitive), at least 1MiB, or 0 for no cap"
+
+int gs_parse_size(const char *text, unsigned long long *out)
+{
+    if (!text || *text < '0' || *text > '9')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long n = strtoull(text, &end, 10);
+    if (errno)
+        return -1;
+    unsigned shift = 0;
+    if (*end) {
+        static const struct { const char *unit; unsigned shift; } units[] = {
+            {"b", 0},   {"k", 10},  {"kb", 10},  {"kib", 10}, {"m", 20},  {"mb", 20},
+            {"mib", 20}, {"g", 30}, {"gb", 30},  {"gib", 30}, {"t", 40},  {"tb", 40},
+            {"tib", 40},
+        };
+        size_t i = 0, count = sizeof units / sizeof units[0];
+        while (i < count && strcasecmp(end, units[i].unit) != 0)
+            i++;
+        if (i == count)
+            return -1;
+        shift = units[i].shift;
+    }
+    if (shift && n > (ULLONG_MAX >> shift))
+        return -1;
+    *out = n << shift;
+    return 0;
+}
+
+/* One clear line naming the variable, the value and the rule. */
+static void malformed(struct gs_config *cfg, const char *var, const char *value,
+                      const char *rule)
+{
+    gs_log_write(GS_ERROR,
+                 "%s=\"%s\" is malformed (expected %s); failing closed: every GPU memory "
+                 "allocation in this process is refused",
+                 var, value, rule);
+    cfg->fail_closed = 1;
+}
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* Our name wins over HAMi's alias; returns the value and the name it came from. */
+static const char *env2(const char *ours, const char *alias, const char **which)
+{
+    const char *v = env(ours);
+    *which = ours;
+    if (!v && alias) {
+        v = env(alias);
+        *which = alias;
+    }
+    return v;
+}
+
+static void read_mem(struct gs_config *cfg, const char *var, const char *v,
+                     unsigned long long *dst)
+{
+    unsigned long long n;
+    if (gs_parse_size(v, &n) != 0 || (n != 0 && n < GS_MIB)) {
+        malformed(cfg, var, v, SIZE_RULE);
+        return;
+    }
+    *dst = n;
+}
+
+static void read_core(struct gs_config *cfg, const char *var, const char *v, unsigned *dst)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || end == v || n < 0 || n > 100) {
+        malformed(cfg, var, v, "an integer percentage 0-100, 0 for no cap");
+        return;
+    }
+    *dst = (unsigned)n;
+}
+
+void gs_config_load(struct gs_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    const char *which, *v;
+    char ours[64], alias[64];
+
+    v = env("GPUSLICE_DISABLE");
+    cfg->disabled = v && strcmp(v, "0") != 0;
+
+    unsigned long long all = 0;
+    unsigned core_all = 0;
+    if ((v = env2("GPUSLICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT", &which)))
+        read_mem(cfg, which, v, &all);
+    if ((v = env2("GPUSLICE_CORE_LIMIT", "CUDA_DEVICE_SM_LIMIT", &which)))
+        read_core(cfg, which, v, &core_all);
+    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
+        cfg->mem_limit[i] = all;
+        cfg->core_limit[i] = core_all;
+        snprintf(ours, sizeof ours, "GPUSLICE_MEMORY_LIMIT_%d", i);
+        snprintf(alias, sizeof alias, "CUDA_DEVICE_MEMORY_LIMIT_%d", i);
+        if ((v = env2(ours, alias, &which)))
+            read_mem(cfg, which, v, &cfg->mem_limit[i]);
+        snprintf(ours, sizeof ours, "GPUSLICE_CORE_LIMIT_%d", i);
+        snprintf(alias, sizeof alias, "CUDA_DEVICE_SM_LIMIT_%d", i);
+        if ((v = env2(ours, alias, &which)))
+            read_core(cfg, which, v, &cfg->core_limit[i]);
+        if (cfg->mem_limit[i])
+            cfg->any_limit = 1;
+    }
+
+    /* A CUDA 13 context with PyTorch loaded measured ~520-610 MiB on an H200
+     * (tests/gpu/check_shim.py prints it); the reservation must cover it, or
+     * NVML from outside sees a slice exceed its cap. */
+    cfg->context_reserve = 768 * GS_MIB;
+    if ((v = env("GPUSLICE_CONTEXT_RESERVE"))) {
+        unsigned long long n;
+        if (gs_parse_size(v, &n) != 0)
+            malformed(cfg, "GPUSLICE_CONTEXT_RESERVE", v,
+                      "a whole number of bytes, or with a binary unit k/m/g/t");
+        else
+            cfg->context_reserve = n;
+    }
+
+    v = env("GPUSLICE_STATE_DIR");
+    if (!v)
+        v = "/run/gpuslice";
+    if (strlen(v) >= sizeof cfg->state_dir - 16 || v[0] != '/') {
+        malformed(cfg, "GPUSLICE_STATE_DIR", v, "an absolute path shorter than 496 bytes");
+        v = "/run/gpuslice";
+    }
+    snprintf(cfg->state_dir, sizeof cfg->state_dir, "%s", v);
+}

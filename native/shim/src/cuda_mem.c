@@ -1,0 +1,428 @@
+/*
+ * The allocation families. Every allocating wrapper follows one protocol:
+ *
+ *   1. charge (check + charge as one step under the region lock),
+ *   2. call the driver with no lock held,
+ *   3. on success remember what was charged (ptrmap), on failure uncharge.
+ *
+ * and every freeing wrapper the mirror image: forget, call the driver,
+ * uncharge on success (or remember again on failure). Allocations on an
+ * uncapped device are neither charged nor remembered.
+ *
+ * Stream-ordered allocations are charged by size at allocation and
+ * uncharged at cuMemFreeAsync. A pool may keep freed memory reserved (up to
+ * its release threshold); that reserve is not charged, so the physical use
+ * of a process can exceed its charge by what its pools retain. Trimming a
+ * pool (cuMemPoolTrimTo) changes no charge, so it is not hooked.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gpuslice.h"
+
+#include <limits.h>
+
+/* Step 1 for the current context's device. */
+static int begin(int kind, unsigned long long bytes, int *dev)
+{
+    if (GS_UNLIKELY(gs_cfg.fail_closed))
+        return GS_DENIED;
+    *dev = gs_current_device();
+    if (*dev < 0)
+        return GS_UNCAPPED; /* no context: the driver will say so itself */
+    gs_device_note(*dev);
+    return gs_charge(*dev, kind, bytes);
+}
+
+/* Step 3. */
+static void finish(int charged, CUresult r, int ns, uint64_t key, int dev, int kind,
+                   unsigned long long bytes)
+{
+    if (charged != GS_CHARGED)
+        return;
+    if (r != CUDA_SUCCESS) {
+        gs_uncharge(dev, kind, bytes);
+        return;
+    }
+    struct gs_alloc a = {.dev = dev, .kind = kind, .bytes = bytes};
+    if (gs_ptrmap_put(ns, key, &a) != 0)
+        GS_LOG(GS_WARN, "out of memory tracking an allocation; it stays charged");
+}
+
+/* The free side: returns whether `key` was charged (and fills *a). */
+static int forget(int ns, uint64_t key, struct gs_alloc *a)
+{
+    return gs_ptrmap_take(ns, key, a);
+}
+
+static void forgotten(int found, CUresult r, int ns, uint64_t key, const struct gs_alloc *a)
+{
+    if (!found)
+        return;
+    if (r == CUDA_SUCCESS)
+        gs_uncharge(a->dev, a->kind, a->bytes);
+    else
+        gs_ptrmap_put(ns, key, a); /* still allocated */
+}
+
+#define ENTER(fn)                                                                             \
+    gs_cuda_ready();                                                                          \
+    if (GS_UNLIKELY(!HAS_REAL(fn)))                                                           \
+        return CUDA_ERROR_NOT_FOUND
+
+/* ------------------------------------------------------- plain, managed */
+
+GS_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    ENTER(cuMemAlloc_v2);
+    if (gs_cfg.disabled)
+        return REAL(cuMemAlloc_v2)(dptr, bytesize);
+    int dev = -1, c = begin(GPUSLICE_KIND_ALLOC, bytesize, &dev);
+    if (c == GS_DENIED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = REAL(cuMemAlloc_v2)(dptr, bytesize);
+    finish(c, r, GS_NS_PTR, r == CUDA_SUCCESS ? *dptr : 0, dev, GPUSLICE_KIND_ALLOC, bytesize);
+    return r;
+}
+
+GS_API CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+    ENTER(cuMemAlloc);
+    if (gs_cfg.disabled)
+        return REAL(cuMemAlloc)(dptr, bytesize);
+    int dev = -1, c = begin(GPUSLICE_KIND_ALLOC, bytesize, &dev);
+    if (c == GS_DENIED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = REAL(cuMemAlloc)(dptr, bytesize);
+    finish(c, r, GS_NS_PTR, r == CUDA_SUCCESS ? *dptr : 0, dev, GPUSLICE_KIND_ALLOC, bytesize);
+    return r;
+}
+
+GS_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    /* Counted: managed memory can migrate to and live on the device. */
+    ENTER(cuMemAllocManaged);
+    if (gs_cfg.disabled)
+        return REAL(cuMemAllocManaged)(dptr, bytesize, flags);
+    int dev = -1, c = begin(GPUSLICE_KIND_ALLOC, bytesize, &dev);
+    if (c == GS_DENIED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = REAL(cuMemAllocManaged)(dptr, bytesize, flags);
+    finish(c, r, GS_NS_PTR, r == CUDA_SUCCESS ? *dptr : 0, dev, GPUSLICE_KIND_ALLOC, bytesize);
+    return r;
+}
+
+static unsigned long long mul_sat(unsigned long long a, unsigned long long b)
+{
+    unsigned long long p;
+    return __builtin_mul_overflow(a, b, &p) ? ULLONG_MAX : p;
+}
+
+GS_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t width,
+                                   size_t height, unsigned int elem)
+{
+    ENTER(cuMemAllocPitch_v2);
+    if (gs_cfg.disabled)
+        return REAL(cuMemAllocPitch_v2)(dptr, pPitch, width, height, elem);
+    /* The pitch is only known afterwards: charge an upper bound first (the
+     * driver aligns rows to at most 512 bytes), then settle on pitch*height. */
+    unsigned long long bound = mul_sat(((unsigned long long)width + 511) & ~511ull, height);
+    int dev = -1, c = begin(GPUSLICE_KIND_ALLOC, bound, &dev);
+    if (c == GS_DENIED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = REAL(cuMemAllocPitch_v2)(dptr, pPitch, width, height, elem);
+    if (c != GS_CHARGED || r != CUDA_SUCCESS) {
+        finish(c, r, GS_NS_PTR, 0, dev, GPUSLICE_KIND_ALLOC, bound);
+        return r;
+    }
+    unsigned long long actual = mul_sat(*pPitch, height);
+    if (actual < bound) {
+        gs_uncharge(dev, GPUSLICE_KIND_ALLOC, bound - actual);
+    } else if (actual > bound &&
+               gs_charge(dev, GPUSLICE_KIND_ALLOC, actual - bound) == GS_DENIED) {
+        REAL(cuMemFree_v2)(*dptr);
+        gs_uncharge(dev, GPUSLICE_KIND_ALLOC, bound);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    finish(c, r, GS_NS_PTR, *dptr, dev, GPUSLICE_KIND_ALLOC, actual);
+    return r;
+}
+
+GS_API CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    ENTER(cuMemFree_v2);
+    if (gs_cfg.disabled)
+        return REAL(cuMemFree_v2)(dptr);
+    struct gs_alloc a;
+    int found = forget(GS_NS_PTR, dptr, &a);
+    CUresult r = REAL(cuMemFree_v2)(dptr);
+    forgotten(found, r, GS_NS_PTR, dptr, &a);
+    return r;
+}
+
+GS_API CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    ENTER(cuMemFree);
+    if (gs_cfg.disabled)
+        return REAL(cuMemFree)(dptr);
+    struct gs_alloc a;
+    int found = forget(GS_NS_PTR, dptr, &a);
+    CUresult r = REAL(cuMemFree)(dptr);
+    forgotten(found, r, GS_NS_PTR, dptr, &a);
+    return r;
+}
+
+/* ------------------------------------------------------------------ VMM */
+
+GS_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                            const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    ENTER(cuMemCreate);
+    if (gs_cfg.disabled)
+        return REAL(cuMemCreate)(handle, size, prop, flags);
+    int c = GS_UNCAPPED, dev = -1;
+    /* The device is named in the request, not taken from the context. Host
+     * (and host NUMA) locations are not device memory. */
+    if (gs_cfg.fail_closed)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+        dev = prop->location.id;
+        gs_device_note(dev);
+        c = gs_charge(dev, GPUSLICE_KIND_VMM, size);
+        if (c == GS_DENIED)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult r = REAL(cuMemCreate)(handle, size, prop, flags);
+    finish(c, r, GS_NS_VMM, r == CUDA_SUCCESS ? *handle : 0, dev, GPUSLICE_KIND_VMM, size);
+    return r;
+}
+
+GS_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    /* Uncharged at release: the driver frees the memory once the last
+     * mapping goes, which a well-behaved program does right before. */
+    ENTER(cuMemRelease);
+    if (gs_cfg.disabled)
+        return REAL(cuMemRelease)(handle);
+    struct gs_alloc a;
+    int found = forget(GS_NS_VMM, handle, &a);
+    CUresult r = REAL(cuMemRelease)(handle);
+    forgotten(found, r, GS_NS_VMM, handle, &a);
+    return r;
+}
+
+/* ---------------------------------------------------------------- pools */
+
+/* The _ptsz variants differ only in stream semantics: one body for both. */
+static CUresult alloc_async(int fn, CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+    gs_cuMemAllocAsync_fn real = (gs_cuMemAllocAsync_fn)gs_real[fn];
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    if (gs_cfg.disabled)
+        return real(dptr, bytes, s);
+    int dev = -1, c = begin(GPUSLICE_KIND_POOL, bytes, &dev);
+    if (c == GS_DENIED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = real(dptr, bytes, s);
+    finish(c, r, GS_NS_PTR, r == CUDA_SUCCESS ? *dptr : 0, dev, GPUSLICE_KIND_POOL, bytes);
+    return r;
+}
+
+static CUresult alloc_pool(int fn, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                           CUstream s)
+{
+    gs_cuMemAllocFromPoolAsync_fn real = (gs_cuMemAllocFromPoolAsync_fn)gs_real[fn];
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    if (gs_cfg.disabled)
+        return real(dptr, bytes, pool, s);
+    /* The current context's device stands for the pool's: pools of another
+     * device are rare, and the driver refuses streams of another context. */
+    int dev = -1, c = begin(GPUSLICE_KIND_POOL, bytes, &dev);
+    if (c == GS_DENIED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = real(dptr, bytes, pool, s);
+    finish(c, r, GS_NS_PTR, r == CUDA_SUCCESS ? *dptr : 0, dev, GPUSLICE_KIND_POOL, bytes);
+    return r;
+}
+
+static CUresult free_async(int fn, CUdeviceptr dptr, CUstream s)
+{
+    gs_cuMemFreeAsync_fn real = (gs_cuMemFreeAsync_fn)gs_real[fn];
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    if (gs_cfg.disabled)
+        return real(dptr, s);
+    struct gs_alloc a;
+    int found = forget(GS_NS_PTR, dptr, &a);
+    CUresult r = real(dptr, s);
+    forgotten(found, r, GS_NS_PTR, dptr, &a);
+    return r;
+}
+
+GS_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+    gs_cuda_ready();
+    return alloc_async(GS_FN_cuMemAllocAsync, dptr, bytes, s);
+}
+
+GS_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s)
+{
+    gs_cuda_ready();
+    return alloc_async(GS_FN_cuMemAllocAsync_ptsz, dptr, bytes, s);
+}
+
+GS_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
+                                        CUstream s)
+{
+    gs_cuda_ready();
+    return alloc_pool(GS_FN_cuMemAllocFromPoolAsync, dptr, bytes, pool, s);
+}
+
+GS_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes,
+                                             CUmemoryPool pool, CUstream s)
+{
+    gs_cuda_ready();
+    return alloc_pool(GS_FN_cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, s);
+}
+
+GS_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+    gs_cuda_ready();
+    return free_async(GS_FN_cuMemFreeAsync, dptr, s);
+}
+
+GS_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
+{
+    gs_cuda_ready();
+    return free_async(GS_FN_cuMemFreeAsync_ptsz, dptr, s);
+}
+
+/* --------------------------------------------------------------- arrays */
+
+/* Bytes per element; an unknown format is charged as the widest element
+ * (16 bytes, e.g. four 32-bit channels' worth) so new formats stay capped. */
+static unsigned long long element_size(int format)
+{
+    switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        return 4;
+    default:
+        return 16;
+    }
+}
+
+static unsigned long long dim(size_t v)
+{
+    return v ? v : 1;
+}
+
+static unsigned long long array_bytes(size_t w, size_t h, size_t d, int format,
+                                      unsigned channels)
+{
+    unsigned long long b = mul_sat(dim(w), dim(h));
+    b = mul_sat(b, dim(d));
+    return mul_sat(b, mul_sat(channels, element_size(format)));
+}
+
+static CUresult array_create(CUarray *pHandle, unsigned long long bytes, CUresult (*call)(
+                                 CUarray *, const void *), const void *desc)
+{
+    int dev = -1, c = begin(GPUSLICE_KIND_ARRAY, bytes, &dev);
+    if (c == GS_DENIED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = call(pHandle, desc);
+    finish(c, r, GS_NS_ARRAY, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, dev,
+           GPUSLICE_KIND_ARRAY, bytes);
+    return r;
+}
+
+static CUresult call_2d(CUarray *h, const void *desc)
+{
+    return REAL(cuArrayCreate_v2)(h, desc);
+}
+
+static CUresult call_3d(CUarray *h, const void *desc)
+{
+    return REAL(cuArray3DCreate_v2)(h, desc);
+}
+
+GS_API CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
+{
+    ENTER(cuArrayCreate_v2);
+    if (gs_cfg.disabled || !desc || !pHandle)
+        return REAL(cuArrayCreate_v2)(pHandle, desc);
+    unsigned long long bytes =
+        array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels);
+    return array_create(pHandle, bytes, call_2d, desc);
+}
+
+GS_API CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
+{
+    ENTER(cuArray3DCreate_v2);
+    if (gs_cfg.disabled || !desc || !pHandle)
+        return REAL(cuArray3DCreate_v2)(pHandle, desc);
+    unsigned long long bytes = array_bytes(desc->Width, desc->Height, desc->Depth,
+                                           desc->Format, desc->NumChannels);
+    return array_create(pHandle, bytes, call_3d, desc);
+}
+
+GS_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                       const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                       unsigned int levels)
+{
+    ENTER(cuMipmappedArrayCreate);
+    if (gs_cfg.disabled || !desc || !pHandle)
+        return REAL(cuMipmappedArrayCreate)(pHandle, desc, levels);
+    /* Each level halves every dimension that is not already 1 (or absent). */
+    unsigned long long bytes = 0;
+    size_t w = desc->Width, h = desc->Height, d = desc->Depth;
+    for (unsigned l = 0; l < levels && l < 64; l++) {
+        unsigned long long lb = array_bytes(w, h, d, desc->Format, desc->NumChannels);
+        bytes = bytes + lb < bytes ? ULLONG_MAX : bytes + lb;
+        w = w > 1 ? w / 2 : w;
+        h = h > 1 ? h / 2 : h;
+        d = d > 1 ? d / 2 : d;
+    }
+    int dev = -1, c = begin(GPUSLICE_KIND_ARRAY, bytes, &dev);
+    if (c == GS_DENIED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = REAL(cuMipmappedArrayCreate)(pHandle, desc, levels);
+    finish(c, r, GS_NS_MIPMAP, r == CUDA_SUCCESS ? (uint64_t)(uintptr_t)*pHandle : 0, dev,
+           GPUSLICE_KIND_ARRAY, bytes);
+    return r;
+}
+
+GS_API CUresult cuArrayDestroy(CUarray hArray)
+{
+    ENTER(cuArrayDestroy);
+    if (gs_cfg.disabled)
+        return REAL(cuArrayDestroy)(hArray);
+    struct gs_alloc a;
+    uint64_t key = (uint64_t)(uintptr_t)hArray;
+    int found = forget(GS_NS_ARRAY, key, &a);
+    CUresult r = REAL(cuArrayDestroy)(hArray);
+    forgotten(found, r, GS_NS_ARRAY, key, &a);
+    return r;
+}
+
+GS_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray hArray)
+{
+    ENTER(cuMipmappedArrayDestroy);
+    if (gs_cfg.disabled)
+        return REAL(cuMipmappedArrayDestroy)(hArray);
+    struct gs_alloc a;
+    uint64_t key = (uint64_t)(uintptr_t)hArray;
+    int found = forget(GS_NS_MIPMAP, key, &a);
+    CUresult r = REAL(cuMipmappedArrayDestroy)(hArray);
+    forgotten(found, r, GS_NS_MIPMAP, key, &a);
+    return r;
+}

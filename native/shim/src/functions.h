@@ -1,0 +1,96 @@
+/*
+ * THE table of driver functions the shim touches. Everything else is derived
+ * from it: the enum of indices, the names looked up in the real library, the
+ * typed pointers to the real functions, the prototypes of our wrappers (so
+ * the compiler checks each wrapper against its row), and the wrapper
+ * addresses that dlsym and cuGetProcAddress hand out. One list, so names,
+ * pointers and wrappers cannot drift apart.
+ *
+ *   HOOK(lib, name, ret, params)  we export a wrapper under `name`
+ *   REAL(lib, name, ret, params)  we only call the real one
+ *
+ * Each exported variant of a driver function is its own row (cuMemAlloc and
+ * cuMemAlloc_v2, cuMemAllocAsync and cuMemAllocAsync_ptsz): the driver
+ * exports them separately and cuGetProcAddress may hand out any of them.
+ * The kernel launch path is deliberately absent (compute limiter: later).
+ */
+#ifndef GPUSLICE_FUNCTIONS_H
+#define GPUSLICE_FUNCTIONS_H
+
+#define GS_FUNCTIONS(HOOK, REAL)                                                              \
+    /* entry points: init and the two ways of finding functions */                           \
+    HOOK(CUDA, cuInit, CUresult, (unsigned int flags))                                        \
+    HOOK(CUDA, cuGetProcAddress, CUresult,                                                    \
+         (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags))                \
+    HOOK(CUDA, cuGetProcAddress_v2, CUresult,                                                 \
+         (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,                  \
+          CUdriverProcAddressQueryResult *symbolStatus))                                      \
+    REAL(CUDA, cuDeviceGetCount, CUresult, (int *count))                                      \
+    REAL(CUDA, cuDeviceGetUuid, CUresult, (CUuuid *uuid, CUdevice dev))                       \
+    REAL(CUDA, cuCtxGetDevice, CUresult, (CUdevice *device))                                  \
+    /* contexts: a fixed reservation per device */                                           \
+    HOOK(CUDA, cuCtxCreate_v2, CUresult, (CUcontext *pctx, unsigned int flags, CUdevice dev)) \
+    HOOK(CUDA, cuCtxCreate_v3, CUresult,                                                      \
+         (CUcontext *pctx, void *paramsArray, int numParams, unsigned int flags,              \
+          CUdevice dev))                                                                      \
+    HOOK(CUDA, cuCtxCreate_v4, CUresult,                                                      \
+         (CUcontext *pctx, void *ctxCreateParams, unsigned int flags, CUdevice dev))          \
+    HOOK(CUDA, cuCtxDestroy_v2, CUresult, (CUcontext ctx))                                    \
+    HOOK(CUDA, cuDevicePrimaryCtxRetain, CUresult, (CUcontext *pctx, CUdevice dev))           \
+    HOOK(CUDA, cuDevicePrimaryCtxRelease, CUresult, (CUdevice dev))                           \
+    HOOK(CUDA, cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice dev))                        \
+    /* what programs see */                                                                   \
+    HOOK(CUDA, cuMemGetInfo, CUresult, (unsigned int *free, unsigned int *total))            \
+    HOOK(CUDA, cuMemGetInfo_v2, CUresult, (size_t *free, size_t *total))                     \
+    HOOK(CUDA, cuDeviceTotalMem, CUresult, (unsigned int *bytes, CUdevice dev))               \
+    HOOK(CUDA, cuDeviceTotalMem_v2, CUresult, (size_t *bytes, CUdevice dev))                  \
+    /* plain, pitched and managed allocations */                                             \
+    HOOK(CUDA, cuMemAlloc, CUresult, (CUdeviceptr_v1 *dptr, unsigned int bytesize))           \
+    HOOK(CUDA, cuMemAlloc_v2, CUresult, (CUdeviceptr *dptr, size_t bytesize))                 \
+    HOOK(CUDA, cuMemAllocPitch_v2, CUresult,                                                  \
+         (CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,              \
+          unsigned int ElementSizeBytes))                                                     \
+    HOOK(CUDA, cuMemAllocManaged, CUresult,                                                   \
+         (CUdeviceptr *dptr, size_t bytesize, unsigned int flags))                            \
+    HOOK(CUDA, cuMemFree, CUresult, (CUdeviceptr_v1 dptr))                                    \
+    HOOK(CUDA, cuMemFree_v2, CUresult, (CUdeviceptr dptr))                                    \
+    /* virtual memory management (PyTorch expandable segments, NCCL) */                      \
+    HOOK(CUDA, cuMemCreate, CUresult,                                                         \
+         (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, \
+          unsigned long long flags))                                                          \
+    HOOK(CUDA, cuMemRelease, CUresult, (CUmemGenericAllocationHandle handle))                 \
+    /* stream-ordered allocations (pools) */                                                  \
+    HOOK(CUDA, cuMemAllocAsync, CUresult, (CUdeviceptr *dptr, size_t bytesize, CUstream s))   \
+    HOOK(CUDA, cuMemAllocAsync_ptsz, CUresult,                                                \
+         (CUdeviceptr *dptr, size_t bytesize, CUstream s))                                    \
+    HOOK(CUDA, cuMemAllocFromPoolAsync, CUresult,                                             \
+         (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s))                 \
+    HOOK(CUDA, cuMemAllocFromPoolAsync_ptsz, CUresult,                                        \
+         (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s))                 \
+    HOOK(CUDA, cuMemFreeAsync, CUresult, (CUdeviceptr dptr, CUstream s))                      \
+    HOOK(CUDA, cuMemFreeAsync_ptsz, CUresult, (CUdeviceptr dptr, CUstream s))                 \
+    /* arrays */                                                                              \
+    HOOK(CUDA, cuArrayCreate_v2, CUresult,                                                    \
+         (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc))                               \
+    HOOK(CUDA, cuArray3DCreate_v2, CUresult,                                                  \
+         (CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc))                             \
+    HOOK(CUDA, cuMipmappedArrayCreate, CUresult,                                              \
+         (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,                     \
+          unsigned int numMipmapLevels))                                                      \
+    HOOK(CUDA, cuArrayDestroy, CUresult, (CUarray hArray))                                    \
+    HOOK(CUDA, cuMipmappedArrayDestroy, CUresult, (CUmipmappedArray hMipmappedArray))         \
+    /* NVML: what nvidia-smi-like tools and pynvml see */                                     \
+    HOOK(NVML, nvmlDeviceGetMemoryInfo, nvmlReturn_t, (nvmlDevice_t device, nvmlMemory_t *m)) \
+    HOOK(NVML, nvmlDeviceGetMemoryInfo_v2, nvmlReturn_t,                                      \
+         (nvmlDevice_t device, nvmlMemory_v2_t *m))                                           \
+    HOOK(NVML, nvmlDeviceGetComputeRunningProcesses, nvmlReturn_t,                            \
+         (nvmlDevice_t device, unsigned int *infoCount, void *infos))                         \
+    HOOK(NVML, nvmlDeviceGetComputeRunningProcesses_v2, nvmlReturn_t,                         \
+         (nvmlDevice_t device, unsigned int *infoCount, void *infos))                         \
+    HOOK(NVML, nvmlDeviceGetComputeRunningProcesses_v3, nvmlReturn_t,                         \
+         (nvmlDevice_t device, unsigned int *infoCount, void *infos))                         \
+    REAL(NVML, nvmlDeviceGetUUID, nvmlReturn_t,                                               \
+         (nvmlDevice_t device, char *uuid, unsigned int length))                              \
+    REAL(NVML, nvmlDeviceGetIndex, nvmlReturn_t, (nvmlDevice_t device, unsigned int *index))
+
+#endif

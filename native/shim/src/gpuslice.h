@@ -1,0 +1,172 @@
+/*
+ * Internal header of libgpuslice.so: the types and the small functions that
+ * every part shares. Fast paths are static inline here; slow paths live out
+ * of line in the file that owns them.
+ *
+ *   log.c        GS_LOG, level read once
+ *   config.c     the environment, parsed once
+ *   region.c     the shared region file, slots, the robust lock
+ *   account.c    charge/uncharge: the memory policy
+ *   ptrmap.c     per-process map: allocation -> (device, kind, bytes)
+ *   interpose.c  finding real functions, dlsym, cuGetProcAddress, fork
+ *   cuda_ctx.c   cuInit, contexts, what programs see (cuMemGetInfo ...)
+ *   cuda_mem.c   the allocation families
+ *   nvml_hooks.c NVML memory and process queries
+ */
+#ifndef GPUSLICE_INTERNAL_H
+#define GPUSLICE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpuslice/cuda_api.h"
+#include "gpuslice/region.h"
+#include "functions.h"
+
+#define GS_API __attribute__((visibility("default")))
+#define GS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define GS_MIB (1024ull * 1024ull)
+
+/* ------------------------------------------------------------------ log.c */
+
+enum { GS_ERROR = 0, GS_WARN = 1, GS_INFO = 2, GS_DEBUG = 3 };
+extern int gs_log_level;
+/* Parse GPUSLICE_LOG's value (NULL: default warn). Returns -1 if unknown. */
+int gs_log_init(const char *value);
+void gs_log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Checks one int before anything is formatted: free when the level is off. */
+#define GS_LOG(level, ...)                                                                    \
+    do {                                                                                      \
+        if (GS_UNLIKELY((level) <= gs_log_level))                                             \
+            gs_log_write((level), __VA_ARGS__);                                               \
+    } while (0)
+
+/* --------------------------------------------------------------- config.c */
+
+struct gs_config {
+    int disabled;    /* GPUSLICE_DISABLE=1: every wrapper calls the real function */
+    int fail_closed; /* a malformed limit: every allocation is refused */
+    int any_limit;   /* some memory limit was given */
+    unsigned long long mem_limit[GPUSLICE_MAX_DEVICES]; /* 0 = none */
+    unsigned int core_limit[GPUSLICE_MAX_DEVICES];      /* stored only, for now */
+    unsigned long long context_reserve;
+    char state_dir[512];
+};
+extern struct gs_config gs_cfg;
+
+/* "4GiB", "4096MiB", "4g", "512m", "1073741824". 0 ok, -1 malformed. */
+int gs_parse_size(const char *text, unsigned long long *out);
+/* Read the environment into *cfg; reports each malformed variable once. */
+void gs_config_load(struct gs_config *cfg);
+
+/* ------------------------------------------------------------ interpose.c */
+
+enum {
+#define GS_ENUM(lib, name, ret, params) GS_FN_##name,
+    GS_FUNCTIONS(GS_ENUM, GS_ENUM)
+#undef GS_ENUM
+    GS_FN_COUNT
+};
+
+/* Typed pointers to the real functions, and our wrappers' prototypes. */
+#define GS_TYPEDEF(lib, name, ret, params) typedef ret(*gs_##name##_fn) params;
+GS_FUNCTIONS(GS_TYPEDEF, GS_TYPEDEF)
+#undef GS_TYPEDEF
+#define GS_PROTO(lib, name, ret, params) GS_API ret name params;
+#define GS_NOPROTO(lib, name, ret, params)
+GS_FUNCTIONS(GS_PROTO, GS_NOPROTO)
+#undef GS_PROTO
+#undef GS_NOPROTO
+
+/* Written once before the matching ready flag is published (release). */
+extern void *gs_real[GS_FN_COUNT];
+#define REAL(name) ((gs_##name##_fn)gs_real[GS_FN_##name])
+#define HAS_REAL(name) (gs_real[GS_FN_##name] != NULL)
+
+extern int gs_cuda_ready_flag, gs_nvml_ready_flag;
+void gs_cuda_init_slow(void);
+void gs_nvml_init_slow(void);
+void gs_core_init(void);
+
+static inline void gs_cuda_ready(void)
+{
+    if (GS_UNLIKELY(!__atomic_load_n(&gs_cuda_ready_flag, __ATOMIC_ACQUIRE)))
+        gs_cuda_init_slow();
+}
+
+static inline void gs_nvml_ready(void)
+{
+    if (GS_UNLIKELY(!__atomic_load_n(&gs_nvml_ready_flag, __ATOMIC_ACQUIRE)))
+        gs_nvml_init_slow();
+}
+
+/* The wrapper for a real function pointer, or the pointer itself. */
+void *gs_wrapper_for(void *real);
+
+/* --------------------------------------------------------------- region.c */
+
+/* The region, opened on first use (never NULL: a private one as fallback). */
+struct gpuslice_region *gs_region_open_slow(void);
+extern struct gpuslice_region *gs_region_ptr;
+static inline struct gpuslice_region *gs_region(void)
+{
+    struct gpuslice_region *r = __atomic_load_n(&gs_region_ptr, __ATOMIC_ACQUIRE);
+    return GS_LIKELY(r != NULL) ? r : gs_region_open_slow();
+}
+
+int gs_region_lock(struct gpuslice_region *r); /* 0, or -1: refuse */
+void gs_region_unlock(struct gpuslice_region *r);
+/* With the lock held: this process's slot, taken on first use; -1 if full. */
+int gs_slot_locked(struct gpuslice_region *r);
+/* With the lock held: free the slots of dead processes. */
+void gs_reclaim_locked(struct gpuslice_region *r);
+/* With the lock held: used_bytes from the live slots (derived totals). */
+void gs_recompute_locked(struct gpuslice_region *r);
+void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg);
+unsigned long long gs_proc_start_time(int pid); /* 0: unknown */
+
+/* -------------------------------------------------------------- account.c */
+
+enum { GS_UNCAPPED = 0, GS_CHARGED = 1, GS_DENIED = 2 };
+int gs_charge(int dev, int kind, unsigned long long bytes);
+void gs_uncharge(int dev, int kind, unsigned long long bytes);
+
+static inline unsigned long long gs_limit(int dev)
+{
+    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES)
+        return 0;
+    return __atomic_load_n(&gs_region()->devices[dev].limit_bytes, __ATOMIC_RELAXED);
+}
+
+static inline unsigned long long gs_used(int dev)
+{
+    return __atomic_load_n(&gs_region()->devices[dev].used_bytes, __ATOMIC_RELAXED);
+}
+
+/* -------------------------------------------------------------- ptrmap.c */
+
+enum { GS_NS_PTR = 1, GS_NS_VMM, GS_NS_ARRAY, GS_NS_MIPMAP, GS_NS_CTX };
+struct gs_alloc {
+    int dev;
+    int kind;
+    unsigned long long bytes;
+};
+int gs_ptrmap_put(int ns, uint64_t key, const struct gs_alloc *a); /* 0, -1: no memory */
+int gs_ptrmap_take(int ns, uint64_t key, struct gs_alloc *out);    /* 1 found, 0 not */
+size_t gs_ptrmap_count(void);
+void gs_ptrmap_fork_prepare(void);
+void gs_ptrmap_fork_parent(void);
+void gs_ptrmap_fork_child(void);
+
+/* ------------------------------------------------------------ cuda_ctx.c */
+
+/* Record the card's UUID and total in the region the first time it is seen. */
+void gs_device_note(int dev);
+/* The current context's device, through the real driver; -1 if none. */
+int gs_current_device(void);
+void gs_ctx_fork_prepare(void);
+void gs_ctx_fork_parent(void);
+void gs_ctx_fork_child(void);
+
+#endif

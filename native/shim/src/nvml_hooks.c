@@ -1,0 +1,156 @@
+/*
+ * NVML: what nvidia-smi-like tools and pynvml see. For a capped device the
+ * memory numbers are the container's (total = cap, used = the region's
+ * usage) and the process list is the container's live processes, taken from
+ * the region's slots. Uncapped devices pass through untouched.
+ *
+ * An NVML device is matched to a region device by UUID (the region records
+ * each card's UUID when a CUDA process first sees it). Before any CUDA
+ * process has run, the NVML index stands in, with the limits from the
+ * environment as the region holds them.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gpuslice.h"
+
+#include <string.h>
+
+/* The region device for an NVML handle, or -1 if it is not capped. */
+static int region_device(nvmlDevice_t device)
+{
+    if (gs_cfg.disabled || gs_cfg.fail_closed)
+        return -1;
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
+    if (HAS_REAL(nvmlDeviceGetUUID) &&
+        REAL(nvmlDeviceGetUUID)(device, uuid, sizeof uuid) != NVML_SUCCESS)
+        return -1;
+    struct gpuslice_region *r = gs_region();
+    int found = -1, index_free = 0;
+    unsigned int index = 0;
+    int have_index = HAS_REAL(nvmlDeviceGetIndex) &&
+                     REAL(nvmlDeviceGetIndex)(device, &index) == NVML_SUCCESS &&
+                     index < GPUSLICE_MAX_DEVICES;
+    /* The UUIDs are written under the lock; read them under it too. */
+    if (gs_region_lock(r) != 0)
+        return -1;
+    for (int i = 0; i < GPUSLICE_MAX_DEVICES && found < 0 && uuid[0]; i++)
+        if (strncmp(r->devices[i].uuid, uuid, GPUSLICE_UUID_SIZE) == 0)
+            found = i;
+    if (have_index)
+        index_free = r->devices[index].uuid[0] == '\0';
+    gs_region_unlock(r);
+    /* By index only while that slot is not known to be another card. */
+    if (found < 0 && have_index && index_free)
+        found = (int)index;
+    return found >= 0 && gs_limit(found) ? found : -1;
+}
+
+static void capped_memory(int dev, unsigned long long *total, unsigned long long *used,
+                          unsigned long long *free)
+{
+    *total = gs_limit(dev);
+    *used = gs_used(dev);
+    *free = *total > *used ? *total - *used : 0;
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetMemoryInfo))
+        return NVML_ERROR_NOT_SUPPORTED;
+    nvmlReturn_t r = REAL(nvmlDeviceGetMemoryInfo)(device, m);
+    int dev;
+    if (r == NVML_SUCCESS && m && (dev = region_device(device)) >= 0)
+        capped_memory(dev, &m->total, &m->used, &m->free);
+    return r;
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *m)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetMemoryInfo_v2))
+        return NVML_ERROR_NOT_SUPPORTED;
+    /* Like NVML: refuse a layout we do not know before touching it. */
+    if (m && m->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    nvmlReturn_t r = REAL(nvmlDeviceGetMemoryInfo_v2)(device, m);
+    int dev;
+    if (r == NVML_SUCCESS && m && (dev = region_device(device)) >= 0) {
+        capped_memory(dev, &m->total, &m->used, &m->free);
+        m->reserved = 0; /* the cap has no driver reserve of its own */
+    }
+    return r;
+}
+
+/* The two entry layouts: v1 (pid, memory) and v2/v3 (plus MIG instance ids). */
+struct proc_v1 {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+};
+_Static_assert(sizeof(struct proc_v1) == 16, "nvmlProcessInfo_v1_t");
+_Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_v2_t");
+
+static nvmlReturn_t processes(gs_nvmlDeviceGetComputeRunningProcesses_fn real,
+                              nvmlDevice_t device, unsigned int *count, void *infos, int v1)
+{
+    if (!real)
+        return NVML_ERROR_NOT_SUPPORTED;
+    int dev = region_device(device);
+    if (dev < 0 || !count)
+        return real(device, count, infos);
+    /* Gather first, then answer as NVML does: too small a buffer gets the
+     * needed count and NVML_ERROR_INSUFFICIENT_SIZE. */
+    struct proc_v1 found[GPUSLICE_MAX_PROCS];
+    unsigned n = 0;
+    struct gpuslice_region *r = gs_region();
+    for (int i = 0; i < GPUSLICE_MAX_PROCS; i++) {
+        const struct gpuslice_proc *s = &r->procs[i];
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != GPUSLICE_SLOT_LIVE)
+            continue;
+        unsigned long long used = 0;
+        for (int k = 0; k < GPUSLICE_KINDS; k++)
+            used += __atomic_load_n(&s->used[dev][k], __ATOMIC_RELAXED);
+        if (!used)
+            continue;
+        found[n].pid = (unsigned)__atomic_load_n(&s->pid, __ATOMIC_RELAXED);
+        found[n].usedGpuMemory = used;
+        n++;
+    }
+    if (*count < n || (n && !infos)) {
+        *count = n;
+        return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (v1) {
+            ((struct proc_v1 *)infos)[i] = found[i];
+        } else {
+            nvmlProcessInfo_t *p = &((nvmlProcessInfo_t *)infos)[i];
+            p->pid = found[i].pid;
+            p->usedGpuMemory = found[i].usedGpuMemory;
+            p->gpuInstanceId = 0xFFFFFFFFu; /* not a MIG instance */
+            p->computeInstanceId = 0xFFFFFFFFu;
+        }
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                         unsigned int *count, void *infos)
+{
+    gs_nvml_ready();
+    return processes(REAL(nvmlDeviceGetComputeRunningProcesses), device, count, infos, 1);
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                            unsigned int *count, void *infos)
+{
+    gs_nvml_ready();
+    return processes(REAL(nvmlDeviceGetComputeRunningProcesses_v2), device, count, infos, 0);
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                            unsigned int *count, void *infos)
+{
+    gs_nvml_ready();
+    return processes(REAL(nvmlDeviceGetComputeRunningProcesses_v3), device, count, infos, 0);
+}

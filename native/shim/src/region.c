@@ -1,0 +1,315 @@
+/*
+ * The shared region: <state_dir>/region, mapped by every CUDA process of the
+ * container. It holds the limits, the per-process slots and the per-device
+ * totals. The totals are derived from the live slots, so any repair
+ * (a dead lock owner, a killed process) recomputes them exactly.
+ *
+ * We never cache a pointer into a slot: a slot is found by index under the
+ * lock each time, and the index is re-checked against our pid.
+ */
+#define _DEFAULT_SOURCE /* flock, MAP_ANONYMOUS */
+#include "gpuslice.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(pthread_mutex_t) <= GPUSLICE_LOCK_SIZE, "region lock too small");
+
+struct gpuslice_region *gs_region_ptr;
+static pthread_once_t region_once = PTHREAD_ONCE_INIT;
+static int slot_index = -1; /* ours; -1 until the first charge */
+static int slot_pid;
+
+static pthread_mutex_t *region_mutex(struct gpuslice_region *r)
+{
+    return (pthread_mutex_t *)(void *)r->lock;
+}
+
+void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg)
+{
+    memset(r, 0, sizeof *r);
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(region_mutex(r), &a);
+    pthread_mutexattr_destroy(&a);
+    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
+        r->devices[i].limit_bytes = cfg->mem_limit[i];
+        r->devices[i].core_limit = cfg->core_limit[i];
+    }
+    r->version = GPUSLICE_REGION_VERSION;
+    r->size = sizeof *r;
+    /* Last: a reader that sees the magic sees everything above. */
+    __atomic_store_n(&r->magic, GPUSLICE_REGION_MAGIC, __ATOMIC_RELEASE);
+}
+
+static int mkdir_p(const char *dir)
+{
+    char path[sizeof gs_cfg.state_dir];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* The file, or NULL (logged) if it cannot be used. */
+static struct gpuslice_region *open_file(void)
+{
+    char path[sizeof gs_cfg.state_dir + 16];
+    snprintf(path, sizeof path, "%s/region", gs_cfg.state_dir);
+    if (mkdir_p(gs_cfg.state_dir) != 0) {
+        gs_log_write(GS_WARN, "state dir %s unusable (%s); memory caps hold per process only",
+                     gs_cfg.state_dir, strerror(errno));
+        return NULL;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        gs_log_write(GS_WARN, "cannot open %s (%s); memory caps hold per process only", path,
+                     strerror(errno));
+        return NULL;
+    }
+    /* flock serialises creation: exactly one process initialises the file. */
+    struct gpuslice_region *r = NULL;
+    struct stat st;
+    if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0)
+        goto fail;
+    if (st.st_size != 0 && st.st_size != (off_t)sizeof *r) {
+        gs_log_write(GS_WARN, "%s has size %lld, expected %zu (another layout); "
+                     "memory caps hold per process only", path, (long long)st.st_size,
+                     sizeof *r);
+        goto out;
+    }
+    if (st.st_size == 0 && ftruncate(fd, sizeof *r) != 0)
+        goto fail;
+    void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        goto fail;
+    r = m;
+    unsigned magic = __atomic_load_n(&r->magic, __ATOMIC_ACQUIRE);
+    if (magic == 0) {
+        /* New, or its creator died before finishing: nobody uses it yet. */
+        gs_region_init(r, &gs_cfg);
+    } else if (magic != GPUSLICE_REGION_MAGIC || r->version != GPUSLICE_REGION_VERSION ||
+               r->size != sizeof *r) {
+        gs_log_write(GS_WARN, "%s has magic %#x version %u size %u, expected %#x %u %zu; "
+                     "memory caps hold per process only", path, magic, r->version, r->size,
+                     GPUSLICE_REGION_MAGIC, GPUSLICE_REGION_VERSION, sizeof *r);
+        munmap(m, sizeof *r);
+        r = NULL;
+    } else {
+        for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
+            if (r->devices[i].limit_bytes != gs_cfg.mem_limit[i] && !gs_cfg.fail_closed)
+                GS_LOG(GS_INFO, "device %d: the region's cap %llu wins over this process's "
+                       "environment (%llu)", i, r->devices[i].limit_bytes,
+                       gs_cfg.mem_limit[i]);
+    }
+    goto out;
+fail:
+    gs_log_write(GS_WARN, "cannot use %s (%s); memory caps hold per process only", path,
+                 strerror(errno));
+out:
+    /* Explicitly: a flock belongs to the open file, which the mapping keeps
+     * alive, so close() alone would hold it until munmap. */
+    flock(fd, LOCK_UN);
+    close(fd);
+    return r;
+}
+
+static void after_fork_child(void);
+
+static void open_once(void)
+{
+    /* The slot cache is this module's, so is resetting it in a forked child:
+     * gs_slot_locked's fast path relies on it instead of a getpid() per call. */
+    pthread_atfork(NULL, NULL, after_fork_child);
+    struct gpuslice_region *r = open_file();
+    if (!r) {
+        /* Shared and anonymous: forked children still share the cap. */
+        void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                       -1, 0);
+        if (m == MAP_FAILED) {
+            /* Cannot even do that: refuse, never crash. */
+            gs_log_write(GS_ERROR, "cannot map a private region; failing closed");
+            gs_cfg.fail_closed = 1;
+            static struct gpuslice_region empty;
+            m = &empty;
+        }
+        r = m;
+        gs_region_init(r, &gs_cfg);
+    }
+    __atomic_store_n(&gs_region_ptr, r, __ATOMIC_RELEASE);
+}
+
+struct gpuslice_region *gs_region_open_slow(void)
+{
+    pthread_once(&region_once, open_once);
+    return gs_region_ptr;
+}
+
+int gs_region_lock(struct gpuslice_region *r)
+{
+    int rc = pthread_mutex_lock(region_mutex(r));
+    if (rc == EOWNERDEAD) {
+        /* A process died holding the lock, maybe half-way through an update.
+         * Slots are updated before totals, and totals are derived: drop the
+         * dead, recompute, and the state is exact again. */
+        pthread_mutex_consistent(region_mutex(r));
+        gs_log_write(GS_WARN, "a process died holding the region lock; recomputing usage");
+        gs_reclaim_locked(r);
+        gs_recompute_locked(r);
+        return 0;
+    }
+    if (rc != 0) {
+        gs_log_write(GS_ERROR, "region lock failed (%s); refusing the allocation",
+                     strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+void gs_region_unlock(struct gpuslice_region *r)
+{
+    pthread_mutex_unlock(region_mutex(r));
+}
+
+unsigned long long gs_proc_start_time(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* comm may hold spaces and ')': fields restart after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    /* p+1 starts field 3 (state); field 22 (starttime) is 19 fields later. */
+    for (int field = 2; field < 22 && p; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+static int slot_dead(const struct gpuslice_proc *s)
+{
+    int pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
+    if (pid <= 0)
+        return 1;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    /* Alive (or EPERM): a reused pid shows a different start time. */
+    unsigned long long st = gs_proc_start_time(pid);
+    return st != 0 && st != s->start_time;
+}
+
+static void slot_clear_locked(struct gpuslice_region *r, struct gpuslice_proc *s)
+{
+    for (int d = 0; d < GPUSLICE_MAX_DEVICES; d++) {
+        unsigned long long sum = 0;
+        for (int k = 0; k < GPUSLICE_KINDS; k++) {
+            sum += s->used[d][k];
+            __atomic_store_n(&s->used[d][k], 0, __ATOMIC_RELAXED);
+        }
+        unsigned long long u = r->devices[d].used_bytes;
+        __atomic_store_n(&r->devices[d].used_bytes, u > sum ? u - sum : 0, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&s->state, GPUSLICE_SLOT_FREE, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->pid, 0, __ATOMIC_RELAXED);
+}
+
+void gs_reclaim_locked(struct gpuslice_region *r)
+{
+    for (int i = 0; i < GPUSLICE_MAX_PROCS; i++) {
+        struct gpuslice_proc *s = &r->procs[i];
+        if (s->state == GPUSLICE_SLOT_LIVE && i != slot_index && slot_dead(s)) {
+            GS_LOG(GS_INFO, "reclaiming slot %d of dead pid %d", i, s->pid);
+            slot_clear_locked(r, s);
+        }
+    }
+}
+
+void gs_recompute_locked(struct gpuslice_region *r)
+{
+    for (int d = 0; d < GPUSLICE_MAX_DEVICES; d++) {
+        unsigned long long sum = 0;
+        for (int i = 0; i < GPUSLICE_MAX_PROCS; i++)
+            if (r->procs[i].state == GPUSLICE_SLOT_LIVE)
+                for (int k = 0; k < GPUSLICE_KINDS; k++)
+                    sum += r->procs[i].used[d][k];
+        __atomic_store_n(&r->devices[d].used_bytes, sum, __ATOMIC_RELAXED);
+    }
+}
+
+static int take_free_locked(struct gpuslice_region *r)
+{
+    for (int i = 0; i < GPUSLICE_MAX_PROCS; i++)
+        if (r->procs[i].state == GPUSLICE_SLOT_FREE)
+            return i;
+    return -1;
+}
+
+int gs_slot_locked(struct gpuslice_region *r)
+{
+    /* Fast path without a syscall: a fork resets slot_index in the child
+     * (after_fork_child), so a set slot_index is this process's. */
+    if (slot_index >= 0 && r->procs[slot_index].pid == slot_pid)
+        return slot_index;
+    int pid = getpid();
+    unsigned long long st = gs_proc_start_time(pid);
+    int idx = -1;
+    for (int i = 0; i < GPUSLICE_MAX_PROCS && idx < 0; i++) {
+        struct gpuslice_proc *s = &r->procs[i];
+        /* Same pid and start time: an image we replaced by exec; its memory
+         * went away with it. */
+        if (s->state == GPUSLICE_SLOT_LIVE && s->pid == pid && s->start_time == st) {
+            slot_clear_locked(r, s);
+            idx = i;
+        }
+    }
+    if (idx < 0)
+        idx = take_free_locked(r);
+    if (idx < 0) {
+        gs_reclaim_locked(r);
+        idx = take_free_locked(r);
+    }
+    if (idx < 0) {
+        gs_log_write(GS_ERROR, "all %d process slots are taken; refusing allocations",
+                     GPUSLICE_MAX_PROCS);
+        return -1;
+    }
+    struct gpuslice_proc *s = &r->procs[idx];
+    s->start_time = st;
+    __atomic_store_n(&s->pid, pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->state, GPUSLICE_SLOT_LIVE, __ATOMIC_RELEASE);
+    slot_index = idx;
+    slot_pid = pid;
+    return idx;
+}
+
+static void after_fork_child(void)
+{
+    /* The child is a new process: it takes its own slot on first use. The
+     * mapping itself is inherited and still right. */
+    slot_index = -1;
+    slot_pid = 0;
+}

@@ -1,0 +1,329 @@
+/*
+ * cuprog: drives the CUDA driver API the way programs do, for the shim tests.
+ *
+ *   cuprog VIA OP [ARG...] [OP [ARG...]]...
+ *
+ * VIA picks how every driver function is found, i.e. which interception path
+ * is under test: `direct` (linked with -lcuda), `dlsym` (dlopen + dlsym on
+ * the library handle), `gpa` (cuGetProcAddress, CUDA 12.0 ABI), `gpa2`
+ * (cuGetProcAddress_v2), `gpa-pt` (cuGetProcAddress with the per-thread
+ * stream flag: the _ptsz variants). Each OP prints one line "OP RC [VALUE]".
+ */
+#define _GNU_SOURCE
+#include <gpuslice/cuda_api.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Direct linking: the names the program would have used. */
+#define FUNCS(X)                                                                              \
+    X(cuInit, (unsigned))                                                                     \
+    X(cuGetProcAddress, (const char *, void **, int, cuuint64_t))                             \
+    X(cuGetProcAddress_v2,                                                                    \
+      (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))             \
+    X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                      \
+    X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                               \
+    X(cuCtxSetCurrent, (CUcontext))                                                           \
+    X(cuCtxCreate_v2, (CUcontext *, unsigned, CUdevice))                                      \
+    X(cuCtxDestroy_v2, (CUcontext))                                                           \
+    X(cuMemGetInfo_v2, (size_t *, size_t *))                                                  \
+    X(cuDeviceTotalMem_v2, (size_t *, CUdevice))                                              \
+    X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                                                 \
+    X(cuMemAllocPitch_v2, (CUdeviceptr *, size_t *, size_t, size_t, unsigned))                \
+    X(cuMemAllocManaged, (CUdeviceptr *, size_t, unsigned))                                   \
+    X(cuMemFree_v2, (CUdeviceptr))                                                            \
+    X(cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,      \
+                    unsigned long long))                                                      \
+    X(cuMemRelease, (CUmemGenericAllocationHandle))                                           \
+    X(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))                                     \
+    X(cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))               \
+    X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                                \
+    X(cuDeviceGetDefaultMemPool, (CUmemoryPool *, CUdevice))                                  \
+    X(cuArrayCreate_v2, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *))                           \
+    X(cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *))                       \
+    X(cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned)) \
+    X(cuArrayDestroy, (CUarray))                                                              \
+    X(cuMipmappedArrayDestroy, (CUmipmappedArray))
+
+#define DECL(name, params) extern CUresult name params;
+FUNCS(DECL)
+#define FIELD(name, params) CUresult(*name) params;
+static struct { FUNCS(FIELD) } api;
+
+/* Base names and the CUDA version that asks for the variant we mean. */
+static void *by_gpa(const char *name, int v2, cuuint64_t flags)
+{
+    char base[128];
+    snprintf(base, sizeof base, "%s", name);
+    char *suffix = strstr(base, "_v2");
+    if (suffix && strcmp(name, "cuGetProcAddress_v2") != 0)
+        *suffix = '\0';
+    if (strcmp(name, "cuGetProcAddress_v2") == 0)
+        base[strlen("cuGetProcAddress")] = '\0';
+    void *p = NULL;
+    CUdriverProcAddressQueryResult st;
+    if (v2)
+        cuGetProcAddress_v2(base, &p, 12000, flags, &st);
+    else
+        cuGetProcAddress(base, &p, 12000, flags);
+    return p;
+}
+
+static void load(const char *via)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    int gpa = strncmp(via, "gpa", 3) == 0, v2 = strcmp(via, "gpa2") == 0;
+    cuuint64_t flags = strcmp(via, "gpa-pt") == 0 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                                  : 0;
+    if (!strcmp(via, "direct")) {
+#define DIRECT(name, params) api.name = name;
+        FUNCS(DIRECT)
+    } else if (!strcmp(via, "dlsym")) {
+#define DLSYM(name, params) *(void **)&api.name = dlsym(h, #name);
+        FUNCS(DLSYM)
+    } else if (gpa) {
+        /* cuInit is asked for too: everything through one door. */
+#define GPA(name, params) *(void **)&api.name = by_gpa(#name, v2, flags);
+        FUNCS(GPA)
+    } else {
+        fprintf(stderr, "unknown via %s\n", via);
+        exit(2);
+    }
+}
+
+#define MAXP 4096
+static CUdeviceptr ptrs[MAXP];
+static int nptrs;
+static CUmemGenericAllocationHandle vmms[64];
+static int nvmm;
+static CUarray arrays[64];
+static int narrays;
+static CUmipmappedArray mips[64];
+static int nmips;
+static CUcontext ctxs[16];
+static int nctx;
+
+static unsigned long long size_arg(const char *s)
+{
+    char *end;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (*end == 'M' || *end == 'm')
+        n <<= 20;
+    else if (*end == 'G' || *end == 'g')
+        n <<= 30;
+    else if (*end == 'K' || *end == 'k')
+        n <<= 10;
+    return n;
+}
+
+static CUresult pctx(int dev)
+{
+    CUcontext c;
+    CUresult r = api.cuDevicePrimaryCtxRetain(&c, dev);
+    if (r == CUDA_SUCCESS)
+        r = api.cuCtxSetCurrent(c);
+    return r;
+}
+
+/* threads: N threads make their first CUDA call at once, each takes bytes. */
+static pthread_barrier_t barrier;
+static unsigned long long thread_bytes;
+static int thread_granted, thread_errors;
+static pthread_mutex_t thread_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *thread_main(void *arg)
+{
+    (void)arg;
+    pthread_barrier_wait(&barrier);
+    CUresult r = api.cuInit(0);
+    if (r == CUDA_SUCCESS)
+        r = pctx(0);
+    CUdeviceptr p;
+    CUresult a = r == CUDA_SUCCESS ? api.cuMemAlloc_v2(&p, thread_bytes) : r;
+    pthread_mutex_lock(&thread_mu);
+    if (a == CUDA_SUCCESS)
+        thread_granted++;
+    else if (a != CUDA_ERROR_OUT_OF_MEMORY)
+        thread_errors++;
+    pthread_mutex_unlock(&thread_mu);
+    return NULL;
+}
+
+static CUDA_ARRAY3D_DESCRIPTOR desc3(size_t w, size_t h, size_t d)
+{
+    CUDA_ARRAY3D_DESCRIPTOR x = {w, h, d, CU_AD_FORMAT_FLOAT, 4, 0};
+    return x;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: cuprog VIA OP...\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    load(argv[1]);
+    for (int i = 2; i < argc; i++) {
+        const char *op = argv[i];
+#define ARG() (i + 1 < argc ? argv[++i] : (fprintf(stderr, "%s: missing arg\n", op), exit(2), ""))
+        CUresult r = 0;
+        if (!strcmp(op, "init")) {
+            r = api.cuInit(0);
+        } else if (!strcmp(op, "pctx")) {
+            r = pctx(atoi(ARG()));
+        } else if (!strcmp(op, "pctxrel")) {
+            r = api.cuDevicePrimaryCtxRelease_v2(atoi(ARG()));
+        } else if (!strcmp(op, "ctx")) {
+            r = api.cuCtxCreate_v2(&ctxs[nctx], 0, atoi(ARG()));
+            if (r == CUDA_SUCCESS)
+                nctx++;
+        } else if (!strcmp(op, "ctxdestroy")) {
+            r = nctx ? api.cuCtxDestroy_v2(ctxs[--nctx]) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "alloc")) {
+            r = api.cuMemAlloc_v2(&ptrs[nptrs], size_arg(ARG()));
+            if (r == CUDA_SUCCESS)
+                nptrs++;
+        } else if (!strcmp(op, "managed")) {
+            r = api.cuMemAllocManaged(&ptrs[nptrs], size_arg(ARG()), 1);
+            if (r == CUDA_SUCCESS)
+                nptrs++;
+        } else if (!strcmp(op, "async") || !strcmp(op, "pool")) {
+            unsigned long long n = size_arg(ARG());
+            if (!strcmp(op, "async")) {
+                r = api.cuMemAllocAsync(&ptrs[nptrs], n, NULL);
+            } else {
+                CUmemoryPool pool;
+                r = api.cuDeviceGetDefaultMemPool(&pool, 0);
+                if (r == CUDA_SUCCESS)
+                    r = api.cuMemAllocFromPoolAsync(&ptrs[nptrs], n, pool, NULL);
+            }
+            if (r == CUDA_SUCCESS)
+                nptrs++;
+        } else if (!strcmp(op, "asyncfree")) {
+            r = nptrs ? api.cuMemFreeAsync(ptrs[--nptrs], NULL) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "free")) {
+            r = nptrs ? api.cuMemFree_v2(ptrs[--nptrs]) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "freeall")) {
+            while (nptrs && r == CUDA_SUCCESS)
+                r = api.cuMemFree_v2(ptrs[--nptrs]);
+        } else if (!strcmp(op, "fill")) {
+            unsigned long long chunk = size_arg(ARG()), granted = 0;
+            while (nptrs < MAXP && (r = api.cuMemAlloc_v2(&ptrs[nptrs], chunk)) == CUDA_SUCCESS) {
+                nptrs++;
+                granted += chunk;
+            }
+            printf("fill %d %llu\n", r, granted);
+            continue;
+        } else if (!strcmp(op, "pitch")) {
+            size_t w = size_arg(ARG()), h = size_arg(ARG()), pitch = 0;
+            r = api.cuMemAllocPitch_v2(&ptrs[nptrs], &pitch, w, h, 4);
+            if (r == CUDA_SUCCESS)
+                nptrs++;
+            printf("pitch %d %zu\n", r, pitch);
+            continue;
+        } else if (!strcmp(op, "info")) {
+            size_t f = 0, t = 0;
+            r = api.cuMemGetInfo_v2(&f, &t);
+            printf("info %d %zu %zu\n", r, f, t);
+            continue;
+        } else if (!strcmp(op, "total")) {
+            size_t t = 0;
+            r = api.cuDeviceTotalMem_v2(&t, atoi(ARG()));
+            printf("total %d %zu\n", r, t);
+            continue;
+        } else if (!strcmp(op, "vmm")) {
+            int dev = atoi(ARG());
+            CUmemAllocationProp prop;
+            memset(&prop, 0, sizeof prop);
+            prop.type = 1; /* pinned */
+            prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            prop.location.id = dev;
+            r = api.cuMemCreate(&vmms[nvmm], size_arg(ARG()), &prop, 0);
+            if (r == CUDA_SUCCESS)
+                nvmm++;
+        } else if (!strcmp(op, "vmmrel")) {
+            r = nvmm ? api.cuMemRelease(vmms[--nvmm]) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "array")) {
+            /* float4 elements: 16 bytes each */
+            CUDA_ARRAY_DESCRIPTOR d = {size_arg(ARG()), size_arg(ARG()), CU_AD_FORMAT_FLOAT, 4};
+            r = api.cuArrayCreate_v2(&arrays[narrays], &d);
+            if (r == CUDA_SUCCESS)
+                narrays++;
+        } else if (!strcmp(op, "array3d")) {
+            size_t w = size_arg(ARG()), h = size_arg(ARG()), dd = size_arg(ARG());
+            CUDA_ARRAY3D_DESCRIPTOR d = desc3(w, h, dd);
+            r = api.cuArray3DCreate_v2(&arrays[narrays], &d);
+            if (r == CUDA_SUCCESS)
+                narrays++;
+        } else if (!strcmp(op, "arrdestroy")) {
+            r = narrays ? api.cuArrayDestroy(arrays[--narrays]) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "mipmap")) {
+            size_t w = size_arg(ARG()), h = size_arg(ARG());
+            unsigned levels = (unsigned)atoi(ARG());
+            CUDA_ARRAY3D_DESCRIPTOR d = desc3(w, h, 0);
+            r = api.cuMipmappedArrayCreate(&mips[nmips], &d, levels);
+            if (r == CUDA_SUCCESS)
+                nmips++;
+        } else if (!strcmp(op, "mipdestroy")) {
+            r = nmips ? api.cuMipmappedArrayDestroy(mips[--nmips]) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "gpaself")) {
+            /* cuGetProcAddress asked for itself must hand out the shim's. */
+            void *p = NULL;
+            r = api.cuGetProcAddress("cuGetProcAddress", &p, 12000, 0);
+            void *ours = dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
+            printf("gpaself %d %d\n", r, p == ours);
+            continue;
+        } else if (!strcmp(op, "hold")) {
+            printf("held\n");
+            char buf[64];
+            while (fread(buf, 1, sizeof buf, stdin) > 0) {
+            }
+            continue;
+        } else if (!strcmp(op, "waitfile")) {
+            const char *path = ARG();
+            struct stat st;
+            while (stat(path, &st) != 0) {
+                struct timespec ts = {0, 1000000};
+                nanosleep(&ts, NULL);
+            }
+            continue;
+        } else if (!strcmp(op, "threads")) {
+            int n = atoi(ARG());
+            thread_bytes = size_arg(ARG());
+            pthread_t t[256];
+            pthread_barrier_init(&barrier, NULL, (unsigned)n);
+            for (int k = 0; k < n; k++)
+                pthread_create(&t[k], NULL, thread_main, NULL);
+            for (int k = 0; k < n; k++)
+                pthread_join(t[k], NULL);
+            printf("threads %d %d\n", thread_errors, thread_granted);
+            continue;
+        } else if (!strcmp(op, "fork")) {
+            unsigned long long n = size_arg(ARG());
+            pid_t pid = fork();
+            if (pid == 0) {
+                CUdeviceptr p;
+                CUresult c = pctx(0);
+                if (c == CUDA_SUCCESS)
+                    c = api.cuMemAlloc_v2(&p, n);
+                _exit(c);
+            }
+            int status = 0;
+            waitpid(pid, &status, 0);
+            printf("fork %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+            continue;
+        } else {
+            fprintf(stderr, "unknown op %s\n", op);
+            return 2;
+        }
+        printf("%s %d\n", op, r);
+    }
+    return 0;
+}

@@ -1,0 +1,425 @@
+"""libgpuslice.so against the fake driver: caps enforced and reported, on every path.
+
+Each test drives tests/shim/cuprog (the CUDA driver API the way programs use
+it) with the shim preloaded, in its own state dir, and reads the shared
+region from outside through ocihook.region, as the host tools do. The whole
+suite runs three times: against the plain, the ASan+UBSan and the TSan build
+of the shim (test programs built with the same sanitizer); a sanitizer
+report fails the test.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from ocihook import region  # noqa: E402
+
+SHIM_DIR = REPO / "native" / "shim"
+PROGS_DIR = REPO / "tests" / "shim"
+MIB = 1 << 20
+GIB = 1 << 30
+OOM = 2
+VIAS = ["direct", "dlsym", "gpa", "gpa2", "gpa-pt"]
+SAN_MARKERS = ("ERROR: AddressSanitizer", "WARNING: ThreadSanitizer", "runtime error:",
+               "ERROR: LeakSanitizer")
+
+
+class Variant:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        build = {"plain": "build", "asan": "build-asan", "tsan": "build-tsan"}[name]
+        self.shim = SHIM_DIR / build / "libgpuslice.so"
+        self.bin = PROGS_DIR / f"build-{name}"
+
+    def preload(self, instrumented: bool = True) -> str:
+        # ASan must come first in the library list; into an uninstrumented
+        # program (python) either runtime is preloaded ahead of the shim.
+        if self.name == "asan" or (self.name == "tsan" and not instrumented):
+            lib = "libasan.so" if self.name == "asan" else "libtsan.so"
+            rt = subprocess.run(["gcc", f"-print-file-name={lib}"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+            return f"{os.path.realpath(rt)}:{self.shim}"
+        return str(self.shim)
+
+    def sanitizer_env(self, instrumented: bool = True) -> Dict[str, str]:
+        return {
+            "ASAN_OPTIONS": "exitcode=66:detect_leaks=%d" % (1 if instrumented else 0),
+            "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:exitcode=66",
+            "TSAN_OPTIONS": "halt_on_error=1:exitcode=66",
+        }
+
+
+@pytest.fixture(scope="session", params=["plain", "asan", "tsan"])
+def variant(request, fakedriver: Path) -> Variant:
+    v = Variant(request.param)
+    subprocess.run(["make", "-s", "-C", str(PROGS_DIR), f"VARIANT={v.name}"], check=True)
+    assert v.shim.exists() and (v.bin / "cuprog").exists()
+    return v
+
+
+class Shim:
+    """Runs cuprog with the shim in one state dir."""
+
+    def __init__(self, variant: Variant, env: Dict[str, str], state: Path) -> None:
+        self.variant = variant
+        self.state = state
+        self.env = dict(env)
+        self.env.update(variant.sanitizer_env())
+        self.env.update(LD_PRELOAD=variant.preload(), GPUSLICE_STATE_DIR=str(state),
+                        GPUSLICE_CONTEXT_RESERVE="0", GPUSLICE_MEMORY_LIMIT_0="1GiB",
+                        GPUSLICE_MEMORY_LIMIT_1="2GiB")
+        for k in ("GPUSLICE_MEMORY_LIMIT", "GPUSLICE_DISABLE", "GPUSLICE_LOG"):
+            self.env.pop(k, None)
+
+    def with_env(self, **kw: Optional[str]) -> "Shim":
+        s = Shim.__new__(Shim)
+        s.variant, s.state, s.env = self.variant, self.state, dict(self.env)
+        for k, v in kw.items():
+            if v is None:
+                s.env.pop(k, None)
+            else:
+                s.env[k] = v
+        return s
+
+    def argv(self, via: str, *ops: str) -> List[str]:
+        return [str(self.variant.bin / "cuprog"), via, *ops]
+
+    def run(self, via: str, *ops: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        res = subprocess.run(self.argv(via, *ops), env=self.env, capture_output=True,
+                             text=True, timeout=timeout)
+        clean(res.stderr)
+        assert res.returncode == 0, res.stderr
+        return res
+
+    def start(self, via: str, *ops: str) -> subprocess.Popen:
+        """Ops ending in `hold`: returns once the program holds (or has failed)."""
+        p = subprocess.Popen(self.argv(via, *ops), env=self.env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p.lines = []  # type: ignore[attr-defined]
+        return p
+
+    def region(self) -> region.Region:
+        return region.read(str(self.state / "region"))
+
+
+def clean(stderr: str) -> None:
+    for marker in SAN_MARKERS:
+        assert marker not in stderr, stderr
+
+
+def wait_held(p: subprocess.Popen, timeout: float = 60) -> List[str]:
+    out = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if not line:
+            raise AssertionError(f"exited early: {out} {p.stderr.read()}")
+        out.append(line.strip())
+        if line.strip() == "held":
+            return out
+    raise AssertionError(f"not held in time: {out}")
+
+
+def release(p: subprocess.Popen) -> str:
+    _, err = p.communicate(timeout=60)
+    clean(err)
+    assert p.returncode == 0, err
+    return err
+
+
+def results(res_or_lines) -> List[List[str]]:
+    text = res_or_lines.stdout if hasattr(res_or_lines, "stdout") else "\n".join(res_or_lines)
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+def rc_of(rows: List[List[str]], op: str, nth: int = 0) -> int:
+    return int([r for r in rows if r[0] == op][nth][1])
+
+
+def value_of(rows: List[List[str]], op: str, nth: int = 0) -> List[int]:
+    return [int(x) for x in [r for r in rows if r[0] == op][nth][1:]]
+
+
+@pytest.fixture
+def shim(variant: Variant, fake_env, tmp_path: Path) -> Shim:
+    return Shim(variant, fake_env(2), tmp_path / "state")
+
+
+# ----------------------------------------------------------------- C units
+
+
+def test_unit_parts(variant: Variant, tmp_path: Path) -> None:
+    env = dict(os.environ, **variant.sanitizer_env())
+    res = subprocess.run([str(variant.bin / "unit_shim"), str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    clean(res.stderr)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.split() == ["ok", "parse_size", "ok", "config", "ok", "ptrmap", "ok",
+                                  "region", "ok", "layout_mismatch"]
+
+
+def test_dlsym_override_keeps_rtld_next(variant: Variant) -> None:
+    # A library that interposes getpid via dlsym(RTLD_NEXT) must get libc's.
+    env = dict(os.environ, LD_PRELOAD=variant.preload(), **variant.sanitizer_env())
+    res = subprocess.run([str(variant.bin / "rtld_next")], env=env, capture_output=True,
+                         text=True, timeout=60)
+    clean(res.stderr)
+    assert res.returncode == 0, res.stderr
+
+
+# -------------------------------------------------------------------- caps
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_caps_per_device(shim: Shim, via: str) -> None:
+    rows = results(shim.run(via, "init", "pctx", "0", "info", "total", "0", "total", "1",
+                            "fill", "64M", "alloc", "1", "info", "freeall", "info",
+                            "pctx", "1", "fill", "128M", "alloc", "1", "info", "total", "1"))
+    assert rc_of(rows, "init") == 0 and rc_of(rows, "pctx") == 0
+    assert value_of(rows, "info", 0) == [0, GIB, GIB]        # free, total = the cap
+    assert value_of(rows, "total", 0) == [0, GIB]
+    assert value_of(rows, "total", 1) == [0, 2 * GIB]
+    assert value_of(rows, "fill", 0) == [OOM, GIB]          # up to the cap exactly
+    assert rc_of(rows, "alloc", 0) == OOM                   # one more byte
+    assert value_of(rows, "info", 1) == [0, 0, GIB]
+    assert value_of(rows, "info", 2) == [0, GIB, GIB]       # free restores
+    assert value_of(rows, "fill", 1) == [OOM, 2 * GIB]      # device 1: its own cap
+    assert rc_of(rows, "alloc", 1) == OOM
+    assert value_of(rows, "info", 3) == [0, 0, 2 * GIB]
+
+
+def test_get_proc_address_of_itself_is_the_shims(shim: Shim) -> None:
+    rows = results(shim.run("direct", "init", "gpaself"))
+    assert value_of(rows, "gpaself") == [0, 1]
+
+
+def test_uncapped_device_passes_through(shim: Shim) -> None:
+    s = shim.with_env(GPUSLICE_MEMORY_LIMIT_1=None)
+    rows = results(s.run("direct", "init", "pctx", "1", "alloc", "3G", "info", "total", "1"))
+    assert rc_of(rows, "alloc") == 0
+    assert value_of(rows, "total") == [0, 143771 * MIB]
+    assert value_of(rows, "info")[2] == 143771 * MIB
+
+
+def test_region_records_devices_and_usage(shim: Shim) -> None:
+    p = shim.start("direct", "init", "pctx", "0", "alloc", "300M", "pitch", "1000", "1024",
+                   "hold")
+    rows = results(wait_held(p))
+    pitch = value_of(rows, "pitch")
+    assert pitch[0] == 0 and pitch[1] >= 1000
+    reg = shim.region()
+    assert reg.devices[0].uuid == "GPU-000000a0-1111-2222-3333-000000000000"
+    assert reg.devices[0].limit_bytes == GIB and reg.devices[1].limit_bytes == 2 * GIB
+    assert reg.devices[0].total_bytes == 143771 * MIB
+    assert reg.devices[0].used_bytes == 300 * MIB + pitch[1] * 1024  # settled on pitch*height
+    (proc,) = reg.procs
+    assert proc.pid == p.pid and proc.used[0][1] == reg.devices[0].used_bytes
+    release(p)
+
+
+# ------------------------------------------------------------------- races
+
+
+def test_four_processes_race_for_one_cap(shim: Shim, tmp_path: Path) -> None:
+    for rnd in range(3):
+        go = tmp_path / f"go{rnd}"
+        procs = [shim.start("direct", "init", "pctx", "0", "waitfile", str(go), "fill", "64M",
+                            "hold") for _ in range(4)]
+        time.sleep(0.2)
+        go.touch()
+        granted = [value_of(results(wait_held(p)), "fill")[1] for p in procs]
+        assert sum(granted) == GIB, granted  # every chunk fits exactly: no more, no less
+        reg = shim.region()
+        assert reg.devices[0].used_bytes == sum(granted)
+        by_pid = {pr.pid: pr.used[0][1] for pr in reg.procs}
+        assert sorted(by_pid[p.pid] for p in procs) == sorted(granted)
+        for p in procs:
+            release(p)  # exits holding its memory: the next round reclaims it
+
+
+def test_two_processes_race_for_the_last_600mib(shim: Shim, tmp_path: Path) -> None:
+    for rnd in range(5):
+        go = tmp_path / f"go{rnd}"
+        procs = [shim.start("direct", "init", "pctx", "0", "waitfile", str(go), "alloc",
+                            "600M", "hold") for _ in range(2)]
+        time.sleep(0.1)
+        go.touch()
+        rcs = sorted(rc_of(results(wait_held(p)), "alloc") for p in procs)
+        assert rcs == [0, OOM]
+        assert shim.region().devices[0].used_bytes == 600 * MIB
+        for p in procs:
+            release(p)
+
+
+def test_64_threads_first_call_at_once(shim: Shim) -> None:
+    rows = results(shim.run("direct", "threads", "64", "32M", timeout=120))
+    errors, granted = value_of(rows, "threads")
+    assert errors == 0 and granted == 32  # 32 x 32 MiB = the 1 GiB cap
+
+
+# ------------------------------------------------------------- API families
+
+
+@pytest.mark.parametrize("via", ["direct", "gpa", "gpa-pt"])
+def test_vmm_and_pools_capped(shim: Shim, via: str) -> None:
+    rows = results(shim.run(via, "init", "pctx", "0",
+                            "vmm", "0", "512M", "vmm", "0", "512M", "vmm", "0", "2M",
+                            "vmmrel", "vmm", "0", "512M", "vmmrel", "vmmrel", "info",
+                            "async", "512M", "pool", "512M", "async", "2M", "asyncfree",
+                            "pool", "512M", "asyncfree", "asyncfree", "info"))
+    vmm = [int(r[1]) for r in rows if r[0] == "vmm"]
+    assert vmm == [0, 0, OOM, 0]
+    assert value_of(rows, "info", 0) == [0, GIB, GIB]
+    assert rc_of(rows, "async", 0) == 0 and rc_of(rows, "pool", 0) == 0
+    assert rc_of(rows, "async", 1) == OOM
+    assert rc_of(rows, "pool", 1) == 0  # after a cuMemFreeAsync
+    assert value_of(rows, "info", 1) == [0, GIB, GIB]
+
+
+def test_managed_memory_counts(shim: Shim) -> None:
+    # Managed memory can live on the device: it is charged like cuMemAlloc.
+    rows = results(shim.run("direct", "init", "pctx", "0", "managed", "1G", "managed", "1"))
+    assert [int(r[1]) for r in rows if r[0] == "managed"] == [0, OOM]  # managed counts
+
+
+def test_arrays_capped(shim: Shim) -> None:
+    rows = results(shim.run("direct", "init", "pctx", "0",
+                            "array", "8192", "8192", "array", "1", "1", "arrdestroy",
+                            "array3d", "1024", "1024", "64", "arrdestroy",
+                            "mipmap", "8192", "8192", "2", "mipmap", "4096", "4096", "2",
+                            "info", "mipdestroy", "info"))
+    arrays = [int(r[1]) for r in rows if r[0] in ("array", "array3d")]
+    assert arrays == [0, OOM, 0]          # 8192*8192 float4 = 1 GiB
+    mips = [int(r[1]) for r in rows if r[0] == "mipmap"]
+    assert mips == [OOM, 0]               # 1 GiB + 256 MiB > cap; 256 + 64 MiB fits
+    assert value_of(rows, "info", 0) == [0, GIB - 320 * MIB, GIB]
+    assert value_of(rows, "info", 1) == [0, GIB, GIB]
+
+
+def test_context_reservation(shim: Shim) -> None:
+    s = shim.with_env(GPUSLICE_CONTEXT_RESERVE="256MiB")
+    p = s.start("direct", "init", "pctx", "0", "ctx", "0", "fill", "64M", "hold")
+    rows = results(wait_held(p))
+    assert value_of(rows, "fill") == [OOM, GIB - 256 * MIB]  # one reservation per device
+    (proc,) = s.region().procs
+    assert proc.used[0][0] == 256 * MIB
+    release(p)
+    rows = results(s.run("direct", "init", "ctx", "0", "ctxdestroy", "pctx", "0",
+                         "pctxrel", "0", "ctx", "0", "fill", "256M"))
+    assert value_of(rows, "fill") == [OOM, 3 * 256 * MIB]
+
+
+# --------------------------------------------------------- process lifetime
+
+
+def test_reclaim_after_sigkill(shim: Shim) -> None:
+    p = shim.start("direct", "init", "pctx", "0", "alloc", "768M", "hold")
+    assert rc_of(results(wait_held(p)), "alloc") == 0
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    p.stdout.close(), p.stderr.close(), p.stdin.close()
+    rows = results(shim.run("direct", "init", "pctx", "0", "alloc", "768M"))
+    assert rc_of(rows, "alloc") == 0
+    assert [pr.pid for pr in shim.region().procs] != [p.pid]
+
+
+def test_fork_child_within_the_same_cap(shim: Shim) -> None:
+    rows = results(shim.run("direct", "init", "pctx", "0", "alloc", "768M",
+                            "fork", "256M", "fork", "257M", "fork", "256M"))
+    assert [int(r[1]) for r in rows if r[0] == "fork"] == [0, OOM, 0]
+
+
+# ----------------------------------------------------------------- config
+
+
+def test_malformed_limit_fails_closed(shim: Shim) -> None:
+    s = shim.with_env(GPUSLICE_MEMORY_LIMIT="12parsecs", GPUSLICE_MEMORY_LIMIT_0=None,
+                      GPUSLICE_MEMORY_LIMIT_1=None)
+    res = s.run("direct", "init", "pctx", "0", "alloc", "1", "vmm", "0", "2M", "async", "1M",
+                "managed", "1", "array", "1", "1", "info")
+    rows = results(res)
+    assert rc_of(rows, "init") == 0
+    for op in ("pctx", "alloc", "vmm", "async", "managed", "array"):
+        assert rc_of(rows, op) == OOM, op
+    errors = [line for line in res.stderr.splitlines() if "gpuslice" in line]
+    assert len(errors) == 1, res.stderr
+    assert "GPUSLICE_MEMORY_LIMIT" in errors[0] and '"12parsecs"' in errors[0]
+    assert "at least 1MiB" in errors[0]
+
+
+def test_hami_alias_and_small_cap(shim: Shim) -> None:
+    # Any size of at least 1 MiB is a cap (the 128 MiB rule is the accountant's).
+    s = shim.with_env(GPUSLICE_MEMORY_LIMIT_0=None, CUDA_DEVICE_MEMORY_LIMIT_0="100m")
+    rows = results(s.run("direct", "init", "pctx", "0", "fill", "32M", "info"))
+    assert value_of(rows, "fill") == [OOM, 96 * MIB]
+    assert value_of(rows, "info")[2] == 100 * MIB
+
+
+def test_disable_passes_through(shim: Shim) -> None:
+    s = shim.with_env(GPUSLICE_DISABLE="1")
+    rows = results(s.run("gpa", "init", "pctx", "0", "alloc", "3G", "info"))
+    assert rc_of(rows, "alloc") == 0
+    assert value_of(rows, "info")[2] == 143771 * MIB
+    assert not (shim.state / "region").exists()
+
+
+def test_process_without_cuda_never_loads_libcuda(variant: Variant, shim: Shim) -> None:
+    res = subprocess.run(["cat", "/proc/self/maps"], env=shim.with_env(
+        LD_PRELOAD=variant.preload(instrumented=False)).env, capture_output=True, text=True)
+    assert "libgpuslice" in res.stdout and "libcuda" not in res.stdout
+
+
+# ------------------------------------------------------------------- NVML
+
+
+NVML_SCRIPT = textwrap.dedent("""
+    import pynvml, json
+    pynvml.nvmlInit()
+    out = []
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        m = pynvml.nvmlDeviceGetMemoryInfo(h)
+        m2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+        procs = [(p.pid, p.usedGpuMemory) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]
+        out.append([m.total, m.used, m.free, m2.total, m2.used, procs])
+    pynvml.nvmlShutdown()
+    print(json.dumps(out))
+""")
+
+
+def nvml_view(variant: Variant, shim: Shim):
+    import json
+    env = shim.with_env(LD_PRELOAD=variant.preload(instrumented=False)).env
+    env.update(variant.sanitizer_env(instrumented=False))
+    res = subprocess.run([sys.executable, "-c", NVML_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=120)
+    clean(res.stderr)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_nvml_sees_the_cap_and_the_containers_processes(variant: Variant, shim: Shim) -> None:
+    p = shim.start("direct", "init", "pctx", "0", "alloc", "256M", "hold")
+    wait_held(p)
+    dev0, dev1 = nvml_view(variant, shim)
+    assert dev0[:5] == [GIB, 256 * MIB, GIB - 256 * MIB, GIB, 256 * MIB]
+    assert dev0[5] == [[p.pid, 256 * MIB]]
+    assert dev1[0] == 2 * GIB and dev1[1] == 0 and dev1[5] == []
+    release(p)
+
+
+def test_nvml_before_any_cuda_process_uses_the_index(variant: Variant, shim: Shim) -> None:
+    s = shim.with_env(GPUSLICE_MEMORY_LIMIT_1=None)
+    dev0, dev1 = nvml_view(variant, s)
+    assert dev0[:3] == [GIB, 0, GIB]
+    assert dev1[0] == 143771 * MIB  # uncapped: the fake's own numbers
