@@ -19,6 +19,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include "fakegpus.h"
 
+/* NVML's return codes, device handle and memory structs: one declaration,
+ * shared with libgpuslice.so. */
+#include <gpuslice/cuda_api.h>
+
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,40 +33,6 @@
 #define EXPORT __attribute__((visibility("default")))
 
 /* ------------------------------------------------------------- NVML's ABI */
-
-typedef enum {
-    NVML_SUCCESS = 0,
-    NVML_ERROR_UNINITIALIZED = 1,
-    NVML_ERROR_INVALID_ARGUMENT = 2,
-    NVML_ERROR_NOT_SUPPORTED = 3,
-    NVML_ERROR_NO_PERMISSION = 4,
-    NVML_ERROR_ALREADY_INITIALIZED = 5,
-    NVML_ERROR_NOT_FOUND = 6,
-    NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_INSUFFICIENT_POWER = 8,
-    NVML_ERROR_DRIVER_NOT_LOADED = 9,
-    NVML_ERROR_TIMEOUT = 10,
-    NVML_ERROR_IRQ_ISSUE = 11,
-    NVML_ERROR_LIBRARY_NOT_FOUND = 12,
-    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
-    NVML_ERROR_CORRUPTED_INFOROM = 14,
-    NVML_ERROR_GPU_IS_LOST = 15,
-    NVML_ERROR_RESET_REQUIRED = 16,
-    NVML_ERROR_OPERATING_SYSTEM = 17,
-    NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
-    NVML_ERROR_IN_USE = 19,
-    NVML_ERROR_MEMORY = 20,
-    NVML_ERROR_NO_DATA = 21,
-    NVML_ERROR_VGPU_ECC_NOT_SUPPORTED = 22,
-    NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
-    NVML_ERROR_FREQ_NOT_SUPPORTED = 24,
-    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
-    NVML_ERROR_DEPRECATED = 26,
-    NVML_ERROR_NOT_READY = 27,
-    NVML_ERROR_GPU_NOT_FOUND = 28,
-    NVML_ERROR_INVALID_STATE = 29,
-    NVML_ERROR_UNKNOWN = 999
-} nvmlReturn_t;
 
 typedef enum {
     NVML_TOPOLOGY_INTERNAL = 0,
@@ -95,7 +65,6 @@ typedef unsigned nvmlDeviceArchitecture_t; /* a typedef of unsigned int in nvml.
 struct nvmlDevice_st {
     unsigned index;
 };
-typedef struct nvmlDevice_st *nvmlDevice_t;
 
 /* The layout since NVML 9.0 (nvmlDeviceGetPciInfo_v3). */
 typedef struct {
@@ -119,24 +88,6 @@ typedef struct {
     unsigned pciSubSystemId;
     unsigned reserved[4];
 } nvmlPciInfoLegacy_t;
-
-typedef struct {
-    unsigned long long total;
-    unsigned long long free;
-    unsigned long long used;
-} nvmlMemory_t;
-
-typedef struct {
-    unsigned version;
-    unsigned long long total;
-    unsigned long long reserved;
-    unsigned long long free;
-    unsigned long long used;
-} nvmlMemory_v2_t;
-
-/* NVML's versioned structs carry sizeof | (version << 24). */
-#define NVML_STRUCT_VERSION(type, ver) ((unsigned)(sizeof(type) | ((unsigned)(ver) << 24)))
-#define nvmlMemory_v2 NVML_STRUCT_VERSION(nvmlMemory_v2_t, 2)
 
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
 _Static_assert(offsetof(nvmlPciInfo_t, busId) == 36, "nvmlPciInfo_t layout");
