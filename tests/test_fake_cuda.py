@@ -967,6 +967,7 @@ def test_clean_build_copy(tmp_path: Path) -> None:
 
 
 EXPORTS = [
+    "cuDeviceGetMemPool",
     "cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName",
     "cuDeviceGetUuid", "cuDeviceGetUuid_v2", "cuDeviceTotalMem", "cuDeviceTotalMem_v2",
     "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease",

@@ -276,13 +276,39 @@ def test_vmm_and_pools_capped(shim: Shim, via: str) -> None:
                             "vmm", "0", "512M", "vmm", "0", "512M", "vmm", "0", "2M",
                             "vmmrel", "vmm", "0", "512M", "vmmrel", "vmmrel", "info",
                             "async", "512M", "pool", "512M", "async", "2M", "asyncfree",
-                            "pool", "512M", "asyncfree", "asyncfree", "info"))
+                            "pool", "512M", "asyncfree", "asyncfree", "info", "sync", "info"))
     vmm = [int(r[1]) for r in rows if r[0] == "vmm"]
     assert vmm == [0, 0, OOM, 0]
     assert value_of(rows, "info", 0) == [0, GIB, GIB]
     assert rc_of(rows, "async", 0) == 0 and rc_of(rows, "pool", 0) == 0
     assert rc_of(rows, "async", 1) == OOM
-    assert rc_of(rows, "pool", 1) == 0  # after a cuMemFreeAsync
+    assert rc_of(rows, "pool", 1) == 0  # served from what the pool already holds
+    # Freed but still held by the pool (no sync yet): still charged.
+    assert value_of(rows, "info", 1) == [0, 0, GIB]
+    # The sync let the pool give it back; the next look settles the charge.
+    assert value_of(rows, "info", 2) == [0, GIB, GIB]
+
+
+def test_memory_a_pool_keeps_is_charged(shim: Shim) -> None:
+    """A pool that keeps what it frees (CuPy's async pool does) still counts:
+    without this, async-free then cudaMalloc would hold more than the cap."""
+    rows = results(shim.run("direct", "init", "pctx", "0", "keepall",
+                            "async", "512M", "asyncfree", "sync", "alloc", "768M",
+                            "async", "512M", "asyncfree", "info",
+                            "trim", "0", "alloc", "768M", "info"))
+    assert rc_of(rows, "alloc", 0) == OOM  # the pool still holds 512 MiB of the 1 GiB
+    assert rc_of(rows, "async", 1) == 0  # reuses what the pool holds: no new charge
+    assert value_of(rows, "info", 0) == [0, GIB - 512 * MIB, GIB]
+    assert rc_of(rows, "trim", 0) == 0
+    assert rc_of(rows, "alloc", 1) == 0  # trimmed: the 512 MiB are free again
+    assert value_of(rows, "info", 1) == [0, GIB - 768 * MIB, GIB]
+
+
+def test_destroyed_pool_gives_its_charge_back(shim: Shim) -> None:
+    rows = results(shim.run("direct", "init", "pctx", "0", "mkpool", "async-on", "512M",
+                            "asyncfree", "info", "rmpool", "info"))
+    assert value_of(rows, "info", 0) == [0, GIB - 512 * MIB, GIB]
+    assert rc_of(rows, "rmpool", 0) == 0
     assert value_of(rows, "info", 1) == [0, GIB, GIB]
 
 

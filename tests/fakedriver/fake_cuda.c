@@ -1352,6 +1352,12 @@ EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
     LOCKED(default_pool(pool_out, dev));
 }
 
+/* The pool cuMemAllocAsync draws from; no cuDeviceSetMemPool here, so the default. */
+EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    LOCKED(default_pool(pool_out, dev));
+}
+
 static CUresult pool_create(CUmemoryPool *pool, const CUmemPoolProps *props)
 {
     if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
@@ -1852,6 +1858,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuMemSetAccess, 10020, cuMemSetAccess, N)                        \
     X(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity, N) \
     X(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool, N)  \
+    X(cuDeviceGetMemPool, 11020, cuDeviceGetMemPool, N)                \
     X(cuMemPoolCreate, 11020, cuMemPoolCreate, N)                      \
     X(cuMemPoolDestroy, 11020, cuMemPoolDestroy, N)                    \
     X(cuMemPoolTrimTo, 11020, cuMemPoolTrimTo, N)                      \

@@ -170,6 +170,40 @@ def scenario_fill_one() -> None:
           0 < peak < 4 * GIB)
 
 
+POOL_KEEPS = """
+import sys, time, cupy
+pool = cupy.cuda.MemoryAsyncPool()
+cupy.cuda.set_allocator(pool.malloc)
+a = cupy.empty(3 * 2**30, dtype=cupy.uint8)
+del a  # back to the pool, which may keep it
+cupy.cuda.Device().synchronize()
+try:
+    p = cupy.cuda.runtime.malloc(3 * 2**30)  # a plain cudaMalloc beside the pool
+    verdict = "granted"
+except cupy.cuda.runtime.CUDARuntimeError:
+    verdict = "refused"
+open(sys.argv[1], "w").write(verdict)
+time.sleep(10)
+"""
+
+
+def scenario_pool_keeps() -> None:
+    """Whatever the pool does with freed memory, the process never holds more than the cap."""
+    done = Path(tempfile.mkdtemp()) / "verdict"
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(POOL_KEEPS), str(done)],
+                         env=shim_env("4GiB"), stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not done.exists() and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    used = nvml_used_by([p.pid])
+    verdict = done.read_text() if done.exists() else "no verdict"
+    p.kill()
+    p.communicate()
+    check(f"cupy async pool, then cudaMalloc 3 GiB ({verdict}): NVML (MiB)", "< 4096",
+          used // MIB, verdict != "no verdict" and 0 < used < 4 * GIB)
+
+
 def scenario_smi() -> None:
     q = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
     res = subprocess.run(q, env=shim_env("4GiB"), capture_output=True, text=True)
@@ -235,7 +269,8 @@ def report() -> int:
 def main() -> int:
     subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
     pynvml.nvmlInit()
-    for scenario in (measure_context, scenario_caps, scenario_smi, scenario_fill_one,
+    for scenario in (measure_context, scenario_caps, scenario_pool_keeps, scenario_smi,
+                     scenario_fill_one,
                      scenario_shared_cap, scenario_sigkill):
         try:
             scenario()

@@ -46,6 +46,11 @@
     X(cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))               \
     X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                                \
     X(cuDeviceGetDefaultMemPool, (CUmemoryPool *, CUdevice))                                  \
+    X(cuMemPoolTrimTo, (CUmemoryPool, size_t))                                                \
+    X(cuMemPoolSetAttribute, (CUmemoryPool, int, void *))                                     \
+    X(cuCtxSynchronize, (void))                                                               \
+    X(cuMemPoolCreate, (CUmemoryPool *, const void *))                                        \
+    X(cuMemPoolDestroy, (CUmemoryPool))                                                       \
     X(cuArrayCreate_v2, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *))                           \
     X(cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *))                       \
     X(cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned)) \
@@ -108,6 +113,7 @@ static int narrays;
 static CUmipmappedArray mips[64];
 static int nmips;
 static CUcontext ctxs[16];
+static CUmemoryPool mypool;
 static int nctx;
 
 static unsigned long long size_arg(const char *s)
@@ -206,6 +212,35 @@ int main(int argc, char **argv)
             }
             if (r == CUDA_SUCCESS)
                 nptrs++;
+        } else if (!strcmp(op, "mkpool")) {
+            /* CUmemPoolProps: allocType, handleTypes, location, then fields
+             * left zero; the padding covers the real struct's size. */
+            struct {
+                int allocType, handleTypes;
+                CUmemLocation location;
+                unsigned char rest[128];
+            } props = {1 /* pinned */, 0, {CU_MEM_LOCATION_TYPE_DEVICE, 0}, {0}};
+            r = api.cuMemPoolCreate(&mypool, &props);
+        } else if (!strcmp(op, "rmpool")) {
+            r = api.cuMemPoolDestroy(mypool);
+        } else if (!strcmp(op, "async-on")) {
+            size_t n = size_arg(ARG());
+            r = api.cuMemAllocFromPoolAsync(&ptrs[nptrs], n, mypool, NULL);
+            if (r == CUDA_SUCCESS)
+                nptrs++;
+        } else if (!strcmp(op, "sync")) {
+            r = api.cuCtxSynchronize();
+        } else if (!strcmp(op, "trim") || !strcmp(op, "keepall")) {
+            /* trim N: cuMemPoolTrimTo(default pool, N); keepall: release
+             * threshold = max, so the pool keeps whatever it frees. */
+            CUmemoryPool pool;
+            r = api.cuDeviceGetDefaultMemPool(&pool, 0);
+            if (r == CUDA_SUCCESS && !strcmp(op, "trim")) {
+                r = api.cuMemPoolTrimTo(pool, size_arg(ARG()));
+            } else if (r == CUDA_SUCCESS) {
+                cuuint64_t all = ~0ull;
+                r = api.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &all);
+            }
         } else if (!strcmp(op, "asyncfree")) {
             r = nptrs ? api.cuMemFreeAsync(ptrs[--nptrs], NULL) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "free")) {

@@ -28,9 +28,11 @@ static int fits(const struct gpuslice_region *r, int dev, unsigned long long byt
     return used <= limit && bytes <= limit - used;
 }
 
-int gs_charge(int dev, int kind, unsigned long long bytes)
+/* force: the driver already holds the memory (a pool grew by more than we
+ * asked for); the region must show it whether or not it fits. */
+static int charge(int dev, int kind, unsigned long long bytes, int force)
 {
-    if (GS_UNLIKELY(gs_cfg.fail_closed))
+    if (GS_UNLIKELY(gs_cfg.fail_closed) && !force)
         return GS_DENIED;
     if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES) {
         /* Beyond the region's devices: a global cap must still hold. */
@@ -46,7 +48,7 @@ int gs_charge(int dev, int kind, unsigned long long bytes)
     int slot = gs_slot_locked(r);
     if (slot < 0)
         goto denied;
-    if (!fits(r, dev, bytes, limit)) {
+    if (!force && !fits(r, dev, bytes, limit)) {
         /* Slow path only: dead processes may still hold part of the cap. */
         gs_reclaim_locked(r);
         if (!fits(r, dev, bytes, limit))
@@ -63,6 +65,17 @@ denied:
     GS_LOG(GS_DEBUG, "device %d: refusing %llu bytes (kind %d): cap %llu, used %llu", dev,
            bytes, kind, limit, gs_used(dev));
     return GS_DENIED;
+}
+
+int gs_charge(int dev, int kind, unsigned long long bytes)
+{
+    return charge(dev, kind, bytes, 0);
+}
+
+void gs_charge_held(int dev, int kind, unsigned long long bytes)
+{
+    if (bytes)
+        charge(dev, kind, bytes, 1);
 }
 
 static unsigned long long sub_sat(unsigned long long *p, unsigned long long n, int *under)

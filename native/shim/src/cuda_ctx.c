@@ -258,6 +258,7 @@ static int capped_view(int dev, unsigned long long real_free, unsigned long long
     unsigned long long limit = gs_limit(dev);
     if (!limit)
         return -1;
+    gs_pools_settle_all(); /* what pools gave back at sync points is free again */
     unsigned long long used = gs_used(dev);
     unsigned long long room = limit > used ? limit - used : 0;
     *total = limit;

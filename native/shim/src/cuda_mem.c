@@ -9,11 +9,8 @@
  * uncharge on success (or remember again on failure). Allocations on an
  * uncapped device are neither charged nor remembered.
  *
- * Stream-ordered allocations are charged by size at allocation and
- * uncharged at cuMemFreeAsync. A pool may keep freed memory reserved (up to
- * its release threshold); that reserve is not charged, so the physical use
- * of a process can exceed its charge by what its pools retain. Trimming a
- * pool (cuMemPoolTrimTo) changes no charge, so it is not hooked.
+ * Stream-ordered allocations are charged by what their pool holds, not by
+ * what is live in it: see pools.c.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gpuslice.h"
@@ -29,7 +26,11 @@ static int begin(int kind, unsigned long long bytes, int *dev)
     if (*dev < 0)
         return GS_UNCAPPED; /* no context: the driver will say so itself */
     gs_device_note(*dev);
-    return gs_charge(*dev, kind, bytes);
+    int c = gs_charge(*dev, kind, bytes);
+    /* Pools may have given memory back at a sync point we did not see. */
+    if (c == GS_DENIED && gs_pools_settle_all())
+        c = gs_charge(*dev, kind, bytes);
+    return c;
 }
 
 /* Step 3. */
@@ -57,10 +58,12 @@ static void forgotten(int found, CUresult r, int ns, uint64_t key, const struct 
 {
     if (!found)
         return;
-    if (r == CUDA_SUCCESS)
-        gs_uncharge(a->dev, a->kind, a->bytes);
-    else
+    if (r != CUDA_SUCCESS)
         gs_ptrmap_put(ns, key, a); /* still allocated */
+    else if (a->kind == GPUSLICE_KIND_POOL)
+        gs_pool_settle(a->pool, a->dev, 0); /* the pool may keep it: charge what it holds */
+    else
+        gs_uncharge(a->dev, a->kind, a->bytes);
 }
 
 #define ENTER(fn)                                                                             \
@@ -211,37 +214,42 @@ GS_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 
 /* ---------------------------------------------------------------- pools */
 
-/* The _ptsz variants differ only in stream semantics: one body for both. */
-static CUresult alloc_async(int fn, CUdeviceptr *dptr, size_t bytes, CUstream s)
+/* One body for cuMemAllocAsync and cuMemAllocFromPoolAsync (pool NULL: the
+ * device's current pool), with or without _ptsz. */
+static CUresult alloc_stream_ordered(int fn, CUdeviceptr *dptr, size_t bytes,
+                                     CUmemoryPool pool, CUstream s)
 {
-    gs_cuMemAllocAsync_fn real = (gs_cuMemAllocAsync_fn)gs_real[fn];
+    int from_pool = fn == GS_FN_cuMemAllocFromPoolAsync ||
+                    fn == GS_FN_cuMemAllocFromPoolAsync_ptsz;
+    void *real = gs_real[fn];
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
+#define CALL_REAL()                                                                           \
+    (from_pool ? ((gs_cuMemAllocFromPoolAsync_fn)real)(dptr, bytes, pool, s)                 \
+               : ((gs_cuMemAllocAsync_fn)real)(dptr, bytes, s))
     if (gs_cfg.disabled)
-        return real(dptr, bytes, s);
-    int dev = -1, c = begin(GPUSLICE_KIND_POOL, bytes, &dev);
-    if (c == GS_DENIED)
+        return CALL_REAL();
+    if (GS_UNLIKELY(gs_cfg.fail_closed))
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = real(dptr, bytes, s);
-    finish(c, r, GS_NS_PTR, r == CUDA_SUCCESS ? *dptr : 0, dev, GPUSLICE_KIND_POOL, bytes);
-    return r;
-}
-
-static CUresult alloc_pool(int fn, CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
-                           CUstream s)
-{
-    gs_cuMemAllocFromPoolAsync_fn real = (gs_cuMemAllocFromPoolAsync_fn)gs_real[fn];
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
-    if (gs_cfg.disabled)
-        return real(dptr, bytes, pool, s);
     /* The current context's device stands for the pool's: pools of another
      * device are rare, and the driver refuses streams of another context. */
-    int dev = -1, c = begin(GPUSLICE_KIND_POOL, bytes, &dev);
-    if (c == GS_DENIED)
+    int dev = gs_current_device();
+    if (dev < 0 || !gs_limit(dev) ||
+        (!pool && (!HAS_REAL(cuDeviceGetMemPool) ||
+                   REAL(cuDeviceGetMemPool)(&pool, dev) != CUDA_SUCCESS)))
+        return CALL_REAL(); /* no context, uncapped, or no pool to read: the driver decides */
+    gs_device_note(dev);
+    unsigned long long provisional = 0;
+    if (gs_pool_admit(pool, dev, bytes, &provisional) == GS_DENIED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = real(dptr, bytes, pool, s);
-    finish(c, r, GS_NS_PTR, r == CUDA_SUCCESS ? *dptr : 0, dev, GPUSLICE_KIND_POOL, bytes);
+    CUresult r = CALL_REAL();
+#undef CALL_REAL
+    gs_pool_settle(pool, dev, provisional);
+    if (r == CUDA_SUCCESS) {
+        struct gs_alloc a = {.dev = dev, .kind = GPUSLICE_KIND_POOL, .bytes = 0, .pool = pool};
+        if (gs_ptrmap_put(GS_NS_PTR, *dptr, &a) != 0)
+            GS_LOG(GS_WARN, "out of memory tracking an allocation; its pool is settled later");
+    }
     return r;
 }
 
@@ -262,27 +270,27 @@ static CUresult free_async(int fn, CUdeviceptr dptr, CUstream s)
 GS_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s)
 {
     gs_cuda_ready();
-    return alloc_async(GS_FN_cuMemAllocAsync, dptr, bytes, s);
+    return alloc_stream_ordered(GS_FN_cuMemAllocAsync, dptr, bytes, NULL, s);
 }
 
 GS_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s)
 {
     gs_cuda_ready();
-    return alloc_async(GS_FN_cuMemAllocAsync_ptsz, dptr, bytes, s);
+    return alloc_stream_ordered(GS_FN_cuMemAllocAsync_ptsz, dptr, bytes, NULL, s);
 }
 
 GS_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
                                         CUstream s)
 {
     gs_cuda_ready();
-    return alloc_pool(GS_FN_cuMemAllocFromPoolAsync, dptr, bytes, pool, s);
+    return alloc_stream_ordered(GS_FN_cuMemAllocFromPoolAsync, dptr, bytes, pool, s);
 }
 
 GS_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes,
                                              CUmemoryPool pool, CUstream s)
 {
     gs_cuda_ready();
-    return alloc_pool(GS_FN_cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, s);
+    return alloc_stream_ordered(GS_FN_cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, s);
 }
 
 GS_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
@@ -295,6 +303,28 @@ GS_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s)
 {
     gs_cuda_ready();
     return free_async(GS_FN_cuMemFreeAsync_ptsz, dptr, s);
+}
+
+GS_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    gs_cuda_ready();
+    if (!HAS_REAL(cuMemPoolTrimTo))
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = REAL(cuMemPoolTrimTo)(pool, minBytesToKeep);
+    if (r == CUDA_SUCCESS && !gs_cfg.disabled)
+        gs_pools_settle_all(); /* only pools we charged are settled */
+    return r;
+}
+
+GS_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    gs_cuda_ready();
+    if (!HAS_REAL(cuMemPoolDestroy))
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = REAL(cuMemPoolDestroy)(pool);
+    if (r == CUDA_SUCCESS && !gs_cfg.disabled)
+        gs_pool_forget(pool);
+    return r;
 }
 
 /* --------------------------------------------------------------- arrays */

@@ -69,6 +69,10 @@
          (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream s))                 \
     HOOK(CUDA, cuMemFreeAsync, CUresult, (CUdeviceptr dptr, CUstream s))                      \
     HOOK(CUDA, cuMemFreeAsync_ptsz, CUresult, (CUdeviceptr dptr, CUstream s))                 \
+    HOOK(CUDA, cuMemPoolTrimTo, CUresult, (CUmemoryPool pool, size_t minBytesToKeep))         \
+    HOOK(CUDA, cuMemPoolDestroy, CUresult, (CUmemoryPool pool))                               \
+    REAL(CUDA, cuDeviceGetMemPool, CUresult, (CUmemoryPool *pool, CUdevice dev))              \
+    REAL(CUDA, cuMemPoolGetAttribute, CUresult, (CUmemoryPool pool, int attr, void *value))   \
     /* arrays */                                                                              \
     HOOK(CUDA, cuArrayCreate_v2, CUresult,                                                    \
          (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc))                               \

@@ -130,7 +130,17 @@ unsigned long long gs_proc_start_time(int pid); /* 0: unknown */
 
 enum { GS_UNCAPPED = 0, GS_CHARGED = 1, GS_DENIED = 2 };
 int gs_charge(int dev, int kind, unsigned long long bytes);
+void gs_charge_held(int dev, int kind, unsigned long long bytes); /* no check: already held */
 void gs_uncharge(int dev, int kind, unsigned long long bytes);
+
+/* ---------------------------------------------------------------- pools.c */
+/* Stream-ordered pools are charged what they hold (their reserved memory). */
+int gs_pool_admit(CUmemoryPool pool, int dev, unsigned long long bytes,
+                  unsigned long long *provisional);
+void gs_pool_settle(CUmemoryPool pool, int dev, unsigned long long provisional);
+int gs_pools_settle_all(void); /* 1 if any charge went down */
+void gs_pool_forget(CUmemoryPool pool); /* destroyed: what it held is gone */
+void gs_pools_fork_child(void);
 
 static inline unsigned long long gs_limit(int dev)
 {
@@ -151,6 +161,7 @@ struct gs_alloc {
     int dev;
     int kind;
     unsigned long long bytes;
+    CUmemoryPool pool; /* stream-ordered allocations: the pool they came from */
 };
 int gs_ptrmap_put(int ns, uint64_t key, const struct gs_alloc *a); /* 0, -1: no memory */
 int gs_ptrmap_take(int ns, uint64_t key, struct gs_alloc *out);    /* 1 found, 0 not */

@@ -84,6 +84,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     gs_ptrmap_fork_child();
+    gs_pools_fork_child();
     gs_ctx_fork_child(); /* region.c resets its own slot (its own atfork handler) */
 }
 

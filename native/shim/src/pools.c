@@ -1,0 +1,145 @@
+/*
+ * Stream-ordered pools (cuMemAllocAsync and friends). A pool keeps memory it
+ * has freed, up to its release threshold (CuPy's async pool keeps all of it),
+ * and gives it back only when trimmed or at a synchronisation point. What a
+ * pool holds is on the card, so that is what we charge: each pool's reserved
+ * memory (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not what is live in it.
+ *
+ *   admit:  before an allocation, charge only what the pool cannot serve from
+ *           memory it already holds (bytes beyond reserved - used): a
+ *           provisional charge, checked against the cap like any other.
+ *   settle: after the driver call, or a free, or a trim, read the pool's
+ *           reservation and move our charge to exactly that.
+ *
+ * Memory a pool releases at a synchronisation point we do not see happen;
+ * the charge stays high until the next settle, and every refusal settles all
+ * pools first (gs_pools_settle_all), so a stale charge never refuses what fits.
+ *
+ * The table is this process's (pools are per-process objects); its mutex is
+ * never held across a driver call.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gpuslice.h"
+
+#include <pthread.h>
+
+#define MAX_POOLS 64
+
+struct pool_rec {
+    CUmemoryPool pool; /* NULL: free entry */
+    int dev;
+    unsigned long long charged; /* the reservation we last charged for */
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pool_rec pools[MAX_POOLS];
+
+static unsigned long long attr(CUmemoryPool pool, int which, int *ok)
+{
+    cuuint64_t v = 0;
+    *ok = HAS_REAL(cuMemPoolGetAttribute) &&
+          REAL(cuMemPoolGetAttribute)(pool, which, &v) == CUDA_SUCCESS;
+    return v;
+}
+
+int gs_pool_admit(CUmemoryPool pool, int dev, unsigned long long bytes,
+                  unsigned long long *provisional)
+{
+    int ok_r, ok_u;
+    unsigned long long reserved = attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &ok_r);
+    unsigned long long used = attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &ok_u);
+    unsigned long long spare = ok_r && ok_u && reserved > used ? reserved - used : 0;
+    /* Cannot read the pool: charge the whole request, the safe side. */
+    *provisional = bytes > spare ? bytes - spare : 0;
+    if (*provisional == 0)
+        return GS_CHARGED;
+    int c = gs_charge(dev, GPUSLICE_KIND_POOL, *provisional);
+    if (c == GS_DENIED && gs_pools_settle_all())
+        c = gs_charge(dev, GPUSLICE_KIND_POOL, *provisional);
+    if (c != GS_CHARGED)
+        *provisional = 0;
+    return c;
+}
+
+/* Move this pool's charge to its reservation now; returns the change. */
+static long long settle(CUmemoryPool pool, int dev, unsigned long long provisional)
+{
+    int ok;
+    unsigned long long reserved = attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &ok);
+    pthread_mutex_lock(&mu);
+    struct pool_rec *rec = NULL, *empty = NULL;
+    for (int i = 0; i < MAX_POOLS && !rec; i++) {
+        if (pools[i].pool == pool)
+            rec = &pools[i];
+        else if (!pools[i].pool && !empty)
+            empty = &pools[i];
+    }
+    if (!rec && empty) {
+        rec = empty;
+        *rec = (struct pool_rec){.pool = pool, .dev = dev};
+    }
+    unsigned long long before = rec ? rec->charged : 0;
+    if (!ok || !rec) {
+        /* Unreadable pool, or more pools than we track: keep the provisional
+         * charge as the pool's (never uncharge what we cannot see). */
+        if (rec)
+            rec->charged += provisional;
+        pthread_mutex_unlock(&mu);
+        return (long long)provisional;
+    }
+    rec->charged = reserved;
+    dev = rec->dev;
+    pthread_mutex_unlock(&mu);
+    /* Region: from (before + provisional) to reserved. */
+    unsigned long long had = before + provisional;
+    if (reserved > had)
+        gs_charge_held(dev, GPUSLICE_KIND_POOL, reserved - had);
+    else if (reserved < had)
+        gs_uncharge(dev, GPUSLICE_KIND_POOL, had - reserved);
+    return (long long)reserved - (long long)had;
+}
+
+void gs_pool_settle(CUmemoryPool pool, int dev, unsigned long long provisional)
+{
+    settle(pool, dev, provisional);
+}
+
+void gs_pool_forget(CUmemoryPool pool)
+{
+    struct pool_rec gone = {0};
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (pools[i].pool == pool) {
+            gone = pools[i];
+            pools[i] = (struct pool_rec){0};
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    if (gone.pool)
+        gs_uncharge(gone.dev, GPUSLICE_KIND_POOL, gone.charged);
+}
+
+int gs_pools_settle_all(void)
+{
+    CUmemoryPool seen[MAX_POOLS];
+    int devs[MAX_POOLS], n = 0;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (pools[i].pool) {
+            seen[n] = pools[i].pool;
+            devs[n++] = pools[i].dev;
+        }
+    pthread_mutex_unlock(&mu);
+    int lowered = 0;
+    for (int i = 0; i < n; i++)
+        lowered |= settle(seen[i], devs[i], 0) < 0;
+    return lowered;
+}
+
+void gs_pools_fork_child(void)
+{
+    /* The parent's pools are the parent's: charged to its slot. */
+    for (int i = 0; i < MAX_POOLS; i++)
+        pools[i] = (struct pool_rec){0};
+    pthread_mutex_init(&mu, NULL);
+}
