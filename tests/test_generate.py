@@ -5,7 +5,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 import yaml
@@ -179,7 +179,7 @@ def test_check_up_to_date_then_stale_after_driver_upgrade(host_factory):
     res = host.run("cdi", "generate", "--check")
     assert res.returncode == 1
     assert "made for driver 580.95.05, host has 590.10.01" in res.stderr
-    assert f"refresh it with: gpuslice cdi generate" in res.stderr
+    assert "refresh it with: gpuslice cdi generate" in res.stderr
 
 
 def test_check_reports_vanished_host_paths(host_factory, tmp_path, driver_root):

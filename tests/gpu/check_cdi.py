@@ -15,17 +15,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from table import check, measured, report  # noqa: E402
 GPUSLICE = [sys.executable, "-m", "ocihook.cli"]
-rows: List[Tuple[str, str, str, bool]] = []
-
-
-def check(name: str, expected: object, got: object, ok: bool) -> None:
-    rows.append((name, str(expected), str(got), ok))
-
-
 def run(*args: str, env: Dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([*GPUSLICE, *args], env=env, capture_output=True, text=True,
                           cwd=REPO, timeout=120)
@@ -165,19 +160,6 @@ for i in range(pynvml.nvmlDeviceGetCount()):
 pynvml.nvmlShutdown()
 """
 
-
-def measured(name: str, value: str) -> None:
-    rows.append((name, "(measured)", value, True))
-
-
-def report() -> int:
-    width = max(len(r[0]) for r in rows)
-    print(f"{'check':{width}}  {'expected':>16}  {'got':>24}  result")
-    for name, expected, got, ok in rows:
-        print(f"{name:{width}}  {expected[:16]:>16}  {got[:24]:>24}  {'ok' if ok else 'FAIL'}")
-    failed = sum(1 for r in rows if not r[3])
-    print(f"{len(rows) - failed} passed, {failed} failed")
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -19,16 +19,11 @@ from typing import Dict, List, Optional, Tuple
 import pynvml
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from table import check, measured, report  # noqa: E402
 SHIM = REPO / "native" / "shim" / "build" / "libgpuslice.so"
 GIB = 1024 ** 3
 MIB = 1024 ** 2
-rows: List[Tuple[str, str, str, bool]] = []
-
-
-def check(name: str, expected: object, got: object, ok: bool) -> None:
-    rows.append((name, str(expected), str(got), bool(ok)))
-
-
 def shim_env(limit: str, state: Optional[Path] = None, **extra: str) -> Dict[str, str]:
     env = dict(os.environ)
     env.update(LD_PRELOAD=str(SHIM), GPUSLICE_MEMORY_LIMIT=limit,
@@ -253,17 +248,7 @@ def measure_context() -> None:
     used = nvml_used_by([p.pid])
     p.kill()
     p.wait()
-    rows.append(("context + 1 tensor, torch, no shim (MiB)", "(measured)", str(used // MIB), True))
-
-
-def report() -> int:
-    width = max(len(r[0]) for r in rows)
-    print(f"{'check':{width}}  {'expected':>22}  {'got':>26}  result")
-    for name, expected, got, ok in rows:
-        print(f"{name:{width}}  {expected[:22]:>22}  {got[:26]:>26}  {'ok' if ok else 'FAIL'}")
-    failed = sum(1 for r in rows if not r[3])
-    print(f"{len(rows) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    measured("context + 1 tensor, torch, no shim (MiB)", used // MIB)
 
 
 def main() -> int:
