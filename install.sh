@@ -37,7 +37,7 @@ fi
 
 pip_args=(-q)
 # Debian 12 and Ubuntu 24.04 mark the system Python as managed by apt; the
-# distro packages (packaging/) are the clean way there, this script the quick one.
+# distro packages (issue 7: packaging/) will be the clean way there; this is the quick one.
 if python3 -c 'import sys, sysconfig, os; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
   pip_args+=(--break-system-packages)
 fi
