@@ -304,6 +304,14 @@ def test_memory_a_pool_keeps_is_charged(shim: Shim) -> None:
     assert value_of(rows, "info", 1) == [0, GIB - 768 * MIB, GIB]
 
 
+def test_every_allocation_family_settles_pools_before_refusing(shim: Shim) -> None:
+    # The pool gave its 512 MiB back at the sync; only a settle can tell.
+    for family in (["alloc", "768M"], ["vmm", "0", "768M"]):
+        rows = results(shim.run("direct", "init", "pctx", "0", "async", "512M", "asyncfree",
+                                "sync", *family))
+        assert rc_of(rows, family[0], 0) == 0, family
+
+
 def test_destroyed_pool_gives_its_charge_back(shim: Shim) -> None:
     rows = results(shim.run("direct", "init", "pctx", "0", "mkpool", "async-on", "512M",
                             "asyncfree", "info", "rmpool", "info"))

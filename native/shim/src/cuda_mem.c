@@ -26,11 +26,7 @@ static int begin(int kind, unsigned long long bytes, int *dev)
     if (*dev < 0)
         return GS_UNCAPPED; /* no context: the driver will say so itself */
     gs_device_note(*dev);
-    int c = gs_charge(*dev, kind, bytes);
-    /* Pools may have given memory back at a sync point we did not see. */
-    if (c == GS_DENIED && gs_pools_settle_all())
-        c = gs_charge(*dev, kind, bytes);
-    return c;
+    return gs_charge_settling(*dev, kind, bytes);
 }
 
 /* Step 3. */
@@ -140,7 +136,7 @@ GS_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t wid
     if (actual < bound) {
         gs_uncharge(dev, GPUSLICE_KIND_ALLOC, bound - actual);
     } else if (actual > bound &&
-               gs_charge(dev, GPUSLICE_KIND_ALLOC, actual - bound) == GS_DENIED) {
+               gs_charge_settling(dev, GPUSLICE_KIND_ALLOC, actual - bound) == GS_DENIED) {
         REAL(cuMemFree_v2)(*dptr);
         gs_uncharge(dev, GPUSLICE_KIND_ALLOC, bound);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -189,7 +185,7 @@ GS_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     if (prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
         dev = prop->location.id;
         gs_device_note(dev);
-        c = gs_charge(dev, GPUSLICE_KIND_VMM, size);
+        c = gs_charge_settling(dev, GPUSLICE_KIND_VMM, size);
         if (c == GS_DENIED)
             return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -135,6 +135,8 @@ void gs_uncharge(int dev, int kind, unsigned long long bytes);
 
 /* ---------------------------------------------------------------- pools.c */
 /* Stream-ordered pools are charged what they hold (their reserved memory). */
+int gs_charge_settling(int dev, int kind, unsigned long long bytes); /* gs_charge, then
+                                                    settle pools and retry if refused */
 int gs_pool_admit(CUmemoryPool pool, int dev, unsigned long long bytes,
                   unsigned long long *provisional);
 void gs_pool_settle(CUmemoryPool pool, int dev, unsigned long long provisional);

@@ -5,15 +5,16 @@
  * pool holds is on the card, so that is what we charge: each pool's reserved
  * memory (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not what is live in it.
  *
- *   admit:  before an allocation, charge only what the pool cannot serve from
- *           memory it already holds (bytes beyond reserved - used): a
- *           provisional charge, checked against the cap like any other.
+ *   admit:  before an allocation, a provisional charge checked against the
+ *           cap like any other: the request, or near the cap only what the
+ *           pool cannot serve from memory it already holds (reserved - used).
  *   settle: after the driver call, or a free, or a trim, read the pool's
  *           reservation and move our charge to exactly that.
  *
  * Memory a pool releases at a synchronisation point we do not see happen;
- * the charge stays high until the next settle, and every refusal settles all
- * pools first (gs_pools_settle_all), so a stale charge never refuses what fits.
+ * the charge stays high until the next settle; every allocation that would be
+ * refused settles all pools first (gs_charge_settling), so a stale charge
+ * never refuses what fits.
  *
  * The table is this process's (pools are per-process objects); its mutex is
  * never held across a driver call.
@@ -42,20 +43,32 @@ static unsigned long long attr(CUmemoryPool pool, int which, int *ok)
     return v;
 }
 
+int gs_charge_settling(int dev, int kind, unsigned long long bytes)
+{
+    int c = gs_charge(dev, kind, bytes);
+    /* Pools may have given memory back at a sync point we did not see. */
+    if (c == GS_DENIED && gs_pools_settle_all())
+        c = gs_charge(dev, kind, bytes);
+    return c;
+}
+
 int gs_pool_admit(CUmemoryPool pool, int dev, unsigned long long bytes,
                   unsigned long long *provisional)
 {
+    /* Usually the whole request fits: charge it and let settle() correct the
+     * charge to the pool's reservation, with no query of the pool here. */
+    *provisional = bytes;
+    int c = gs_charge_settling(dev, GPUSLICE_KIND_POOL, bytes);
+    if (c != GS_DENIED)
+        return c;
+    /* Near the cap: only what the pool cannot serve from memory it already
+     * holds needs room. An unreadable pool leaves the whole request. */
     int ok_r, ok_u;
     unsigned long long reserved = attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &ok_r);
     unsigned long long used = attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &ok_u);
     unsigned long long spare = ok_r && ok_u && reserved > used ? reserved - used : 0;
-    /* Cannot read the pool: charge the whole request, the safe side. */
     *provisional = bytes > spare ? bytes - spare : 0;
-    if (*provisional == 0)
-        return GS_CHARGED;
-    int c = gs_charge(dev, GPUSLICE_KIND_POOL, *provisional);
-    if (c == GS_DENIED && gs_pools_settle_all())
-        c = gs_charge(dev, GPUSLICE_KIND_POOL, *provisional);
+    c = *provisional ? gs_charge(dev, GPUSLICE_KIND_POOL, *provisional) : GS_CHARGED;
     if (c != GS_CHARGED)
         *provisional = 0;
     return c;
