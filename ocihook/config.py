@@ -151,18 +151,21 @@ def config_path(explicit: Optional[str] = None) -> Tuple[str, bool]:
     return DEFAULT_PATH, False
 
 
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: configuration file not found") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+
+
 def load(explicit: Optional[str] = None) -> Config:
     """Load the effective configuration: the named file, or the default file if present."""
     path, required = config_path(explicit)
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        if required:
-            raise ConfigError(f"{path}: configuration file not found") from None
+    if not required and not os.path.exists(path):
         return Config()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    return parse_text(text, path)
+    return parse_text(_read(path), path)
 
 
 def parse_text(text: str, source: str) -> Config:
@@ -184,12 +187,12 @@ def parse_document(text: str, source: str) -> Any:
 
 def check_file(path: str) -> Config:
     """Everything load() checks, and the structure once more with jsonschema itself."""
-    cfg = load(path)
+    doc = parse_document(_read(path), path)
+    cfg = from_document(doc, path)
     import jsonschema
 
     from cdi.schemalite import first_problem
 
-    doc = parse_document(Path(path).read_text(), path)
     problem = first_problem(jsonschema.Draft7Validator(schema()), doc or {})
     if problem:
         raise ConfigError(f"{path}: {problem}")
