@@ -61,6 +61,9 @@ class DeviceUsage:
     total_bytes: int
     used_bytes: int
     core_limit: int
+    compute_charged_ns: int    # GPU time charged to the container's compute budget
+    compute_throttled_ns: int  # time its processes slept for the cap
+    compute_launches: int      # launches the limiter saw
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ def read(path: str) -> Region:
                           "refusing to guess its layout")
     n = min(r.device_count, lib.GPUSLICE_MAX_DEVICES)
     devices = [DeviceUsage(i, ffi.string(d.uuid).decode(errors="replace"), d.limit_bytes,
-                           d.total_bytes, d.used_bytes, d.core_limit)
+                           d.total_bytes, d.used_bytes, d.core_limit, d.compute.charged_ns,
+                           d.compute.throttled_ns, d.compute.launches)
                for i, d in ((i, r.devices[i]) for i in range(n))]
     procs = []
     for i in range(lib.GPUSLICE_MAX_PROCS):
@@ -104,3 +108,30 @@ def read(path: str) -> Region:
                                    [[p.used[d][k] for k in range(lib.GPUSLICE_KINDS)]
                                     for d in range(n)]))
     return Region(path, devices, procs)
+
+
+@dataclass(frozen=True)
+class Card:
+    path: str
+    capped_ns: int                   # CLOCK_MONOTONIC when a capped tenant last ran; 0: none
+    backlog_ns: List[Tuple[int, int]]  # (owner token, stamp) of every taken slot
+
+
+def read_card(path: str) -> Card:
+    """A card file (<card dir>/<GPU UUID>): who competes for the card."""
+    ffi = _ffi()
+    size = ffi.sizeof("struct gpuslice_card")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise RegionError(f"{path}: cannot read: {e.strerror}") from None
+    lib = ffi.dlopen(None)
+    if len(data) != size:
+        raise RegionError(f"{path}: {len(data)} bytes, a card file has {size}")
+    c = ffi.cast("struct gpuslice_card *", ffi.from_buffer(data))
+    if (c.magic, c.version) != (lib.GPUSLICE_CARD_MAGIC, lib.GPUSLICE_CARD_VERSION):
+        raise RegionError(f"{path}: magic/version {(c.magic, c.version)} is not a gpuslice "
+                          "card file of this version")
+    slots = [(c.slots[i].owner, c.slots[i].backlog_ns) for i in range(lib.GPUSLICE_CARD_SLOTS)
+             if c.slots[i].owner]
+    return Card(path, c.capped_ns, slots)

@@ -29,7 +29,7 @@ INCLUDE = REPO / "native" / "shim" / "include"
 # CUresult values.
 OK, INVALID_VALUE, OOM, NOT_INITIALIZED = 0, 1, 2, 3
 NO_DEVICE, INVALID_DEVICE, INVALID_CONTEXT = 100, 101, 201
-INVALID_HANDLE, NOT_FOUND, NOT_SUPPORTED = 400, 500, 801
+INVALID_HANDLE, NOT_FOUND, NOT_READY, NOT_SUPPORTED = 400, 500, 600, 801
 
 PRELUDE = r"""
 import ctypes, json, sys
@@ -690,6 +690,166 @@ out["destroy"] = [cu.cuStreamDestroy_v2(s), cu.cuStreamDestroy_v2(s), launch(s),
     assert out["destroy"] == [OK, INVALID_HANDLE, INVALID_HANDLE, INVALID_HANDLE]
 
 
+# ------------------------------------------------------- events, timeline
+
+KERNEL_MS = 50  # long enough that the checks below run well within one launch
+
+
+def test_events_and_timeline(fake_env) -> None:
+    env = fake_env(gpus=small_gpus(1))
+    env["FAKECUDA_KERNEL_NS"] = str(KERNEL_MS * 1000 * 1000)
+    out = run_py(env, r"""
+from ctypes import c_float
+init()
+cu.fakecuda_launch_count.restype = c_ulonglong
+def launch(stream=None):
+    r = cu.cuLaunchKernel(c_void_p(1), 1, 1, 1, 32, 1, 1, 0, stream, None, None)
+    assert r == 0, r
+def event(flags=0):
+    e = c_void_p()
+    r = cu.cuEventCreate(byref(e), flags)
+    assert r == 0, r
+    return e
+def elapsed(a, b, fn="cuEventElapsedTime"):
+    ms = c_float(-1)
+    r = getattr(cu, fn)(byref(ms), a, b)
+    return [r, round(ms.value, 3)]
+e = c_void_p()
+out["no_ctx"] = cu.cuEventCreate(byref(e), 0)
+p0 = primary()
+a, b, never, notime = event(), event(), event(), event(2)
+# a is stamped when the first launch completes, b three launches later.
+launch()
+out["record"] = [cu.cuEventRecord(a, None), cu.cuEventRecord(notime, None)]
+launch(); launch(); launch()
+out["record_b"] = cu.cuEventRecord_ptsz(b, None)
+out["pending"] = [cu.cuEventQuery(b), elapsed(a, b)[0], cu.cuEventQuery(never)]
+out["sync"] = [cu.cuEventSynchronize(b), cu.cuEventQuery(b), cu.cuEventQuery(a)]
+out["elapsed"] = [elapsed(a, b), elapsed(b, a), elapsed(a, b, "cuEventElapsedTime_v2"),
+                  elapsed(a, a)]
+out["elapsed_bad"] = [elapsed(a, never)[0], elapsed(never, b)[0], elapsed(notime, b)[0],
+                      elapsed(a, notime)[0], elapsed(a, c_void_p(0x1234))[0],
+                      cu.cuEventElapsedTime(None, a, b)]
+out["never"] = [cu.cuEventSynchronize(never), cu.cuEventQuery(never)]
+# Streams run independently; handles 0, 1 and 2 share the default timeline.
+s = c_void_p()
+assert cu.cuStreamCreate(byref(s), 0) == 0
+on_s, on_default, on_legacy = event(), event(), event()
+launch(s)
+out["streams"] = [cu.cuEventRecord(on_s, s), cu.cuEventRecord(on_default, None),
+                  cu.cuEventQuery(on_s), cu.cuEventQuery(on_default)]
+out["stream_sync"] = [cu.cuStreamSynchronize(s), cu.cuEventQuery(on_s)]
+launch(c_void_p(2))
+out["shared"] = [cu.cuEventRecordWithFlags(on_legacy, c_void_p(1), 0),
+                 cu.cuEventQuery(on_legacy), cu.cuStreamSynchronize(None),
+                 cu.cuEventQuery(on_legacy)]
+# cuCtxSynchronize waits for a destroyed stream's work too.
+launch(s)
+out["ctx_sync"] = [cu.cuEventRecordWithFlags_ptsz(on_s, s, 1), cu.cuStreamDestroy_v2(s),
+                   cu.cuEventQuery(on_s), cu.cuCtxSynchronize(), cu.cuEventQuery(on_s)]
+# Every launch entry point keeps its stream busy: each on an idle stream of
+# its own, then an event recorded after it is not yet complete.
+class Config(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("dims", c_uint * 7), ("hStream", c_void_p), ("attrs", c_void_p),
+                ("numAttrs", c_uint)]
+kernel = lambda fn: lambda st: getattr(cu, fn)(c_void_p(1), 1, 1, 1, 1, 1, 1, 0, st, None, None)
+coop = lambda fn: lambda st: getattr(cu, fn)(c_void_p(1), 1, 1, 1, 1, 1, 1, 0, st, None)
+ex = lambda fn: lambda st: getattr(cu, fn)(byref(Config(hStream=st)), c_void_p(1), None, None)
+graph = lambda fn: lambda st: getattr(cu, fn)(c_void_p(1), st)
+out["entry_points"] = []
+for go in (kernel("cuLaunchKernel"), kernel("cuLaunchKernel_ptsz"), ex("cuLaunchKernelEx"),
+           ex("cuLaunchKernelEx_ptsz"), coop("cuLaunchCooperativeKernel"),
+           coop("cuLaunchCooperativeKernel_ptsz"), graph("cuGraphLaunch"),
+           graph("cuGraphLaunch_ptsz")):
+    st, ev = c_void_p(), event()
+    assert cu.cuStreamCreate(byref(st), 0) == 0
+    out["entry_points"].append([go(st), cu.cuEventRecord(ev, st), cu.cuEventQuery(ev)])
+out["launches"] = cu.fakecuda_launch_count()
+# Bad input.
+other = c_void_p()
+assert cu.cuCtxCreate_v2(byref(other), 0, 0) == 0  # now current
+mine = event()
+cu.cuCtxSetCurrent(p0)
+out["bad"] = [cu.cuEventCreate(None, 0), cu.cuEventCreate(byref(e), 8),
+              cu.cuEventCreate(byref(e), 4),  # interprocess needs timing disabled
+              cu.cuEventRecord(c_void_p(0x1234), None), cu.cuEventRecord(a, c_void_p(0x1234)),
+              cu.cuEventRecord(mine, None),  # another context's event
+              cu.cuEventRecordWithFlags(a, None, 2), cu.cuEventQuery(c_void_p(0x1234)),
+              cu.cuEventSynchronize(None), cu.cuEventDestroy_v2(c_void_p(0x1234))]
+out["ipc"] = cu.cuEventCreate(byref(e), 6)
+out["destroy"] = [cu.cuEventDestroy_v2(a), cu.cuEventDestroy_v2(a), cu.cuEventQuery(a),
+                  cu.cuEventDestroy(b), elapsed(a, b)[0]]
+out["ctx_gone"] = [cu.cuEventQuery(mine), cu.cuCtxDestroy_v2(other), cu.cuEventQuery(mine),
+                   cu.cuEventDestroy_v2(mine)]
+cu.cuCtxSetCurrent(None)
+out["no_ctx_record"] = cu.cuEventRecord(never, None)
+sp = c_char_p()
+out["name"] = [cu.cuGetErrorName(600, byref(sp)), sp.value.decode()]
+""")
+    span = 3 * KERNEL_MS
+    assert out["no_ctx"] == INVALID_CONTEXT
+    assert out["record"] == [OK, OK]
+    assert out["record_b"] == OK
+    assert out["pending"] == [NOT_READY, NOT_READY, OK]
+    assert out["sync"] == [OK, OK, OK]
+    (r1, ms1), (r2, ms2), (r3, ms3), (r4, ms4) = out["elapsed"]
+    assert [r1, r2, r3, r4] == [OK] * 4
+    # From the stamps, not from a clock read at the calls: exact but for
+    # float rounding (and a launch that found its stream idle, on a host that
+    # stalled for longer than a whole launch).
+    assert abs(ms1 - span) <= 0.2 and abs(ms3 - span) <= 0.2
+    assert ms2 == -ms1 and ms4 == 0
+    assert out["elapsed_bad"] == [INVALID_HANDLE] * 5 + [INVALID_VALUE]
+    assert out["never"] == [OK, OK]
+    assert out["streams"] == [OK, OK, NOT_READY, OK]
+    assert out["stream_sync"] == [OK, OK]
+    assert out["shared"] == [OK, NOT_READY, OK, OK]
+    assert out["ctx_sync"] == [OK, OK, NOT_READY, OK, OK]
+    assert out["entry_points"] == [[OK, OK, NOT_READY]] * 8
+    assert out["launches"] == 7 + 8
+    assert out["bad"] == [INVALID_VALUE, INVALID_VALUE, INVALID_VALUE, INVALID_HANDLE,
+                          INVALID_HANDLE, INVALID_HANDLE, INVALID_VALUE, INVALID_HANDLE,
+                          INVALID_HANDLE, INVALID_HANDLE]
+    assert out["ipc"] == OK
+    assert out["destroy"] == [OK, INVALID_HANDLE, INVALID_HANDLE, OK, INVALID_HANDLE]
+    assert out["ctx_gone"] == [OK, OK, INVALID_HANDLE, INVALID_HANDLE]
+    assert out["no_ctx_record"] == INVALID_CONTEXT
+    assert out["name"] == [OK, "CUDA_ERROR_NOT_READY"]
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "1.5", "12ms", " 7", "99999999999999999999999"])
+def test_kernel_ns_malformed(fake_env, value: str) -> None:
+    """A bad FAKECUDA_KERNEL_NS is named on stderr and launches take no time."""
+    env = fake_env(count=1)
+    env["FAKECUDA_KERNEL_NS"] = value
+    body = r"""
+init()
+primary()
+e = c_void_p()
+assert cu.cuEventCreate(byref(e), 0) == 0
+assert cu.cuLaunchKernel(c_void_p(1), 1, 1, 1, 1, 1, 1, 0, None, None, None) == 0
+assert cu.cuEventRecord(e, None) == 0
+print(cu.cuEventQuery(e))
+"""
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + body], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(OK)
+    assert "gpuslice fake libcuda.so.1: FAKECUDA_KERNEL_NS=%s:" % value in proc.stderr
+
+
+def test_kernel_ns_unset_or_empty_is_quiet(fake_env) -> None:
+    for value in (None, ""):
+        env = fake_env(count=1)
+        env.pop("FAKECUDA_KERNEL_NS", None)
+        if value is not None:
+            env["FAKECUDA_KERNEL_NS"] = value
+        proc = subprocess.run([sys.executable, "-c", PRELUDE + "print(cu.cuInit(0))"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.stdout.strip() == str(OK)
+        assert "FAKECUDA_KERNEL_NS" not in proc.stderr
+
+
 def test_error_strings(fake_env) -> None:
     env = fake_env(count=1)
     out = run_py(env, r"""
@@ -727,7 +887,9 @@ static const char *variants[] = {
     "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuStreamSynchronize", "cuStreamSynchronize_ptsz",
     "cuGetProcAddress", "cuGetProcAddress_v2", "cuInit", "cuDevicePrimaryCtxRelease",
     "cuDevicePrimaryCtxRelease_v2", "cuDeviceGetUuid", "cuDeviceGetUuid_v2", "cuGraphLaunch_ptsz",
-    NULL};
+    "cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz",
+    "cuEventDestroy", "cuEventDestroy_v2", "cuEventElapsedTime", "cuEventElapsedTime_v2",
+    "cuEventCreate", "cuEventQuery", "cuEventSynchronize", NULL};
 
 int main(int argc, char **argv)
 {
@@ -804,6 +966,19 @@ GPA_CASES = [
     ("cuDeviceGetUuid", 11040, 0, OK, 0, "cuDeviceGetUuid_v2"),
     ("cuDeviceGetUuid", 11030, 0, OK, 0, "cuDeviceGetUuid"),
     ("cuInit", 12000, 0, OK, 0, "cuInit"),
+    ("cuEventCreate", 12000, 0, OK, 0, "cuEventCreate"),
+    ("cuEventQuery", 12000, PER_THREAD, OK, 0, "cuEventQuery"),
+    ("cuEventSynchronize", 2000, 0, OK, 0, "cuEventSynchronize"),
+    ("cuEventRecord", 12000, 0, OK, 0, "cuEventRecord"),
+    ("cuEventRecord", 12000, PER_THREAD, OK, 0, "cuEventRecord_ptsz"),
+    ("cuEventRecord", 6050, PER_THREAD, OK, 0, "cuEventRecord"),
+    ("cuEventRecordWithFlags", 12000, PER_THREAD, OK, 0, "cuEventRecordWithFlags_ptsz"),
+    ("cuEventRecordWithFlags", 11000, 0, NOT_FOUND, 2, "-"),
+    ("cuEventDestroy", 3020, 0, OK, 0, "cuEventDestroy"),
+    ("cuEventDestroy", 4000, 0, OK, 0, "cuEventDestroy_v2"),
+    ("cuEventElapsedTime", 12060, 0, OK, 0, "cuEventElapsedTime"),
+    ("cuEventElapsedTime", 12080, 0, OK, 0, "cuEventElapsedTime_v2"),
+    ("cuEventElapsedTime_v2", 13000, 0, NOT_FOUND, 1, "-"),
     ("cuNoSuchThing", 12000, 0, NOT_FOUND, 1, "-"),
     ("cuMemAlloc_v2", 12000, 0, NOT_FOUND, 1, "-"),  # base names only
     ("cuMemAlloc", 12000, 4, INVALID_VALUE, 77, "?"),  # bad flags: nothing touched
@@ -852,6 +1027,13 @@ CUresult cuMemFree_v2(CUdeviceptr);
 CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
 CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
 CUresult cuStreamSynchronize(CUstream);
+typedef struct CUevent_st *CUevent;
+CUresult cuEventCreate(CUevent *, unsigned int);
+CUresult cuEventRecord(CUevent, CUstream);
+CUresult cuEventSynchronize(CUevent);
+CUresult cuEventQuery(CUevent);
+CUresult cuEventElapsedTime_v2(float *, CUevent, CUevent);
+CUresult cuEventDestroy_v2(CUevent);
 CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                      unsigned long long);
 CUresult cuMemRelease(CUmemGenericAllocationHandle);
@@ -875,9 +1057,16 @@ static void *worker(void *arg)
     for (int i = 0; i < ROUNDS; i++) {
         CUdeviceptr a, b;
         CUmemGenericAllocationHandle h;
+        CUevent e0, e1;
+        float ms;
         if (cuMemAlloc_v2(&a, (size_t)(i % 7 + 1) << 20) || cuMemAllocAsync(&b, 4096, NULL) ||
             cuMemCreate(&h, 2 << 20, &prop, 0) || cuMemFree_v2(a) || cuMemFreeAsync(b, NULL) ||
             cuMemRelease(h) || cuStreamSynchronize(NULL))
+            __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
+        if (cuEventCreate(&e0, 0) || cuEventCreate(&e1, 0) || cuEventRecord(e0, NULL) ||
+            cuEventRecord(e1, NULL) || cuEventSynchronize(e1) || cuEventQuery(e0) ||
+            cuEventElapsedTime_v2(&ms, e0, e1) || ms < 0 || cuEventDestroy_v2(e0) ||
+            cuEventDestroy_v2(e1))
             __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
     }
     return NULL;
@@ -981,6 +1170,9 @@ EXPORTS = [
     "cuMemPoolSetAttribute", "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
     "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuStreamCreate",
     "cuStreamDestroy", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamSynchronize_ptsz",
+    "cuEventCreate", "cuEventDestroy", "cuEventDestroy_v2", "cuEventRecord", "cuEventRecord_ptsz",
+    "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz", "cuEventQuery", "cuEventSynchronize",
+    "cuEventElapsedTime", "cuEventElapsedTime_v2",
     "cuArrayCreate_v2", "cuArray3DCreate_v2", "cuArrayDestroy", "cuMipmappedArrayCreate",
     "cuMipmappedArrayDestroy", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx",
     "cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",

@@ -457,3 +457,167 @@ def test_nvml_before_any_cuda_process_uses_the_index(variant: Variant, shim: Shi
     dev0, dev1 = nvml_view(variant, s)
     assert dev0[:3] == [GIB, 0, GIB]
     assert dev1[0] == 143771 * MIB  # uncapped: the fake's own numbers
+
+
+# ------------------------------------------------------------ compute caps
+
+LAUNCH_KINDS = ["kernel", "ex", "coop", "graph"]
+KERNEL_NS = 200_000  # what each fake launch occupies the fake GPU for
+
+
+def launch_ops(n: int) -> List[str]:
+    ops = ["init", "pctx", "0"]
+    for kind in LAUNCH_KINDS:
+        ops += ["launch", kind, str(n)]
+    return ops
+
+
+def card_path(shim: Shim, cards: Path, dev: int = 0) -> Path:
+    uuid = shim.region().devices[dev].uuid
+    assert uuid.startswith("GPU-"), uuid
+    return cards / uuid
+
+
+@pytest.mark.parametrize("via", VIAS)
+def test_every_launch_entry_point_is_paced(shim: Shim, via: str, tmp_path: Path) -> None:
+    # gpa-pt hands out the _ptsz variants; direct is the shim's own exports.
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
+                      GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
+    n = 30
+    res = s.run(via, *launch_ops(n))
+    rows = results(res)
+    assert all(rc_of(rows, "launch", i) == 0 for i in range(len(LAUNCH_KINDS))), rows
+    d = s.region().devices[0]
+    assert d.core_limit == 50
+    assert d.compute_launches == n * len(LAUNCH_KINDS)
+    # The fake GPU ran 120 x 0.2 ms: that time, less the launches after the
+    # last fence, is charged; at 50% the process had to sleep.
+    busy = n * len(LAUNCH_KINDS) * KERNEL_NS
+    assert busy * 0.6 <= d.compute_charged_ns, d
+    assert d.compute_throttled_ns > 0, d
+    assert s.region().devices[1].compute_launches == 0
+
+
+def test_cap_binds_the_container_not_the_process(shim: Shim, tmp_path: Path) -> None:
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="20", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
+                      GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
+    procs = [subprocess.Popen(s.argv("gpa", "init", "pctx", "0", "launch", "kernel", "40"),
+                              env=s.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        clean(err)
+        assert p.returncode == 0, err
+    d = s.region().devices[0]
+    # One bucket for the three: every launch counted in it, all of them slept.
+    assert d.compute_launches == 120
+    assert d.compute_throttled_ns > 0
+
+
+def test_uncapped_process_launches_straight_into_the_driver(shim: Shim,
+                                                            tmp_path: Path) -> None:
+    s = shim.with_env(GPUSLICE_CORE_LIMIT=None, CUDA_DEVICE_SM_LIMIT=None,
+                      GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
+    for via in ("dlsym", "gpa", "gpa2", "gpa-pt"):
+        rows = results(s.run(via, "init", "pctx", "0", "launchfrom", *launch_ops(5)[3:]))
+        assert value_of_word(rows, "launchfrom") == "driver", via
+    assert s.region().devices[0].compute_launches == 0
+
+
+def value_of_word(rows: List[List[str]], op: str) -> str:
+    return [r for r in rows if r[0] == op][0][1]
+
+
+def test_hami_sm_limit_alias_and_per_device_cap(shim: Shim, tmp_path: Path) -> None:
+    s = shim.with_env(GPUSLICE_CORE_LIMIT=None, CUDA_DEVICE_SM_LIMIT="30",
+                      GPUSLICE_CORE_LIMIT_1="70", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
+                      GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
+    rows = results(s.run("gpa", "init", "pctx", "0", "launchfrom", "launch", "kernel", "3"))
+    assert value_of_word(rows, "launchfrom") == "shim"
+    devs = s.region().devices
+    assert (devs[0].core_limit, devs[1].core_limit) == (30, 70)
+    assert devs[0].compute_launches == 3
+
+
+@pytest.mark.parametrize("value", ["abc", "101", "-1", "50%"])
+def test_malformed_core_limit_is_named(shim: Shim, value: str) -> None:
+    s = shim.with_env(GPUSLICE_CORE_LIMIT=value)
+    res = s.run("direct", "init", "pctx", "0", "alloc", "1")
+    errors = [line for line in res.stderr.splitlines() if "gpuslice" in line]
+    assert len(errors) == 1, res.stderr
+    assert f'GPUSLICE_CORE_LIMIT="{value}"' in errors[0]
+    assert "an integer percentage 0-100" in errors[0]
+    assert rc_of(results(res), "pctx") == OOM  # failing closed, as for memory
+
+
+def test_capped_process_says_so_in_the_card_file(shim: Shim, tmp_path: Path) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="40", FAKECUDA_KERNEL_NS="1000000",
+                      GPUSLICE_CARD_DIR=str(cards))
+    before = time.monotonic_ns()
+    s.run("gpa", "init", "pctx", "0", "launch", "kernel", "20")
+    card = region.read_card(str(card_path(s, cards)))
+    assert before <= card.capped_ns <= time.monotonic_ns()
+    # 1 ms kernels queue up behind the GPU: the process competed, and said so.
+    assert len(card.backlog_ns) == 1 and card.backlog_ns[0][1] >= before
+    assert os.stat(card.path).st_mode & 0o777 == 0o666
+
+
+def write_card(path: Path, capped_ns: int) -> None:
+    ffi = region._ffi()
+    lib = ffi.dlopen(None)
+    c = ffi.new("struct gpuslice_card *")
+    c.magic, c.version = lib.GPUSLICE_CARD_MAGIC, lib.GPUSLICE_CARD_VERSION
+    c.size = ffi.sizeof("struct gpuslice_card")
+    c.capped_ns = capped_ns
+    path.write_bytes(bytes(ffi.buffer(c)))
+
+
+def test_uncapped_neighbour_of_a_capped_tenant_is_watched(shim: Shim, tmp_path: Path) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    s = shim.with_env(GPUSLICE_CORE_LIMIT=None, FAKECUDA_KERNEL_NS="1000000",
+                      GPUSLICE_CARD_DIR=str(cards))
+    s.run("gpa", "init", "pctx", "0")  # learns the UUID
+    path = card_path(s, cards)
+    write_card(path, time.monotonic_ns())
+    rows = results(s.run("gpa", "init", "pctx", "0", "launchfrom", "launch", "kernel", "20"))
+    # Uncapped, but a capped tenant is on the card: the launches are followed
+    # (never throttled) and their backlog is published for the capped one.
+    assert value_of_word(rows, "launchfrom") == "shim"
+    d = s.region().devices[0]
+    assert d.compute_launches == 20 and d.compute_throttled_ns == 0
+    assert len(region.read_card(str(path)).backlog_ns) == 1
+
+
+def test_stale_capped_mark_is_cleared(shim: Shim, tmp_path: Path) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    s = shim.with_env(GPUSLICE_CORE_LIMIT=None, FAKECUDA_KERNEL_NS="100000",
+                      GPUSLICE_CARD_DIR=str(cards))
+    s.run("gpa", "init", "pctx", "0")
+    path = card_path(s, cards)
+    write_card(path, max(1, time.monotonic_ns() - 5_000_000_000))
+    s.run("gpa", "init", "pctx", "0", "launch", "kernel", "20")
+    assert region.read_card(str(path)).capped_ns == 0
+    # Cleared at the first fence point: the rest went straight to the driver.
+    assert s.region().devices[0].compute_launches < 20
+
+
+@pytest.mark.parametrize("content", [b"", b"x" * 100, b"\xff" * 4128])
+def test_hostile_card_file_leaves_the_cap_in_force(shim: Shim, tmp_path: Path,
+                                                   content: bytes) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
+                      GPUSLICE_CARD_DIR=str(cards))
+    s.run("gpa", "init", "pctx", "0")
+    path = card_path(s, cards)
+    if content:
+        path.write_bytes(content)
+    res = s.run("gpa", "init", "pctx", "0", "launch", "kernel", "80")
+    d = s.region().devices[0]
+    assert d.compute_launches == 80 and d.compute_throttled_ns > 0
+    if content:
+        assert "card file" in res.stderr or "expected" in res.stderr, res.stderr

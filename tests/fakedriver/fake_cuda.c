@@ -29,7 +29,20 @@
  *    holds above max(used, minBytesToKeep). Reservations grow in 2 MiB steps.
  *  - VMM: cuMemCreate charges at once; a handle stays charged until it is
  *    released and no mapping uses it any more.
- * One mutex guards all state; the current context is per thread.
+ *  - A simulated GPU timeline: every launch (kernel, cooperative, Ex, graph)
+ *    keeps its stream busy for FAKECUDA_KERNEL_NS nanoseconds (read at cuInit;
+ *    default 0). Each stream has done_ns, the CLOCK_MONOTONIC time its last
+ *    queued work completes; a launch sets it to max(now, done_ns) + duration.
+ *    Streams run independently of each other; handles 0, CU_STREAM_LEGACY and
+ *    CU_STREAM_PER_THREAD all share one default timeline per context.
+ *    cuStreamSynchronize sleeps until the stream's done_ns, cuCtxSynchronize
+ *    until everything queued in the context (destroyed streams included) is.
+ *  - Events belong to the context current at cuEventCreate and die with it.
+ *    cuEventRecord stamps one with max(now, the stream's done_ns); it is
+ *    complete once the clock passes the stamp (never-recorded ones are
+ *    complete), and cuEventElapsedTime is the difference of two stamps.
+ * One mutex guards all state (never held while sleeping); the current context
+ * is per thread.
  * Test hooks: fakecuda_used_bytes() and fakecuda_launch_count().
  */
 #define _GNU_SOURCE
@@ -37,6 +50,7 @@
 
 #include <gpuslice/cuda_api.h>
 
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -45,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -61,6 +76,7 @@
 #define MAX_CTXS 256            /* the first FAKEGPUS_MAX_GPUS are primary */
 #define MAX_STREAMS 1024
 #define MAX_POOLS (FAKEGPUS_MAX_GPUS + 256) /* the first ones are defaults */
+#define MAX_EVENTS 4096
 #define NBUCKETS 4096
 
 /* ------------------------------------------------ types cuda_api.h lacks */
@@ -69,6 +85,9 @@
  * need them. */
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUgraphExec_st *CUgraphExec;
+/* cuda_api.h may declare it as well: repeating a typedef of the same type is
+ * valid C11. */
+typedef struct CUevent_st *CUevent;
 typedef struct CUexecAffinityParam_st CUexecAffinityParam; /* only pointed to */
 typedef struct CUctxCreateParams_st CUctxCreateParams;     /* only pointed to */
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;     /* only pointed to */
@@ -109,6 +128,14 @@ enum { CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
        CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8 };
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
+/* A macro, not an enumerator, so that this builds whether or not cuda_api.h
+ * declares it (as an enumerator, of the same value). */
+#ifndef CUDA_ERROR_NOT_READY
+#define CUDA_ERROR_NOT_READY 600
+#endif
+enum { CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TIMING = 0x2,
+       CU_EVENT_INTERPROCESS = 0x4 };
+enum { CU_EVENT_RECORD_EXTERNAL = 0x1 };
 
 /* ------------------------------------------------------------------ state */
 
@@ -123,11 +150,21 @@ struct ctx {
     int dev;
     unsigned refs; /* primary: the retain count */
     unsigned gen;  /* bumped at every destroy, so stale current ones die */
+    uint64_t done_ns; /* the default stream's timeline */
+    uint64_t last_ns; /* when all work queued in the context completes */
 };
 
 struct stream {
     bool alive;
     struct ctx *ctx;
+    uint64_t done_ns; /* when its last queued work completes */
+};
+
+struct event {
+    bool alive, recorded;
+    unsigned flags;
+    struct ctx *ctx;
+    uint64_t stamp_ns; /* complete once CLOCK_MONOTONIC reaches it */
 };
 
 struct pool {
@@ -178,6 +215,8 @@ static uint64_t g_ctx_bytes_by_gpu[FAKEGPUS_MAX_GPUS]; /* by JSON index */
 static struct ctx g_ctxs[MAX_CTXS];
 static unsigned g_next_ctx = FAKEGPUS_MAX_GPUS;
 static struct stream g_streams[MAX_STREAMS];
+static struct event g_events[MAX_EVENTS];
+static unsigned g_next_event;
 static struct pool g_pools[MAX_POOLS];
 static struct alloc *g_buckets[NBUCKETS];
 static struct alloc g_all = {.prev = &g_all, .next = &g_all};
@@ -185,6 +224,7 @@ static struct mapping *g_maps;
 static uint64_t g_va_next[FAKEGPUS_MAX_GPUS + 1];
 static unsigned long long g_next_handle = HANDLE_BASE;
 static unsigned long long g_launches;
+static uint64_t g_kernel_ns; /* FAKECUDA_KERNEL_NS */
 
 static _Thread_local struct ctx *t_cur;
 static _Thread_local unsigned t_cur_gen;
@@ -194,6 +234,28 @@ static _Thread_local unsigned t_cur_gen;
 static uint64_t round_up(uint64_t v, uint64_t to)
 {
     return (v + to - 1) / to * to;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Sleeps until CLOCK_MONOTONIC reaches `ns`; absolute, so a signal that
+ * interrupts it does not stretch the wait. */
+static void sleep_until(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
 }
 
 static struct card *card_of(CUdevice dev)
@@ -272,6 +334,22 @@ static CUresult stream_ctx(CUstream h, struct ctx **out)
         return CUDA_ERROR_INVALID_HANDLE;
     *out = s ? s->ctx : cur_ctx();
     return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+/* The stream's context and timeline: a created stream's own, else the
+ * default one of the current context. */
+static CUresult stream_timeline(CUstream h, struct ctx **pc, uint64_t **pdone)
+{
+    bool ok;
+    struct stream *s = stream_of(h, &ok);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct ctx *c = s ? s->ctx : cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *pc = c;
+    *pdone = s ? &s->done_ns : &c->done_ns;
+    return CUDA_SUCCESS;
 }
 
 /* ---------------------------------------------------------- the table */
@@ -461,6 +539,9 @@ static void ctx_teardown(struct ctx *c)
     for (int i = 0; i < MAX_STREAMS; i++)
         if (g_streams[i].alive && g_streams[i].ctx == c)
             g_streams[i].alive = false;
+    for (int i = 0; i < MAX_EVENTS; i++)
+        if (g_events[i].alive && g_events[i].ctx == c)
+            g_events[i].alive = false;
     uncharge(c->dev, g_cards[c->dev].ctx_bytes);
     c->alive = false;
     c->refs = 0;
@@ -495,6 +576,7 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
     c->primary = false;
     c->dev = dev;
     c->refs = 1;
+    c->done_ns = c->last_ns = 0;
     set_cur(c);
     *pctx = (CUcontext)c;
     return CUDA_SUCCESS;
@@ -734,9 +816,29 @@ static int visible_devices(unsigned *order)
     return n;
 }
 
+/* FAKECUDA_KERNEL_NS: how long each launch keeps its stream busy. Unset or
+ * empty is 0; anything but a plain decimal number is reported and taken as 0,
+ * so that a typo shows instead of silently changing the timings. */
+static uint64_t kernel_ns_from_env(void)
+{
+    const char *v = getenv("FAKECUDA_KERNEL_NS");
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (*v < '0' || *v > '9' || *end || errno == ERANGE) {
+        fprintf(stderr, LIB_PREFIX "FAKECUDA_KERNEL_NS=%s: expected a whole number of "
+                "nanoseconds; using 0\n", v);
+        return 0;
+    }
+    return n;
+}
+
 static CUresult do_init(void)
 {
     char err[1024] = "";
+    g_kernel_ns = kernel_ns_from_env();
     if (fakegpus_load(NULL, &g_gpus, err, sizeof(err)) != 0 ||
         load_context_mib(g_gpus.path, err, sizeof(err)) != 0) {
         fprintf(stderr, LIB_PREFIX "%s\n", err);
@@ -920,6 +1022,7 @@ static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
         if (rc)
             return rc;
         c->alive = true;
+        c->done_ns = c->last_ns = 0;
     }
     c->refs++;
     *pctx = (CUcontext)c;
@@ -1013,14 +1116,31 @@ static CUresult ctx_get_device(CUdevice *device)
 }
 EXPORT CUresult cuCtxGetDevice(CUdevice *device) { LOCKED(ctx_get_device(device)); }
 
-static CUresult ctx_sync(void)
+/* Like LOCKED, then sleeps (unlocked) until *until when `call` succeeded. */
+#define LOCKED_WAIT(call, until)                                                       \
+    do {                                                                               \
+        pthread_mutex_lock(&g_mu);                                                     \
+        CUresult rc_ = g_ready ? (call) : CUDA_ERROR_NOT_INITIALIZED;                  \
+        pthread_mutex_unlock(&g_mu);                                                   \
+        if (rc_ == CUDA_SUCCESS)                                                       \
+            sleep_until(until);                                                        \
+        return rc_;                                                                    \
+    } while (0)
+
+static CUresult ctx_sync(uint64_t *until)
 {
-    if (!cur_ctx())
+    struct ctx *c = cur_ctx();
+    if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
     pools_sync();
+    *until = c->last_ns;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuCtxSynchronize(void) { LOCKED(ctx_sync()); }
+EXPORT CUresult cuCtxSynchronize(void)
+{
+    uint64_t until = 0;
+    LOCKED_WAIT(ctx_sync(&until), until);
+}
 
 /* ------------------------------------------------------------ memory */
 
@@ -1527,6 +1647,7 @@ static CUresult stream_create(CUstream *ph, unsigned flags)
         if (!g_streams[i].alive) {
             g_streams[i].alive = true;
             g_streams[i].ctx = c;
+            g_streams[i].done_ns = 0;
             *ph = (CUstream)&g_streams[i];
             return CUDA_SUCCESS;
         }
@@ -1550,17 +1671,27 @@ static CUresult stream_destroy(CUstream h)
 EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) { LOCKED(stream_destroy(hStream)); }
 EXPORT CUresult cuStreamDestroy(CUstream hStream) { LOCKED(stream_destroy(hStream)); }
 
-static CUresult stream_sync(CUstream h)
+static CUresult stream_sync(CUstream h, uint64_t *until)
 {
     struct ctx *c;
-    CUresult rc = stream_ctx(h, &c);
+    uint64_t *done;
+    CUresult rc = stream_timeline(h, &c, &done);
     if (rc)
         return rc;
     pools_sync();
+    *until = *done;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuStreamSynchronize(CUstream hStream) { LOCKED(stream_sync(hStream)); }
-EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream) { LOCKED(stream_sync(hStream)); }
+EXPORT CUresult cuStreamSynchronize(CUstream hStream)
+{
+    uint64_t until = 0;
+    LOCKED_WAIT(stream_sync(hStream, &until), until);
+}
+EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    uint64_t until = 0;
+    LOCKED_WAIT(stream_sync(hStream, &until), until);
+}
 
 /* --------------------------------------------------------------- arrays */
 
@@ -1665,12 +1796,17 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 
 /* ------------------------------------------------------------- launches */
 
+/* Queues FAKECUDA_KERNEL_NS of work on the stream's timeline. */
 static CUresult launch(CUstream stream)
 {
     struct ctx *c;
-    CUresult rc = stream_ctx(stream, &c);
+    uint64_t *done;
+    CUresult rc = stream_timeline(stream, &c, &done);
     if (rc)
         return rc;
+    uint64_t start = max_u64(now_ns(), *done);
+    *done = start + g_kernel_ns < start ? UINT64_MAX : start + g_kernel_ns;
+    c->last_ns = max_u64(c->last_ns, *done);
     g_launches++;
     return CUDA_SUCCESS;
 }
@@ -1739,6 +1875,147 @@ EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
     LOCKED(launch(hStream));
 }
 
+/* --------------------------------------------------------------- events */
+
+static struct event *event_of(CUevent h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_events;
+    if (p < base || p >= base + sizeof(g_events) || (p - base) % sizeof(struct event))
+        return NULL;
+    struct event *e = (struct event *)h;
+    return e->alive && e->ctx->alive ? e : NULL;
+}
+
+static CUresult event_create(CUevent *ph, unsigned flags)
+{
+    unsigned known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+    if (!ph || (flags & ~known) ||
+        ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    /* Round robin, so that a destroyed handle is not at once a live one. */
+    for (unsigned k = 0; k < MAX_EVENTS; k++) {
+        struct event *e = &g_events[(g_next_event + k) % MAX_EVENTS];
+        if (!e->alive) {
+            *e = (struct event){.alive = true, .flags = flags, .ctx = c};
+            g_next_event = (unsigned)(e - g_events + 1) % MAX_EVENTS;
+            *ph = (CUevent)e;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    LOCKED(event_create(phEvent, Flags));
+}
+
+static CUresult event_destroy(CUevent h)
+{
+    struct event *e = event_of(h);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->alive = false;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventDestroy(CUevent hEvent) { LOCKED(event_destroy(hEvent)); }
+EXPORT CUresult cuEventDestroy_v2(CUevent hEvent) { LOCKED(event_destroy(hEvent)); }
+
+/* The event completes when the work queued on the stream so far has. */
+static CUresult event_record(CUevent h, CUstream stream, unsigned flags)
+{
+    struct event *e = event_of(h);
+    if (!e || (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL))
+        return e ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    struct ctx *c;
+    uint64_t *done;
+    CUresult rc = stream_timeline(stream, &c, &done);
+    if (rc)
+        return rc;
+    if (c != e->ctx) /* as the real driver: event and stream of one context */
+        return CUDA_ERROR_INVALID_HANDLE;
+    e->stamp_ns = max_u64(now_ns(), *done);
+    e->recorded = true;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+    LOCKED(event_record(hEvent, hStream, 0));
+}
+EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+{
+    LOCKED(event_record(hEvent, hStream, 0));
+}
+EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
+{
+    LOCKED(event_record(hEvent, hStream, flags));
+}
+EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                                            unsigned int flags)
+{
+    LOCKED(event_record(hEvent, hStream, flags));
+}
+
+/* A never-recorded event counts as complete, as with the real driver. */
+static bool event_done(const struct event *e, uint64_t now)
+{
+    return !e->recorded || now >= e->stamp_ns;
+}
+
+static CUresult event_query(CUevent h)
+{
+    struct event *e = event_of(h);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return event_done(e, now_ns()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+EXPORT CUresult cuEventQuery(CUevent hEvent) { LOCKED(event_query(hEvent)); }
+
+static CUresult event_sync(CUevent h, uint64_t *until)
+{
+    struct event *e = event_of(h);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *until = e->recorded ? e->stamp_ns : 0;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventSynchronize(CUevent hEvent)
+{
+    uint64_t until = 0;
+    LOCKED_WAIT(event_sync(hEvent, &until), until);
+}
+
+/* The real driver's order: bad handles, then timing disabled or never
+ * recorded (both INVALID_HANDLE), then not yet complete. */
+static CUresult event_elapsed(float *ms, CUevent start, CUevent end)
+{
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct event *a = event_of(start), *b = event_of(end);
+    if (!a || !b)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) || !a->recorded || !b->recorded)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t now = now_ns();
+    if (!event_done(a, now) || !event_done(b, now))
+        return CUDA_ERROR_NOT_READY;
+    /* Signed: end recorded before start gives a negative time. */
+    double d = b->stamp_ns >= a->stamp_ns ? (double)(b->stamp_ns - a->stamp_ns)
+                                          : -(double)(a->stamp_ns - b->stamp_ns);
+    *ms = (float)(d / 1e6);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    LOCKED(event_elapsed(pMilliseconds, hStart, hEnd));
+}
+EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    LOCKED(event_elapsed(pMilliseconds, hStart, hEnd));
+}
+
 /* --------------------------------------------------------------- errors */
 
 static const struct {
@@ -1755,6 +2032,7 @@ static const struct {
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
@@ -1875,6 +2153,17 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuStreamDestroy, 4000, cuStreamDestroy_v2, N)                    \
     X(cuStreamSynchronize, 2000, cuStreamSynchronize, N)               \
     X(cuStreamSynchronize, 7000, cuStreamSynchronize_ptsz, P)          \
+    X(cuEventCreate, 2000, cuEventCreate, N)                           \
+    X(cuEventDestroy, 2000, cuEventDestroy, N)                         \
+    X(cuEventDestroy, 4000, cuEventDestroy_v2, N)                      \
+    X(cuEventRecord, 2000, cuEventRecord, N)                           \
+    X(cuEventRecord, 7000, cuEventRecord_ptsz, P)                      \
+    X(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags, N)        \
+    X(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags_ptsz, P)   \
+    X(cuEventQuery, 2000, cuEventQuery, N)                             \
+    X(cuEventSynchronize, 2000, cuEventSynchronize, N)                 \
+    X(cuEventElapsedTime, 2000, cuEventElapsedTime, N)                 \
+    X(cuEventElapsedTime, 12080, cuEventElapsedTime_v2, N)             \
     X(cuArrayCreate, 3020, cuArrayCreate_v2, N)                        \
     X(cuArray3DCreate, 3020, cuArray3DCreate_v2, N)                    \
     X(cuArrayDestroy, 2000, cuArrayDestroy, N)                         \

@@ -55,7 +55,13 @@
     X(cuArray3DCreate_v2, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *))                       \
     X(cuMipmappedArrayCreate, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned)) \
     X(cuArrayDestroy, (CUarray))                                                              \
-    X(cuMipmappedArrayDestroy, (CUmipmappedArray))
+    X(cuMipmappedArrayDestroy, (CUmipmappedArray))                                            \
+    X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, \
+                       unsigned, CUstream, void **, void **))                                 \
+    X(cuLaunchKernelEx, (const CUlaunchConfig_prefix *, CUfunction, void **, void **))        \
+    X(cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned,         \
+                                  unsigned, unsigned, unsigned, CUstream, void **))           \
+    X(cuGraphLaunch, (CUgraphExec, CUstream))
 
 #define DECL(name, params) extern CUresult name params;
 FUNCS(DECL)
@@ -339,6 +345,33 @@ int main(int argc, char **argv)
             for (int k = 0; k < n; k++)
                 pthread_join(t[k], NULL);
             printf("threads %d %d\n", thread_errors, thread_granted);
+            continue;
+        } else if (!strcmp(op, "launch")) {
+            /* launch KIND N: N launches of one kind on the default stream. */
+            const char *kind = ARG();
+            int n = atoi(ARG());
+            CUlaunchConfig_prefix cfg = {1, 1, 1, 1, 1, 1, 0, NULL};
+            for (int k = 0; k < n && r == CUDA_SUCCESS; k++) {
+                if (!strcmp(kind, "kernel"))
+                    r = api.cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+                else if (!strcmp(kind, "ex"))
+                    r = api.cuLaunchKernelEx(&cfg, NULL, NULL, NULL);
+                else if (!strcmp(kind, "coop"))
+                    r = api.cuLaunchCooperativeKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL);
+                else if (!strcmp(kind, "graph"))
+                    r = api.cuGraphLaunch(NULL, NULL);
+                else {
+                    fprintf(stderr, "unknown launch kind %s\n", kind);
+                    return 2;
+                }
+            }
+        } else if (!strcmp(op, "launchfrom")) {
+            /* Which object the launch function we were given lives in. */
+            Dl_info info;
+            const char *where = "none";
+            if (api.cuLaunchKernel && dladdr((void *)api.cuLaunchKernel, &info) && info.dli_fname)
+                where = strstr(info.dli_fname, "libgpuslice") ? "shim" : "driver";
+            printf("launchfrom %s\n", where);
             continue;
         } else if (!strcmp(op, "fork")) {
             unsigned long long n = size_arg(ARG());

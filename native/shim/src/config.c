@@ -131,6 +131,8 @@ void gs_config_load(struct gs_config *cfg)
             read_core(cfg, which, v, &cfg->core_limit[i]);
         if (cfg->mem_limit[i])
             cfg->any_limit = 1;
+        if (cfg->core_limit[i])
+            cfg->any_core = 1;
     }
 
     /* A CUDA 13 context with PyTorch loaded measured ~520-610 MiB on an H200
@@ -154,4 +156,13 @@ void gs_config_load(struct gs_config *cfg)
         v = "/run/gpuslice";
     }
     snprintf(cfg->state_dir, sizeof cfg->state_dir, "%s", v);
+
+    v = env("GPUSLICE_CARD_DIR");
+    if (!v)
+        v = "/run/gpuslice/cards";
+    if (strlen(v) >= sizeof cfg->card_dir - 128 || v[0] != '/') {
+        malformed(cfg, "GPUSLICE_CARD_DIR", v, "an absolute path shorter than 384 bytes");
+        v = "/run/gpuslice/cards";
+    }
+    snprintf(cfg->card_dir, sizeof cfg->card_dir, "%s", v);
 }

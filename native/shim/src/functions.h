@@ -12,10 +12,21 @@
  * Each exported variant of a driver function is its own row (cuMemAlloc and
  * cuMemAlloc_v2, cuMemAllocAsync and cuMemAllocAsync_ptsz): the driver
  * exports them separately and cuGetProcAddress may hand out any of them.
- * The kernel launch path is deliberately absent (compute limiter: later).
+ * Launch rows are handed out through dlsym and cuGetProcAddress only when
+ * the process can be paced at all (launch.c: gs_pace_possible), so that a
+ * process without a compute cap launches straight into the driver.
  */
 #ifndef GPUSLICE_FUNCTIONS_H
 #define GPUSLICE_FUNCTIONS_H
+
+#define GS_LAUNCH_PARAMS                                                                      \
+    (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,       \
+     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                  \
+     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+#define GS_COOP_PARAMS                                                                        \
+    (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,       \
+     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                  \
+     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 
 #define GS_FUNCTIONS(HOOK, REAL)                                                              \
     /* entry points: init and the two ways of finding functions */                           \
@@ -83,6 +94,26 @@
           unsigned int numMipmapLevels))                                                      \
     HOOK(CUDA, cuArrayDestroy, CUresult, (CUarray hArray))                                    \
     HOOK(CUDA, cuMipmappedArrayDestroy, CUresult, (CUmipmappedArray hMipmappedArray))         \
+    /* kernel launches: the compute limiter (launch.c) */                                   \
+    HOOK(CUDA, cuLaunchKernel, CUresult, GS_LAUNCH_PARAMS)                                    \
+    HOOK(CUDA, cuLaunchKernel_ptsz, CUresult, GS_LAUNCH_PARAMS)                               \
+    HOOK(CUDA, cuLaunchKernelEx, CUresult,                                                    \
+         (const CUlaunchConfig_prefix *config, CUfunction f, void **kernelParams,             \
+          void **extra))                                                                      \
+    HOOK(CUDA, cuLaunchKernelEx_ptsz, CUresult,                                               \
+         (const CUlaunchConfig_prefix *config, CUfunction f, void **kernelParams,             \
+          void **extra))                                                                      \
+    HOOK(CUDA, cuLaunchCooperativeKernel, CUresult, GS_COOP_PARAMS)                           \
+    HOOK(CUDA, cuLaunchCooperativeKernel_ptsz, CUresult, GS_COOP_PARAMS)                      \
+    HOOK(CUDA, cuGraphLaunch, CUresult, (CUgraphExec hGraphExec, CUstream hStream))           \
+    HOOK(CUDA, cuGraphLaunch_ptsz, CUresult, (CUgraphExec hGraphExec, CUstream hStream))      \
+    REAL(CUDA, cuCtxGetCurrent, CUresult, (CUcontext *pctx))                                  \
+    REAL(CUDA, cuEventCreate, CUresult, (CUevent *phEvent, unsigned int Flags))               \
+    REAL(CUDA, cuEventRecord, CUresult, (CUevent hEvent, CUstream hStream))                   \
+    REAL(CUDA, cuEventQuery, CUresult, (CUevent hEvent))                                      \
+    REAL(CUDA, cuEventSynchronize, CUresult, (CUevent hEvent))                                \
+    REAL(CUDA, cuEventElapsedTime, CUresult, (float *ms, CUevent hStart, CUevent hEnd))       \
+    REAL(CUDA, cuEventElapsedTime_v2, CUresult, (float *ms, CUevent hStart, CUevent hEnd))    \
     /* NVML: what nvidia-smi-like tools and pynvml see */                                     \
     HOOK(NVML, nvmlDeviceGetMemoryInfo, nvmlReturn_t, (nvmlDevice_t device, nvmlMemory_t *m)) \
     HOOK(NVML, nvmlDeviceGetMemoryInfo_v2, nvmlReturn_t,                                      \

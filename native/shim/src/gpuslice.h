@@ -12,6 +12,8 @@
  *   cuda_ctx.c   cuInit, contexts, what programs see (cuMemGetInfo ...)
  *   cuda_mem.c   the allocation families
  *   nvml_hooks.c NVML memory and process queries
+ *   pace.c       the compute limiter's decisions (no CUDA: simulated in tests)
+ *   launch.c     kernel launches: fences, the bucket, the card file
  */
 #ifndef GPUSLICE_INTERNAL_H
 #define GPUSLICE_INTERNAL_H
@@ -49,9 +51,11 @@ struct gs_config {
     int fail_closed; /* a malformed limit: every allocation is refused */
     int any_limit;   /* some memory limit was given */
     unsigned long long mem_limit[GPUSLICE_MAX_DEVICES]; /* 0 = none */
-    unsigned int core_limit[GPUSLICE_MAX_DEVICES];      /* stored only, for now */
+    unsigned int core_limit[GPUSLICE_MAX_DEVICES];      /* percent; 0 = none */
+    int any_core;    /* some compute cap was given */
     unsigned long long context_reserve;
     char state_dir[512];
+    char card_dir[512]; /* card files: what every tenant of a card shares */
 };
 extern struct gs_config gs_cfg;
 
@@ -181,5 +185,24 @@ int gs_current_device(void);
 void gs_ctx_fork_prepare(void);
 void gs_ctx_fork_parent(void);
 void gs_ctx_fork_child(void);
+
+/* -------------------------------------------------------------- launch.c */
+
+/* -1: not decided yet, 0: no pacing in this process, 1: capped, 2: watching
+ * the card files for a capped neighbour. */
+extern int gs_pace_mode;
+int gs_pace_wanted_slow(int mode);
+/* One relaxed load on the path of a process that is never paced. */
+static inline int gs_pace_wanted(void)
+{
+    int m = __atomic_load_n(&gs_pace_mode, __ATOMIC_RELAXED);
+    if (GS_LIKELY(m == 0))
+        return 0;
+    return gs_pace_wanted_slow(m);
+}
+/* Whether launch wrappers are worth handing out at all (known at load). */
+int gs_pace_possible(void);
+int gs_is_launch_fn(int index);
+void gs_launch_fork_child(void);
 
 #endif

@@ -85,6 +85,7 @@ static void fork_child(void)
 {
     gs_ptrmap_fork_child();
     gs_pools_fork_child();
+    gs_launch_fork_child();
     gs_ctx_fork_child(); /* region.c resets its own slot (its own atfork handler) */
 }
 
@@ -157,7 +158,7 @@ void *gs_wrapper_for(void *real)
 {
     for (int i = 0; i < GS_FN_COUNT; i++)
         if (fn_wrappers[i] && gs_real[i] == real)
-            return fn_wrappers[i];
+            return gs_is_launch_fn(i) && !gs_pace_possible() ? real : fn_wrappers[i];
     return real;
 }
 
@@ -248,6 +249,8 @@ static void *hooked_lookup(void *handle, const char *name)
         gs_nvml_ready();
     if (gs_cfg.disabled || !gs_real[i])
         return NULL; /* untouched, and a missing symbol stays missing */
+    if (gs_is_launch_fn(i) && !gs_pace_possible())
+        return NULL; /* never paced: the driver's own, nothing in between */
     return fn_wrappers[i];
 }
 

@@ -24,6 +24,7 @@ enum {
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_UNKNOWN = 999,
 };
@@ -38,6 +39,18 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUevent_st *CUevent;
+
+/* The leading fields of CUlaunchConfig (cuLaunchKernelEx); the caller's
+ * struct goes on with the launch attributes, which we never read. */
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+} CUlaunchConfig_prefix;
 
 typedef struct {
     char bytes[16];

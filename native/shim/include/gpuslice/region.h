@@ -11,7 +11,7 @@
 #define GPUSLICE_REGION_H
 
 #define GPUSLICE_REGION_MAGIC 0x53555047
-#define GPUSLICE_REGION_VERSION 1
+#define GPUSLICE_REGION_VERSION 2
 #define GPUSLICE_MAX_DEVICES 16
 #define GPUSLICE_MAX_PROCS 128
 #define GPUSLICE_UUID_SIZE 96
@@ -28,6 +28,17 @@
 #define GPUSLICE_SLOT_FREE 0
 #define GPUSLICE_SLOT_LIVE 1
 
+/* The compute budget of one device, shared by the container's processes
+ * (guarded by the region lock). Credit is GPU time in ns the container may
+ * still use; it refills at core_limit percent of wall time. */
+struct gpuslice_bucket {
+    long long credit_ns;
+    unsigned long long stamp_ns;     /* CLOCK_MONOTONIC of the last refill */
+    unsigned long long charged_ns;   /* GPU time charged since the region was made */
+    unsigned long long throttled_ns; /* time processes slept for the cap */
+    unsigned long long launches;     /* launches seen by the limiter */
+};
+
 struct gpuslice_device {
     char uuid[GPUSLICE_UUID_SIZE]; /* "GPU-..." once a CUDA process has seen it */
     unsigned long long limit_bytes;  /* memory cap; 0 = none */
@@ -35,6 +46,7 @@ struct gpuslice_device {
     unsigned long long used_bytes;   /* sum of live slots' usage on this device */
     unsigned int core_limit;         /* percent; 0 = none */
     unsigned int reserved;
+    struct gpuslice_bucket compute;
 };
 
 struct gpuslice_proc {
@@ -53,6 +65,32 @@ struct gpuslice_region {
     unsigned char lock[GPUSLICE_LOCK_SIZE]; /* process-shared robust pthread mutex */
     struct gpuslice_device devices[GPUSLICE_MAX_DEVICES];
     struct gpuslice_proc procs[GPUSLICE_MAX_PROCS];
+};
+
+/*
+ * The card file: <card dir>/<GPU UUID>, one per card for the whole host,
+ * mapped by every process of every container that has the card in a slice.
+ * It says who is competing for the card right now, which the GPU's time
+ * slicing between contexts turns into each one's share (docs/compute-limit.md).
+ * Fields are written with relaxed atomic stores, never under a lock: any
+ * tenant can write here, so a reader trusts nothing it reads.
+ */
+#define GPUSLICE_CARD_MAGIC 0x43535047
+#define GPUSLICE_CARD_VERSION 1
+#define GPUSLICE_CARD_SLOTS 256
+
+struct gpuslice_card_slot {
+    unsigned long long owner;      /* a process's random token; 0 = free */
+    unsigned long long backlog_ns; /* CLOCK_MONOTONIC when it last had GPU work queued */
+};
+
+struct gpuslice_card {
+    unsigned int magic;
+    unsigned int version;
+    unsigned int size;
+    unsigned int reserved;
+    unsigned long long capped_ns;  /* last time a capped process ran here; 0: none */
+    struct gpuslice_card_slot slots[GPUSLICE_CARD_SLOTS];
 };
 
 #endif

@@ -1,0 +1,454 @@
+/*
+ * Kernel launches: the compute limiter's side that talks to the driver.
+ * pace.c decides; this file records the events it asks for, reads them
+ * back, moves charges into the container's bucket in the region, sleeps
+ * when the bucket is in debt, and keeps this process's slot in the card file
+ * up to date. Reasoning: docs/compute-limit.md.
+ *
+ * Cost: a process without a cap, on a host without card files, gets the
+ * driver's own launch functions from dlsym and cuGetProcAddress (nothing in
+ * between); a direct call to our export costs one relaxed load. A process
+ * without a cap beside a capped one pays a clock read per launch and an
+ * event record per millisecond of GPU work, so that the capped one can see
+ * it compete. Only a capped process ever waits here.
+ */
+#define _GNU_SOURCE /* clock_nanosleep, flock */
+#include "gpuslice.h"
+#include "pace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PER_THREAD_STREAM ((CUstream)0x2) /* CU_STREAM_PER_THREAD */
+#define POOL 16                           /* events kept per device: ring + reference + spare */
+
+int gs_pace_mode = -1;
+
+struct pacer_dev {
+    struct gs_pace_io io; /* first: the callbacks find the rest from it */
+    pthread_mutex_t mu;
+    struct gs_pacer p;
+    int dev;
+    CUcontext ctx; /* events below belong to it */
+    CUevent pool[POOL];
+    int npool;
+    int card_opened; /* io.card: NULL if there is no card file */
+};
+
+static struct pacer_dev pacers[GPUSLICE_MAX_DEVICES];
+static unsigned long long card_token;
+static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
+
+static unsigned long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static int launch_rows[] = {
+    GS_FN_cuLaunchKernel,        GS_FN_cuLaunchKernel_ptsz,
+    GS_FN_cuLaunchKernelEx,      GS_FN_cuLaunchKernelEx_ptsz,
+    GS_FN_cuLaunchCooperativeKernel, GS_FN_cuLaunchCooperativeKernel_ptsz,
+    GS_FN_cuGraphLaunch,         GS_FN_cuGraphLaunch_ptsz,
+};
+
+int gs_is_launch_fn(int index)
+{
+    for (size_t i = 0; i < sizeof launch_rows / sizeof launch_rows[0]; i++)
+        if (launch_rows[i] == index)
+            return 1;
+    return 0;
+}
+
+int gs_pace_possible(void)
+{
+    static int possible = -1; /* decided once: the answer must not flip mid-run */
+    int p = __atomic_load_n(&possible, __ATOMIC_RELAXED);
+    if (p < 0) {
+        gs_core_init();
+        p = !gs_cfg.disabled &&
+            (gs_cfg.any_core || access(gs_cfg.card_dir, R_OK | W_OK | X_OK) == 0);
+        __atomic_store_n(&possible, p, __ATOMIC_RELAXED);
+    }
+    return p;
+}
+
+/* ------------------------------------------------------------- card file */
+
+static struct gpuslice_card *open_card(const char *uuid)
+{
+    char path[sizeof gs_cfg.card_dir + GPUSLICE_UUID_SIZE + 2];
+    snprintf(path, sizeof path, "%s/%s", gs_cfg.card_dir, uuid);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0) {
+        GS_LOG(GS_INFO, "no card file %s (%s): compute caps assume no neighbours", path,
+               strerror(errno));
+        return NULL;
+    }
+    struct gpuslice_card *c = NULL;
+    struct stat st;
+    if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        goto out;
+    if (st.st_size == 0) {
+        /* Every tenant of the card, whatever its user, must be able to write. */
+        if (fchmod(fd, 0666) != 0 || ftruncate(fd, sizeof *c) != 0)
+            goto out;
+    } else if (st.st_size != (off_t)sizeof *c) {
+        gs_log_write(GS_WARN, "%s has size %lld, expected %zu; compute caps assume no "
+                     "neighbours", path, (long long)st.st_size, sizeof *c);
+        goto out;
+    }
+    void *m = mmap(NULL, sizeof *c, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        goto out;
+    c = m;
+    if (c->magic == 0) {
+        c->version = GPUSLICE_CARD_VERSION;
+        c->size = sizeof *c;
+        __atomic_store_n(&c->magic, GPUSLICE_CARD_MAGIC, __ATOMIC_RELEASE);
+    } else if (c->magic != GPUSLICE_CARD_MAGIC || c->version != GPUSLICE_CARD_VERSION ||
+               c->size != sizeof *c) {
+        gs_log_write(GS_WARN, "%s is not a gpuslice card file of this version; compute "
+                     "caps assume no neighbours", path);
+        munmap(m, sizeof *c);
+        c = NULL;
+    }
+out:
+    flock(fd, LOCK_UN);
+    close(fd);
+    return c;
+}
+
+/* With pd->mu held (or before any launch thread exists). */
+static struct gpuslice_card *card_of(struct pacer_dev *pd, int dev)
+{
+    if (!pd->card_opened) {
+        pd->card_opened = 1;
+        gs_device_note(dev);
+        char uuid[GPUSLICE_UUID_SIZE];
+        memcpy(uuid, gs_region()->devices[dev].uuid, sizeof uuid);
+        uuid[sizeof uuid - 1] = '\0';
+        /* The name becomes a path: only what a UUID is made of. */
+        if (uuid[0] && strspn(uuid, "GPU-MIG0123456789abcdef") == strlen(uuid))
+            pd->io.card = open_card(uuid);
+        pd->io.slot = -1;
+    }
+    return pd->io.card;
+}
+
+/* This process in the card file; never 0, which marks a free slot. */
+static unsigned long long new_token(void)
+{
+    return ((now_ns() * 0x9e3779b97f4a7c15ull) ^ ((unsigned long long)getpid() << 20)) | 1;
+}
+
+/* ----------------------------------------------------------- mode, once */
+
+static void decide_mode(void)
+{
+    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
+        pthread_mutex_init(&pacers[i].mu, NULL);
+    gs_cuda_ready();
+    int mode = 0;
+    if (!gs_cfg.disabled) {
+        struct gpuslice_region *r = gs_region();
+        for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
+            if (__atomic_load_n(&r->devices[i].core_limit, __ATOMIC_RELAXED))
+                mode = 1;
+        if (!mode && access(gs_cfg.card_dir, R_OK | W_OK | X_OK) == 0) {
+            /* Uncapped: watch the cards for a capped neighbour. */
+            int n = 0;
+            if (HAS_REAL(cuDeviceGetCount) && REAL(cuDeviceGetCount)(&n) == CUDA_SUCCESS)
+                for (int i = 0; i < n && i < GPUSLICE_MAX_DEVICES; i++)
+                    if (card_of(&pacers[i], i))
+                        mode = 2;
+        }
+    }
+    card_token = new_token();
+    GS_LOG(GS_INFO, "compute: %s", mode == 1 ? "capped" : mode == 2 ? "watching the card"
+                                                                   : "not paced");
+    __atomic_store_n(&gs_pace_mode, mode, __ATOMIC_RELAXED);
+}
+
+int gs_pace_wanted_slow(int mode)
+{
+    if (mode < 0) {
+        pthread_once(&pace_once, decide_mode);
+        mode = __atomic_load_n(&gs_pace_mode, __ATOMIC_RELAXED);
+    }
+    if (mode != 2)
+        return mode;
+    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
+        struct gpuslice_card *c = pacers[i].io.card;
+        if (c && __atomic_load_n(&c->capped_ns, __ATOMIC_RELAXED))
+            return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------- the limiter's I/O */
+
+static struct pacer_dev *of(struct gs_pace_io *io)
+{
+    return (struct pacer_dev *)(void *)io; /* io is the first member */
+}
+
+static void *event_take(struct gs_pace_io *io)
+{
+    struct pacer_dev *pd = of(io);
+    if (pd->npool)
+        return pd->pool[--pd->npool];
+    CUevent e = NULL;
+    return REAL(cuEventCreate)(&e, 0) == CUDA_SUCCESS ? e : NULL;
+}
+
+static void event_give(struct gs_pace_io *io, void *e)
+{
+    struct pacer_dev *pd = of(io);
+    if (pd->npool < POOL)
+        pd->pool[pd->npool++] = e;
+    /* else cannot happen: at most the ring and the reference exist */
+}
+
+static int event_record(struct gs_pace_io *io, void *e, void *stream)
+{
+    (void)io;
+    return REAL(cuEventRecord)(e, stream) == CUDA_SUCCESS ? 0 : -1;
+}
+
+static int event_done(struct gs_pace_io *io, void *e)
+{
+    (void)io;
+    return REAL(cuEventQuery)(e) == CUDA_SUCCESS;
+}
+
+static int event_wait(struct gs_pace_io *io, void *e)
+{
+    struct pacer_dev *pd = of(io);
+    if (REAL(cuEventSynchronize)(e) == CUDA_SUCCESS)
+        return 0;
+    GS_LOG(GS_DEBUG, "device %d: event sync failed; pacing restarts", pd->dev);
+    pd->npool = 0; /* with the ring: the context's events are gone */
+    return -1;
+}
+
+static unsigned long long event_gap_ns(struct gs_pace_io *io, void *a, void *b)
+{
+    (void)io;
+    float ms = 0;
+    CUresult r = HAS_REAL(cuEventElapsedTime_v2) ? REAL(cuEventElapsedTime_v2)(&ms, a, b)
+                                                 : REAL(cuEventElapsedTime)(&ms, a, b);
+    return r == CUDA_SUCCESS && ms > 0 ? (unsigned long long)((double)ms * 1e6) : 0;
+}
+
+static unsigned long long io_now(struct gs_pace_io *io)
+{
+    (void)io;
+    return now_ns();
+}
+
+static void io_sleep(struct gs_pace_io *io, unsigned long long ns)
+{
+    (void)io;
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+        ;
+}
+
+static unsigned io_cap(struct gs_pace_io *io)
+{
+    unsigned cap = __atomic_load_n(&gs_region()->devices[of(io)->dev].core_limit,
+                                   __ATOMIC_RELAXED);
+    return cap > 100 ? 100 : cap;
+}
+
+static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge_ns,
+                          unsigned long long launches, unsigned long long *wait)
+{
+    *wait = 0;
+    struct gpuslice_region *r = gs_region();
+    if (gs_region_lock(r) != 0)
+        return 0;
+    struct gpuslice_device *d = &r->devices[of(io)->dev];
+    unsigned cap = d->core_limit > 100 ? 100 : d->core_limit;
+    if (cap)
+        gs_bucket_refill(&d->compute, cap, now_ns());
+    gs_bucket_charge(&d->compute, charge_ns);
+    d->compute.launches += launches;
+    *wait = gs_bucket_wait_ns(&d->compute, cap);
+    gs_region_unlock(r);
+    return cap;
+}
+
+static void io_throttled(struct gs_pace_io *io, unsigned long long ns)
+{
+    struct gpuslice_region *r = gs_region();
+    if (gs_region_lock(r) != 0)
+        return;
+    r->devices[of(io)->dev].compute.throttled_ns += ns;
+    gs_region_unlock(r);
+}
+
+static void io_init(struct pacer_dev *pd, int dev)
+{
+    pd->io = (struct gs_pace_io){
+        .event_take = event_take, .event_give = event_give, .event_record = event_record,
+        .event_done = event_done, .event_wait = event_wait, .event_gap_ns = event_gap_ns,
+        .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
+        .cap = io_cap, .card = pd->io.card, .slot = -1, .token = card_token,
+    };
+    pd->dev = dev;
+}
+
+/* ------------------------------------------------------------ the launch */
+
+struct launch {
+    struct pacer_dev *pd;
+    CUstream s;
+};
+
+static __thread CUcontext t_ctx;
+static __thread int t_dev = -1;
+
+/* Paced: returns with pd->mu held (L->pd set), or L->pd NULL. */
+static void begin(struct launch *L, CUstream s, int ptsz)
+{
+    L->pd = NULL;
+    CUcontext ctx = NULL;
+    if (!HAS_REAL(cuCtxGetCurrent) || !HAS_REAL(cuEventRecord) ||
+        REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || !ctx)
+        return;
+    if (ctx != t_ctx) {
+        t_dev = gs_current_device();
+        t_ctx = ctx;
+    }
+    int dev = t_dev;
+    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES)
+        return;
+    struct pacer_dev *pd = &pacers[dev];
+    pthread_mutex_lock(&pd->mu);
+    card_of(pd, dev);
+    if (pd->ctx != ctx) {
+        /* A new context: the old one's events are not ours to touch. */
+        gs_pace_reset(&pd->p);
+        io_init(pd, dev);
+        pd->npool = 0;
+        pd->ctx = ctx;
+    }
+    L->s = ptsz && s == NULL ? PER_THREAD_STREAM : s;
+    gs_pace_launch_begin(&pd->p, &pd->io, L->s);
+    L->pd = pd;
+}
+
+static void end(struct launch *L, CUresult r)
+{
+    struct pacer_dev *pd = L->pd;
+    if (!pd)
+        return;
+    gs_pace_launch_end(&pd->p, &pd->io, L->s, r == CUDA_SUCCESS);
+    pthread_mutex_unlock(&pd->mu);
+}
+
+#define PACED(name, stream, ptsz, args)                                                       \
+    do {                                                                                      \
+        gs_cuda_ready();                                                                      \
+        if (GS_UNLIKELY(!HAS_REAL(name)))                                                     \
+            return CUDA_ERROR_NOT_FOUND;                                                      \
+        if (GS_LIKELY(!gs_pace_wanted()))                                                     \
+            return REAL(name) args;                                                           \
+        struct launch L;                                                                      \
+        begin(&L, (stream), (ptsz));                                                          \
+        CUresult r = REAL(name) args;                                                         \
+        end(&L, r);                                                                           \
+        return r;                                                                             \
+    } while (0)
+
+#define LAUNCH_ARGS                                                                           \
+    (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,        \
+     hStream, kernelParams, extra)
+#define COOP_ARGS                                                                             \
+    (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,        \
+     hStream, kernelParams)
+
+GS_API CUresult cuLaunchKernel GS_LAUNCH_PARAMS
+{
+    PACED(cuLaunchKernel, hStream, 0, LAUNCH_ARGS);
+}
+GS_API CUresult cuLaunchKernel_ptsz GS_LAUNCH_PARAMS
+{
+    PACED(cuLaunchKernel_ptsz, hStream, 1, LAUNCH_ARGS);
+}
+GS_API CUresult cuLaunchKernelEx(const CUlaunchConfig_prefix *config, CUfunction f,
+                                 void **kernelParams, void **extra)
+{
+    PACED(cuLaunchKernelEx, config ? config->hStream : NULL, 0,
+          (config, f, kernelParams, extra));
+}
+GS_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig_prefix *config, CUfunction f,
+                                      void **kernelParams, void **extra)
+{
+    PACED(cuLaunchKernelEx_ptsz, config ? config->hStream : NULL, 1,
+          (config, f, kernelParams, extra));
+}
+GS_API CUresult cuLaunchCooperativeKernel GS_COOP_PARAMS
+{
+    PACED(cuLaunchCooperativeKernel, hStream, 0, COOP_ARGS);
+}
+GS_API CUresult cuLaunchCooperativeKernel_ptsz GS_COOP_PARAMS
+{
+    PACED(cuLaunchCooperativeKernel_ptsz, hStream, 1, COOP_ARGS);
+}
+GS_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    PACED(cuGraphLaunch, hStream, 0, (hGraphExec, hStream));
+}
+GS_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    PACED(cuGraphLaunch_ptsz, hStream, 1, (hGraphExec, hStream));
+}
+
+/* ------------------------------------------------------------------ exit */
+
+/* What the pacers counted since their last fence point goes into the region
+ * at exit (no driver call: the driver may be gone by now). */
+__attribute__((destructor)) static void flush_at_exit(void)
+{
+    if (__atomic_load_n(&gs_pace_mode, __ATOMIC_RELAXED) <= 0)
+        return;
+    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
+        struct pacer_dev *pd = &pacers[i];
+        if (!pd->ctx || pthread_mutex_trylock(&pd->mu) != 0)
+            continue;
+        unsigned long long wait;
+        if (pd->p.charge_ns || pd->p.launches)
+            io_settle(&pd->io, pd->p.charge_ns, pd->p.launches, &wait);
+        pd->p.charge_ns = pd->p.launches = 0;
+        pthread_mutex_unlock(&pd->mu);
+    }
+}
+
+/* ------------------------------------------------------------------ fork */
+
+void gs_launch_fork_child(void)
+{
+    /* The parent's contexts and events are unusable here; its card slot is
+     * its own. Mutexes may have been held by threads that do not exist. */
+    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
+        pthread_mutex_init(&pacers[i].mu, NULL);
+        gs_pace_reset(&pacers[i].p);
+        pacers[i].ctx = NULL; /* the first launch re-initialises the rest */
+        pacers[i].npool = 0;
+    }
+    t_ctx = NULL;
+    t_dev = -1;
+    card_token = new_token();
+}

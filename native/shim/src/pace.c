@@ -1,0 +1,335 @@
+/*
+ * The compute limiter's decisions (see pace.h): pure functions of the pacer,
+ * the bucket and the card, so that a simulated clock can drive them.
+ */
+#include "pace.h"
+
+#include <stddef.h>
+#include <string.h>
+
+/* Debt beyond this is forgiven: a pathological kernel (minutes long) must
+ * not put the container to sleep for an hour. */
+#define MAX_DEBT_NS (60ll * 1000000000ll)
+
+void gs_pace_reset(struct gs_pacer *p)
+{
+    memset(p, 0, sizeof *p);
+    p->per_fence = 1; /* until a launch has been timed, fence every one */
+    p->need_mark = 1;
+}
+
+int gs_pace_before(struct gs_pacer *p, unsigned long long now)
+{
+    if (p->need_mark)
+        return GS_PACE_MARK;
+    if (now - p->last_launch_ns > GS_PACE_GAP_NS)
+        return GS_PACE_GAP;
+    return 0;
+}
+
+int gs_pace_gap(struct gs_pacer *p)
+{
+    if (p->count != 0)
+        return 0; /* the GPU is still busy with our work: the period goes on */
+    /* Launches after the newest fence ran before the gap, unfenced: charge
+     * them at the estimate rather than the gap at its length. */
+    p->charge_ns += (unsigned long long)p->since_fence * p->per_launch_ns;
+    p->since_fence = 0;
+    p->need_mark = 1;
+    return GS_PACE_MARK;
+}
+
+int gs_pace_after(struct gs_pacer *p, unsigned long long now)
+{
+    p->last_launch_ns = now;
+    p->launches++;
+    p->since_fence++;
+    if (p->since_fence >= p->per_fence || now - p->last_fence_ns >= GS_PACE_FENCE_NS)
+        return GS_PACE_FENCE;
+    return 0;
+}
+
+int gs_pace_push(struct gs_pacer *p, void *ev, int marker, unsigned long long now)
+{
+    if (p->count == GS_PACE_RING)
+        return -1;
+    struct gs_fence *f = &p->ring[(p->head + p->count) % GS_PACE_RING];
+    f->ev = ev;
+    f->marker = marker;
+    f->launches = marker ? 0 : p->since_fence;
+    f->behind = 0;
+    p->count++;
+    if (marker) {
+        p->need_mark = 0;
+        p->last_launch_ns = now; /* the gap is over */
+    } else {
+        p->since_fence = 0;
+        p->last_fence_ns = now;
+    }
+    return 0;
+}
+
+void gs_pace_mark_behind(struct gs_pacer *p)
+{
+    if (p->count)
+        p->ring[(p->head + p->count - 1) % GS_PACE_RING].behind = 1;
+}
+
+const struct gs_fence *gs_pace_oldest(const struct gs_pacer *p)
+{
+    return p->count ? &p->ring[p->head] : NULL;
+}
+
+static void learn(struct gs_pacer *p, unsigned long long elapsed_ns, unsigned launches)
+{
+    if (!launches)
+        return;
+    unsigned long long sample = elapsed_ns / launches;
+    /* Smoothed over ~4 fences: a mix of kernels settles, a change shows
+     * within a few milliseconds. */
+    p->per_launch_ns = p->per_launch_ns ? (3 * p->per_launch_ns + sample) / 4 : sample;
+    unsigned long long n = p->per_launch_ns ? GS_PACE_FENCE_NS / p->per_launch_ns : 1;
+    p->per_fence = n < 1 ? 1 : n > GS_PACE_MAX_PER_FENCE ? GS_PACE_MAX_PER_FENCE : (unsigned)n;
+}
+
+void *gs_pace_done(struct gs_pacer *p, unsigned long long elapsed_ns, unsigned competitors)
+{
+    if (!p->count)
+        return NULL;
+    struct gs_fence f = p->ring[p->head];
+    p->head = (p->head + 1) % GS_PACE_RING;
+    p->count--;
+    if (!f.marker && p->ref) {
+        p->charge_ns += elapsed_ns / (f.behind ? 1ull + competitors : 1ull);
+        learn(p, elapsed_ns, f.launches);
+    }
+    void *old = p->ref;
+    p->ref = f.ev;
+    return old;
+}
+
+void *gs_pace_idle(struct gs_pacer *p)
+{
+    void *old = p->ref;
+    p->ref = NULL;
+    p->need_mark = 1;
+    return old;
+}
+
+/* ------------------------------------------------------------------ bucket */
+
+void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now)
+{
+    if (b->stamp_ns == 0 || now < b->stamp_ns) {
+        /* A new bucket (or a clock we cannot trust): start with a small
+         * credit, so a fresh container starts at once but cannot burst. */
+        b->credit_ns = (long long)GS_PACE_RESUME_NS;
+        b->stamp_ns = now;
+        return;
+    }
+    unsigned long long dt = now - b->stamp_ns;
+    if (dt > 10ull * 1000000000ull)
+        dt = 10ull * 1000000000ull;
+    long long c = b->credit_ns + (long long)(dt * cap / 100);
+    b->credit_ns = c > (long long)GS_PACE_BURST_NS ? (long long)GS_PACE_BURST_NS : c;
+    b->stamp_ns = now;
+}
+
+void gs_bucket_charge(struct gpuslice_bucket *b, unsigned long long ns)
+{
+    if (ns > (unsigned long long)MAX_DEBT_NS)
+        ns = (unsigned long long)MAX_DEBT_NS;
+    long long c = b->credit_ns - (long long)ns;
+    b->credit_ns = c < -MAX_DEBT_NS ? -MAX_DEBT_NS : c;
+    b->charged_ns += ns;
+}
+
+unsigned long long gs_bucket_wait_ns(const struct gpuslice_bucket *b, unsigned cap)
+{
+    if (b->credit_ns >= 0 || cap == 0)
+        return 0;
+    unsigned long long need = (unsigned long long)((long long)GS_PACE_RESUME_NS - b->credit_ns);
+    return need * 100 / cap;
+}
+
+/* -------------------------------------------------------------------- card */
+
+unsigned gs_card_competitors(const struct gpuslice_card *c, int mine, unsigned long long now)
+{
+    unsigned n = 0;
+    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
+        if (i == mine)
+            continue;
+        unsigned long long owner = __atomic_load_n(&c->slots[i].owner, __ATOMIC_RELAXED);
+        unsigned long long t = __atomic_load_n(&c->slots[i].backlog_ns, __ATOMIC_RELAXED);
+        /* Anything can be written here: a stamp from the future is garbage. */
+        if (owner && t <= now + GS_PACE_BACKLOG_NS && now - t <= GS_PACE_BACKLOG_NS)
+            n++;
+    }
+    return n;
+}
+
+int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned long long now)
+{
+    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++)
+        if (__atomic_load_n(&c->slots[i].owner, __ATOMIC_RELAXED) == token)
+            return i;
+    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
+        unsigned long long owner = __atomic_load_n(&c->slots[i].owner, __ATOMIC_RELAXED);
+        unsigned long long t = __atomic_load_n(&c->slots[i].backlog_ns, __ATOMIC_RELAXED);
+        /* Free, or its owner has not competed for a second (dead or idle:
+         * an idle owner takes another slot when it competes again). */
+        if (owner == 0 || t + GS_PACE_STALE_NS < now || t > now + GS_PACE_BACKLOG_NS) {
+            if (__atomic_compare_exchange_n(&c->slots[i].owner, &owner, token, 0,
+                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+                __atomic_store_n(&c->slots[i].backlog_ns, 0, __ATOMIC_RELAXED);
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+
+int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token,
+                  unsigned long long now)
+{
+    /* Someone took the slot while we were idle: take another. */
+    if (slot < 0 || slot >= GPUSLICE_CARD_SLOTS ||
+        __atomic_load_n(&c->slots[slot].owner, __ATOMIC_RELAXED) != token)
+        slot = gs_card_claim(c, token, now);
+    if (slot >= 0)
+        __atomic_store_n(&c->slots[slot].backlog_ns, now, __ATOMIC_RELAXED);
+    return slot;
+}
+
+/* ----------------------------------------------------------- orchestration */
+
+static void record(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int marker,
+                   unsigned long long now)
+{
+    void *e = io->event_take(io);
+    if (!e)
+        return;
+    if (io->event_record(io, e, stream) != 0 || gs_pace_push(p, e, marker, now) != 0) {
+        /* Not recorded, or the ring is full (an uncapped process far ahead
+         * of the GPU): the launches count toward the next fence. */
+        io->event_give(io, e);
+    }
+}
+
+static unsigned competitors(struct gs_pace_io *io, unsigned long long now)
+{
+    return io->card ? gs_card_competitors(io->card, io->slot, now) : 0;
+}
+
+static void complete_oldest(struct gs_pacer *p, struct gs_pace_io *io, unsigned others)
+{
+    const struct gs_fence *f = gs_pace_oldest(p);
+    unsigned long long ns = 0;
+    if (!f->marker && p->ref)
+        ns = io->event_gap_ns(io, p->ref, f->ev);
+    void *old = gs_pace_done(p, ns, others);
+    if (old)
+        io->event_give(io, old);
+}
+
+static void poll_ring(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    unsigned others = competitors(io, now);
+    const struct gs_fence *f;
+    while ((f = gs_pace_oldest(p)) && io->event_done(io, f->ev))
+        complete_oldest(p, io, others);
+}
+
+/* Block until the oldest entry completes; the process competes meanwhile. */
+static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    const struct gs_fence *f = gs_pace_oldest(p);
+    if (io->card)
+        io->slot = gs_card_stamp(io->card, io->slot, io->token, io->now(io));
+    if (io->event_wait(io, f->ev) != 0) {
+        /* The context is broken: forget the ring, its events are lost. */
+        gs_pace_reset(p);
+        return;
+    }
+    complete_oldest(p, io, competitors(io, io->now(io)));
+}
+
+static unsigned settle(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long *wait)
+{
+    unsigned cap = io->settle(io, p->charge_ns, p->launches, wait);
+    p->charge_ns = 0;
+    p->launches = 0;
+    return cap;
+}
+
+/* In debt: let our queue run dry, then sleep until the credit is back. */
+static void throttle(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    while (gs_pace_oldest(p))
+        wait_oldest(p, io);
+    void *ref = gs_pace_idle(p);
+    if (ref)
+        io->event_give(io, ref);
+    unsigned long long wait;
+    while (settle(p, io, &wait) && wait) {
+        unsigned long long t0 = io->now(io);
+        io->sleep(io, wait);
+        io->throttled(io, io->now(io) - t0);
+    }
+}
+
+static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
+                        unsigned long long now)
+{
+    record(p, io, stream, 0, now);
+    poll_ring(p, io, now);
+    unsigned cap = io->cap(io);
+    struct gpuslice_card *c = io->card;
+    if (c) {
+        /* Two entries in flight: the GPU is behind us, we compete for it. */
+        if (p->count >= 2) {
+            io->slot = gs_card_stamp(c, io->slot, io->token, now);
+            gs_pace_mark_behind(p);
+        }
+        if (cap) {
+            __atomic_store_n(&c->capped_ns, now, __ATOMIC_RELAXED);
+        } else {
+            unsigned long long t = __atomic_load_n(&c->capped_ns, __ATOMIC_RELAXED);
+            /* The capped neighbour is gone: back to the free path. */
+            if (t && (t > now + GS_PACE_STALE_NS || now - t > GS_PACE_STALE_NS))
+                __atomic_compare_exchange_n(&c->capped_ns, &t, 0, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED);
+        }
+    }
+    unsigned long long wait = 0;
+    if (!cap) {
+        settle(p, io, &wait); /* usage for `gpuslice status`; never waits */
+        return;
+    }
+    while (p->count > GS_PACE_MAX_QUEUED)
+        wait_oldest(p, io);
+    if (settle(p, io, &wait) && wait)
+        throttle(p, io);
+}
+
+void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
+{
+    unsigned long long now = io->now(io);
+    p->launch_ns = now;
+    int a = gs_pace_before(p, now);
+    if (a & GS_PACE_GAP) {
+        poll_ring(p, io, now);
+        a = gs_pace_gap(p);
+    }
+    if (a & GS_PACE_MARK)
+        record(p, io, stream, 1, now);
+}
+
+void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int ok)
+{
+    /* The clock as the launch began: one read per launch is enough. */
+    unsigned long long now = p->launch_ns;
+    if (ok && (gs_pace_after(p, now) & GS_PACE_FENCE))
+        fence_point(p, io, stream, now);
+}
