@@ -9,8 +9,9 @@ any device of ours. Devices:
   profile's memory exceeds the card's);
 - ``<profile>``: a slice of whichever card the accountant picks at create time.
 
-Slices carry the limits as GPUSLICE_* env, the shim (mounted and preloaded)
-and the create and release hooks, always: a slice whose shim or hook is
+Slices carry the limits as GPUSLICE_* env, the shim (mounted and preloaded),
+the host's card files (read-write: how tenants of one card see each other
+compete, docs/compute-limit.md) and the create and release hooks, always: a slice whose shim or hook is
 missing fails to start rather than run unlimited. Whole cards carry the hooks
 too, so that the accountant sees them, but only once the hook is installed:
 until then a whole card works as any CDI whole-card device does, unaccounted
@@ -28,6 +29,8 @@ from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdi.version import minimum_version
 
 SHIM_CONTAINER_PATH = "/usr/lib/gpuslice/libgpuslice.so"
+CARD_DIR_CONTAINER_PATH = "/run/gpuslice/cards"  # the shim's default GPUSLICE_CARD_DIR
+CARD_DIR_OPTIONS = ["rw", "nosuid", "nodev", "noexec", "bind"]
 DRIVER_VERSION_ENV = "GPUSLICE_DRIVER_VERSION"
 HOOK_ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -41,6 +44,7 @@ class GenerateOptions:
     sys_root: str = "/sys"
     shim_path: str = "/usr/lib/gpuslice/libgpuslice.so"
     hook_path: str = "/usr/bin/gpuslice-hook"
+    card_dir: str = "/run/gpuslice/cards"  # on the host: <state_dir>/cards
     config_path: Optional[str] = None  # passed to the hooks, which get no env of ours
     hook_installed: bool = True
     warnings: List[str] = field(default_factory=list)
@@ -68,7 +72,8 @@ def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: P
         env.append(f"GPUSLICE_CORE_LIMIT={profile.cores}")
     env.append(f"LD_PRELOAD={SHIM_CONTAINER_PATH}")
     shim = Mount(opts.shim_path, SHIM_CONTAINER_PATH, options=list(driverfiles.MOUNT_OPTIONS))
-    return Device(name, ContainerEdits(env=env, device_nodes=nodes, mounts=[shim],
+    cards = Mount(opts.card_dir, CARD_DIR_CONTAINER_PATH, options=list(CARD_DIR_OPTIONS))
+    return Device(name, ContainerEdits(env=env, device_nodes=nodes, mounts=[shim, cards],
                                        hooks=_hooks(opts, name)))
 
 

@@ -46,6 +46,17 @@ def refresh_command(req: Request) -> str:
     return " ".join(parts)
 
 
+def card_dir(cfg: Config) -> str:
+    return os.path.join(cfg.state_dir, "cards")
+
+
+def ensure_card_dir(path: str) -> None:
+    """The folder every slice mounts read-write: any tenant, whatever its user,
+    creates and writes its card's file there (sticky: none removes another's)."""
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, 0o1777)
+
+
 def build(cfg: Config, req: Request) -> Tuple["Spec", List[str]]:
     """Discover this host and assemble its spec: (Spec, warnings)."""
     from cdi import driverfiles, nvml
@@ -63,6 +74,7 @@ def build(cfg: Config, req: Request) -> Tuple["Spec", List[str]]:
     opts = GenerateOptions(
         kind=cfg.cdi_kind, profiles=cfg.profiles, driver_root=driver_root, dev_root=dev_root,
         sys_root=req.sys_root, shim_path=cfg.shim_path, hook_path=cfg.hook_path,
+        card_dir=card_dir(cfg),
         config_path=os.path.abspath(cfg.source) if cfg.source else None,
         hook_installed=os.access(cfg.hook_path, os.X_OK),
     )
@@ -84,6 +96,11 @@ def run(cfg: Config, req: Request) -> int:
         error(str(e))
     for w in warnings:
         warn(w)
+    if not req.dry_run and not req.check_only:
+        try:
+            ensure_card_dir(card_dir(cfg))
+        except OSError as e:
+            error(f"cannot make the card folder {card_dir(cfg)}: {e.strerror}")
     for path in check.missing_on_host(spec):
         warn(f"{path} does not exist: containers that ask for a device needing it will "
              "fail to start until it is installed")

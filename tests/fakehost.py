@@ -125,7 +125,8 @@ class Host:
             for n, m, c in PROFILES)
         self.config.write_text(
             f"spec_dir: {self.spec_dir}\ndriver_root: {driver_root}\ndev_root: {self.dev_root}\n"
-            f"shim_path: {self.shim}\nhook_path: {self.hook}\nprofiles:\n{profiles}\n"
+            f"shim_path: {self.shim}\nhook_path: {self.hook}\nstate_dir: {tmp / 'state'}\n"
+            f"profiles:\n{profiles}\n"
             + extra_config)
 
     def set_gpus(self, gpus: List[Dict], driver_version: str = DRIVER_VERSION) -> None:

@@ -75,7 +75,12 @@ def test_slice_edits(host_factory):
                             "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"]
     assert capped["mounts"] == [{"hostPath": str(host.shim),
                                  "containerPath": "/usr/lib/gpuslice/libgpuslice.so",
-                                 "options": ["ro", "nosuid", "nodev", "bind"]}]
+                                 "options": ["ro", "nosuid", "nodev", "bind"]},
+                                {"hostPath": str(host.tmp / "state" / "cards"),
+                                 "containerPath": "/run/gpuslice/cards",
+                                 "options": ["rw", "nosuid", "nodev", "noexec", "bind"]}]
+    # Generating made the card folder: any tenant's user writes there.
+    assert (host.tmp / "state" / "cards").stat().st_mode & 0o7777 == 0o1777
     create, release = capped["hooks"]
     assert create["hookName"] == "createContainer" and create["path"] == str(host.hook)
     assert create["args"] == ["gpuslice-hook", "create", "--device", "0-4g-30"]

@@ -31,6 +31,9 @@ done
 echo "smi $(/usr/bin/nvidia-smi)"
 if touch LIBDIR/libcuda.so.1 2>/dev/null; then echo "libs writable"; else echo "libs read-only"; fi
 if [ -f /usr/lib/gpuslice/libgpuslice.so ]; then echo "shim $(cat /usr/lib/gpuslice/libgpuslice.so)"; fi
+if [ -d /run/gpuslice/cards ]; then
+  if touch /run/gpuslice/cards/probe 2>/dev/null; then echo "cards writable"; else echo "cards read-only"; fi
+fi
 """.replace("LIBDIR", LIBDIR).replace("VERSION", DRIVER_VERSION)
 
 
@@ -100,6 +103,7 @@ def test_slice_of_one_card(podman, host):
     assert env["GPUSLICE_CORE_LIMIT"] == "30"
     assert env["LD_PRELOAD"] == "/usr/lib/gpuslice/libgpuslice.so"
     assert f"shim {SHIM_MARKER}" in lines
+    assert "cards writable" in lines  # the host's card files, shared by the card's tenants
     assert "smi fake nvidia-smi" in lines
     assert [c[0] for c in hook_calls(host)] == [["create", "--device", "1-4g-30"], ["release"]]
 
