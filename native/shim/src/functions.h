@@ -108,6 +108,7 @@
     HOOK(CUDA, cuGraphLaunch, CUresult, (CUgraphExec hGraphExec, CUstream hStream))           \
     HOOK(CUDA, cuGraphLaunch_ptsz, CUresult, (CUgraphExec hGraphExec, CUstream hStream))      \
     REAL(CUDA, cuCtxGetCurrent, CUresult, (CUcontext *pctx))                                  \
+    REAL(CUDA, cuStreamIsCapturing, CUresult, (CUstream hStream, int *captureStatus))         \
     REAL(CUDA, cuEventCreate, CUresult, (CUevent *phEvent, unsigned int Flags))               \
     REAL(CUDA, cuEventRecord, CUresult, (CUevent hEvent, CUstream hStream))                   \
     REAL(CUDA, cuEventQuery, CUresult, (CUevent hEvent))                                      \

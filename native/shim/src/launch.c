@@ -44,6 +44,9 @@ struct pacer_dev {
 };
 
 static struct pacer_dev pacers[GPUSLICE_MAX_DEVICES];
+/* Mode 2: the cards of this process's devices, checked on every launch. */
+static struct gpuslice_card *watched[GPUSLICE_MAX_DEVICES];
+static int nwatched;
 static unsigned long long card_token;
 static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
 
@@ -170,28 +173,30 @@ static void decide_mode(void)
             if (HAS_REAL(cuDeviceGetCount) && REAL(cuDeviceGetCount)(&n) == CUDA_SUCCESS)
                 for (int i = 0; i < n && i < GPUSLICE_MAX_DEVICES; i++)
                     if (card_of(&pacers[i], i))
-                        mode = 2;
+                        watched[nwatched++] = pacers[i].io.card;
+            if (nwatched)
+                mode = 2;
         }
     }
     card_token = new_token();
     GS_LOG(GS_INFO, "compute: %s", mode == 1 ? "capped" : mode == 2 ? "watching the card"
                                                                    : "not paced");
-    __atomic_store_n(&gs_pace_mode, mode, __ATOMIC_RELAXED);
+    /* Release: whoever reads the mode without pthread_once sees watched[]. */
+    __atomic_store_n(&gs_pace_mode, mode, __ATOMIC_RELEASE);
 }
 
 int gs_pace_wanted_slow(int mode)
 {
+    mode = __atomic_load_n(&gs_pace_mode, __ATOMIC_ACQUIRE);
     if (mode < 0) {
         pthread_once(&pace_once, decide_mode);
         mode = __atomic_load_n(&gs_pace_mode, __ATOMIC_RELAXED);
     }
     if (mode != 2)
         return mode;
-    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
-        struct gpuslice_card *c = pacers[i].io.card;
-        if (c && __atomic_load_n(&c->capped_ns, __ATOMIC_RELAXED))
+    for (int i = 0; i < nwatched; i++)
+        if (__atomic_load_n(&watched[i]->capped_ns, __ATOMIC_RELAXED))
             return 1;
-    }
     return 0;
 }
 
@@ -345,6 +350,15 @@ static void begin(struct launch *L, CUstream s, int ptsz)
         pd->ctx = ctx;
     }
     L->s = ptsz && s == NULL ? PER_THREAD_STREAM : s;
+    /* A launch into a stream being captured runs later, as part of a graph
+     * (paced then, at cuGraphLaunch). Querying events now would invalidate
+     * the capture (PyTorch captures in the global mode). */
+    int capturing = 0;
+    if (HAS_REAL(cuStreamIsCapturing) &&
+        (REAL(cuStreamIsCapturing)(L->s, &capturing) != CUDA_SUCCESS || capturing)) {
+        pthread_mutex_unlock(&pd->mu);
+        return;
+    }
     gs_pace_launch_begin(&pd->p, &pd->io, L->s);
     L->pd = pd;
 }

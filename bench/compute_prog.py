@@ -1,0 +1,188 @@
+"""One tenant of bench/compute_share: a GPU loop, and when each unit of work finished.
+
+    python3 bench/compute_prog.py PROGRAM SECONDS START_AT OUTFILE [--setup-lead S]
+
+PROGRAM is matmul (one fp16 4096x4096 torch.mm per unit), tiny (100 launches
+of a 256-element add per unit) or graph (one replay of a captured CUDA graph
+of 20 x (mul_, 2048x2048 fp16 mm) per unit). START_AT is a CLOCK_MONOTONIC
+time (time.monotonic(), one clock for every process of the machine), so
+that tenants of one scenario start together and setup time stays out of the
+measurement. Phases, so that a tenant touches the GPU as little as possible
+while an earlier one is measured:
+
+    launch .. START_AT-setup_lead   import torch (CPU only)
+    .. START_AT-0.5                 CUDA context, tensors, graph capture, event pool
+    .. START_AT-0.1                 warm-up: the loop itself, then synchronize
+    START_AT .. +SECONDS            the loop, a timing event after every unit
+
+OUTFILE gets JSON: the monotonic times of the phases, and done_s: the
+seconds from the start event to each unit's event, on the GPU's timeline.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+T_LAUNCH = time.monotonic()
+import torch  # noqa: E402  (imported after T_LAUNCH so its import time is known)
+
+T_IMPORTED = time.monotonic()
+
+PROGRAMS = ("matmul", "tiny", "graph")
+# Generous guesses of uncapped units/s on an H200, to size the event pool.
+RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000}
+# Units the CPU may queue ahead of the GPU: keeps the GPU fed, yet bounds the
+# queue so the GPU stops soon after the loop does (the next run is scheduled).
+AHEAD = {"matmul": 64, "tiny": 16, "graph": 32}
+# Units between two clock reads; one tiny or graph unit is long enough alone.
+CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1}
+GROW = 2000          # events added at once if the pool runs out
+WARMUP_END_S = 0.1   # warm-up stops this long before START_AT, then synchronizes
+
+
+def sleep_until(t: float) -> None:
+    """Sleep, then spin the last 2 ms: time.sleep alone can overshoot by a fraction of a ms."""
+    left = t - time.monotonic()
+    if left > 0.002:
+        time.sleep(left - 0.002)
+    while time.monotonic() < t:
+        pass
+
+
+def make_unit(program: str) -> Callable[[], None]:
+    """Allocate (outside the loop, so the allocator adds no noise) and return one unit of work."""
+    dev = torch.device("cuda")
+    if program == "matmul":
+        a = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+        b = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+        c = torch.empty(4096, 4096, device=dev, dtype=torch.float16)
+
+        def matmul() -> None:
+            torch.mm(a, b, out=c)
+        return matmul
+    if program == "tiny":
+        x = torch.zeros(256, device=dev, dtype=torch.float32)
+
+        def tiny() -> None:
+            for _ in range(100):
+                x.add_(1.0)
+        return tiny
+    # Small values keep the products finite however often the graph is replayed.
+    a = torch.randn(2048, 2048, device=dev, dtype=torch.float16) * 0.02
+    c = torch.empty(2048, 2048, device=dev, dtype=torch.float16)
+
+    def body() -> None:
+        for _ in range(20):
+            a.mul_(1.0001)
+            torch.mm(a, a, out=c)
+
+    # Warm up on a side stream before capture, as PyTorch's CUDA graph docs require.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    return graph.replay
+
+
+def new_events(n: int) -> List[torch.cuda.Event]:
+    return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+
+
+def run_loop(unit: Callable[[], None], events: List[torch.cuda.Event], until: float,
+             ahead: int, check_every: int) -> int:
+    """Run units until the clock passes `until`, recording events[i] after unit i; the count."""
+    mono = time.monotonic
+    n = 0
+    while True:
+        for _ in range(check_every):
+            unit()
+            if n == len(events):
+                events.extend(new_events(GROW))
+            events[n].record()
+            if n >= ahead:
+                events[n - ahead].synchronize()
+            n += 1
+        if mono() >= until:
+            return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("program", choices=PROGRAMS)
+    ap.add_argument("seconds", type=float, help="wall seconds of the measured loop")
+    ap.add_argument("start_at", type=float, help="CLOCK_MONOTONIC time to start at")
+    ap.add_argument("outfile", type=Path)
+    ap.add_argument("--setup-lead", type=float, default=2.5,
+                    help="begin CUDA setup this many seconds before START_AT")
+    ap.add_argument("--warmup", type=float, default=0.4, help="seconds of warm-up loop")
+    args = ap.parse_args()
+    prog = args.program
+
+    sleep_until(args.start_at - args.setup_lead)
+    t_setup = time.monotonic()
+    unit = make_unit(prog)
+    for _ in range(2):  # kernels loaded, cuBLAS initialized
+        unit()
+    # torch creates the CUDA event at its first record(): record every pooled
+    # event once now, so that no event is created inside the measured loop.
+    events = new_events(int(RATE_GUESS[prog] * (args.seconds + args.warmup + 1.0)))
+    for ev in events:
+        ev.record()
+    start = torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda.synchronize()
+    t_setup_done = time.monotonic()
+
+    sleep_until(args.start_at - WARMUP_END_S - args.warmup)
+    t_warmup = time.monotonic()
+    warm_units = run_loop(unit, events, max(args.start_at - WARMUP_END_S, t_warmup + 0.05),
+                          AHEAD[prog], CHECK_EVERY[prog])
+    torch.cuda.synchronize()
+
+    sleep_until(args.start_at)
+    start.record()
+    t_start = time.monotonic()
+    units = run_loop(unit, events, t_start + args.seconds, AHEAD[prog], CHECK_EVERY[prog])
+    t_loop_end = time.monotonic()
+    torch.cuda.synchronize()
+    t_end = time.monotonic()
+
+    done_s = [round(start.elapsed_time(events[i]) / 1000.0, 6) for i in range(units)]
+    result: Dict[str, object] = {
+        "program": prog,
+        "seconds": args.seconds,
+        "start_at": args.start_at,
+        "pid": os.getpid(),
+        "env": {k: os.environ.get(k) for k in ("LD_PRELOAD", "GPUSLICE_CORE_LIMIT",
+                                               "GPUSLICE_STATE_DIR", "GPUSLICE_CARD_DIR")},
+        "device": torch.cuda.get_device_name(),
+        "import_s": T_IMPORTED - T_LAUNCH,
+        "setup_monotonic": t_setup,
+        "setup_s": t_setup_done - t_setup,
+        "warmup_monotonic": t_warmup,
+        "warmup_units": warm_units,
+        "start_monotonic": t_start,
+        "late_s": t_start - args.start_at,
+        "loop_end_monotonic": t_loop_end,
+        "end_monotonic": t_end,
+        "wall_s": t_end - t_start,
+        "units": units,
+        "events_pooled": len(events),
+        "done_s": done_s,
+    }
+    tmp = args.outfile.with_name(args.outfile.name + ".tmp")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(args.outfile)  # whole or absent: the parent never reads half a file
+
+
+if __name__ == "__main__":
+    main()

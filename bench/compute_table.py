@@ -1,0 +1,161 @@
+"""Analysis and result table of bench/compute_share, the compute-cap benchmark.
+
+Pure Python (no torch), so CI tests it on synthetic timestamps
+(tests/test_compute_table.py). A tenant's run is the list of times, in
+seconds from its start on the GPU's timeline, at which each unit of work
+finished. Its share in a 1 s window is the units finished there against the
+same program's uncapped units per second, in percent. The issue's
+acceptance: every window after the first second within 3 points of the cap.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+TOLERANCE = 3.0      # points of share, the issue's acceptance
+SKIP_FIRST = 1       # windows not judged: the limiter may still be settling
+START_SPREAD_S = 0.05  # tenants of one scenario must start this close together
+
+PASS, FAIL, INVALID, ERROR = "PASS", "FAIL", "INVALID", "ERROR"
+
+
+def windows(done_s: Sequence[float], seconds: int) -> List[int]:
+    """Units finished in each 1 s window [w, w+1), w = 0..seconds-1; later ones are dropped."""
+    if seconds < 1:
+        raise ValueError(f"need at least one 1 s window, got seconds={seconds}")
+    if len(done_s) == 0:
+        raise ValueError("no unit of work finished: the run recorded no timestamps")
+    counts = [0] * seconds
+    for t in done_s:
+        if t < 0:
+            raise ValueError(f"a unit finished {t:.6f} s before its start event")
+        w = math.floor(t)
+        if w < seconds:
+            counts[w] += 1
+    return counts
+
+
+def baseline_rate(counts: Sequence[int], skip_first: int = SKIP_FIRST) -> float:
+    """Units per second of an uncapped run: the mean over its windows after the first."""
+    kept = list(counts[skip_first:])
+    if not kept:
+        raise ValueError(f"a baseline needs more than {skip_first} window(s), got {len(counts)}")
+    rate = sum(kept) / len(kept)
+    if rate <= 0:
+        raise ValueError("the uncapped run finished no unit of work after its first second")
+    return rate
+
+
+def shares(counts: Sequence[int], rate: float) -> List[float]:
+    """Each window's units against the uncapped rate, in percent."""
+    if not rate > 0:
+        raise ValueError(f"baseline rate must be positive, got {rate}")
+    return [100.0 * c / rate for c in counts]
+
+
+def verdict(shares: Sequence[float], target: float, tol: float = TOLERANCE,
+            skip_first: int = SKIP_FIRST) -> Tuple[float, bool]:
+    """(worst signed deviation from target, whether every judged window is within tol).
+
+    Windows before skip_first are not judged. "Within 3 points" includes 3.0
+    itself; the epsilon keeps float rounding of an exact 3.0 from failing it.
+    """
+    judged = list(shares[skip_first:])
+    if not judged:
+        raise ValueError(f"nothing to judge: {len(shares)} window(s), the first "
+                         f"{skip_first} skipped")
+    devs = [s - target for s in judged]
+    worst = max(devs, key=abs)
+    return worst, all(abs(d) <= tol + 1e-9 for d in devs)
+
+
+@dataclass
+class Span:
+    """When one tenant used the GPU, in CLOCK_MONOTONIC seconds (from its own JSON)."""
+    key: str        # unique tenant name
+    scenario: str   # unique per scenario run: its tenants run together on purpose
+    setup: float    # first CUDA call (context, allocations, graph capture, events)
+    warmup: float   # first warm-up unit
+    start: float    # start event recorded: window 0 begins
+    end: float      # GPU idle again (after the final synchronize)
+
+
+def interference(spans: Sequence[Span], seconds: int) -> Dict[str, Tuple[bool, List[str]]]:
+    """key -> (valid, notes) for each tenant.
+
+    Invalid when a tenant of another scenario warmed up or ran during this
+    tenant's measured windows (its share would then be the bench's doing, not
+    the limiter's), or when the tenants of its own scenario did not start
+    together. Another scenario's setup (little GPU work) there is a note only.
+    """
+    out: Dict[str, Tuple[bool, List[str]]] = {}
+    for s in spans:
+        lo, hi = s.start, s.start + seconds
+        valid, notes = True, []
+        for o in spans:
+            if o.scenario == s.scenario:
+                continue
+            if o.warmup < hi and o.end > lo:
+                valid = False
+                notes.append(f"{o.key} used the GPU during these windows")
+            elif o.setup < hi and o.warmup > lo:
+                notes.append(f"{o.key} set up during these windows")
+        partners = [o.start for o in spans if o.scenario == s.scenario]
+        spread = max(partners) - min(partners)
+        if spread > START_SPREAD_S:
+            valid = False
+            notes.append(f"tenants started {spread:.3f} s apart")
+        out[s.key] = (valid, notes)
+    return out
+
+
+@dataclass
+class Row:
+    """One line of the table: one tenant of one scenario."""
+    scenario: str
+    program: str
+    cap: str                     # "25", or "none" for no GPUSLICE_CORE_LIMIT
+    target: Optional[float]      # None: reported, not judged
+    shares: List[float] = field(default_factory=list)
+    worst: Optional[float] = None
+    result: str = ""             # PASS, FAIL, INVALID, ERROR, or a word for reference rows
+    note: str = ""
+
+
+def judge(row: Row, tol: float = TOLERANCE, skip_first: int = SKIP_FIRST) -> Row:
+    """Fill worst and result of a row that has a target; an INVALID or ERROR result is kept."""
+    if row.target is None or row.result == ERROR:
+        return row
+    row.worst, ok = verdict(row.shares, row.target, tol, skip_first)
+    if row.result != INVALID:
+        row.result = PASS if ok else FAIL
+    return row
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """The rows as an aligned text table, one line each, with a header."""
+    head = ("scenario", "program", "cap", "target", "share per 1 s window (%)", "worst",
+            "result", "note")
+    cells = [head]
+    for r in rows:
+        cells.append((
+            r.scenario, r.program, r.cap,
+            "-" if r.target is None else f"{r.target:g}",
+            " ".join(f"{s:.1f}" for s in r.shares) or "-",
+            "-" if r.worst is None else f"{r.worst:+.1f}",
+            r.result, r.note))
+    widths = [max(len(c[i]) for c in cells) for i in range(len(head) - 1)]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(widths))) + "  " + c[-1]
+             for c in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def summary(rows: Sequence[Row]) -> Tuple[str, bool]:
+    """One closing line, and whether the whole run passed (nothing failed, invalid or broken)."""
+    count = {k: sum(1 for r in rows if r.result == k) for k in (PASS, FAIL, INVALID, ERROR)}
+    ok = count[PASS] > 0 and count[FAIL] == count[INVALID] == count[ERROR] == 0
+    line = (f"{'ALL PASS' if ok else 'NOT PASSED'}: {count[PASS]} passed, {count[FAIL]} failed, "
+            f"{count[INVALID]} invalid, {count[ERROR]} errors "
+            f"(every window from {SKIP_FIRST} s on within {TOLERANCE:g} points of the target)")
+    return line, ok

@@ -1,0 +1,148 @@
+"""bench/compute_table.py, the analysis of bench/compute_share, on synthetic timestamps.
+
+bench/ is no package: the module is loaded from its path.
+"""
+import importlib.util
+import sys
+from pathlib import Path
+from typing import List, Sequence
+
+import pytest
+
+_PATH = Path(__file__).resolve().parent.parent / "bench" / "compute_table.py"
+_spec = importlib.util.spec_from_file_location("compute_table", _PATH)
+ct = importlib.util.module_from_spec(_spec)
+sys.modules["compute_table"] = ct  # dataclasses look their module up there
+_spec.loader.exec_module(ct)
+
+
+def timestamps(rates: Sequence[float], tail: float = 0.25) -> List[float]:
+    """Units finished evenly at rates[w] per second in window w (the last rate in the tail)."""
+    out: List[float] = []
+    for w, r in enumerate(list(rates) + [rates[-1]]):
+        span = 1.0 if w < len(rates) else tail
+        n = round(r * span)
+        out += [w + (i + 0.5) * span / n for i in range(n)]
+    return out
+
+
+BASE = 1000.0  # uncapped units/s
+
+
+def run_shares(rates: Sequence[float]) -> List[float]:
+    rate = ct.baseline_rate(ct.windows(timestamps([BASE] * len(rates)), len(rates)))
+    return ct.shares(ct.windows(timestamps(rates), len(rates)), rate)
+
+
+def test_windows_count_units_per_second_and_drop_the_tail():
+    done = timestamps([100, 200, 300])
+    assert len(done) == 100 + 200 + 300 + 75
+    assert ct.windows(done, 3) == [100, 200, 300]
+    assert ct.windows([0.0, 0.999, 1.0, 2.5], 2) == [2, 1]
+
+
+def test_baseline_rate_is_the_mean_after_the_first_window():
+    assert ct.baseline_rate([10, 1000, 1010, 990]) == pytest.approx(1000.0)
+
+
+def test_capped_run_within_tolerance_passes():
+    shares = run_shares([240, 251, 249, 253, 248, 250])
+    assert shares == pytest.approx([24.0, 25.1, 24.9, 25.3, 24.8, 25.0])
+    worst, ok = ct.verdict(shares, 25.0)
+    assert ok
+    assert worst == pytest.approx(0.3)
+
+
+def test_one_window_off_by_3_5_points_fails():
+    shares = run_shares([250, 250, 250, 285, 250, 250])
+    worst, ok = ct.verdict(shares, 25.0)
+    assert not ok
+    assert worst == pytest.approx(3.5)
+    worst, ok = ct.verdict(run_shares([500, 500, 465, 500]), 50.0)
+    assert not ok and worst == pytest.approx(-3.5)
+
+
+def test_exactly_3_points_is_within():
+    worst, ok = ct.verdict(run_shares([750, 780, 720]), 75.0)
+    assert ok and abs(worst) == pytest.approx(3.0)
+
+
+def test_first_window_is_not_judged():
+    shares = run_shares([900, 100, 100, 100])  # the limiter still settling in window 0
+    assert shares[0] == pytest.approx(90.0)
+    assert ct.verdict(shares, 10.0) == (pytest.approx(0.0), True)
+    assert ct.verdict(shares, 10.0, skip_first=0)[1] is False
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: ct.windows([], 6), "no unit of work finished"),
+    (lambda: ct.windows([0.5], 0), "at least one 1 s window"),
+    (lambda: ct.windows([-0.1, 0.5], 2), "before its start"),
+    (lambda: ct.baseline_rate([500]), "more than 1 window"),
+    (lambda: ct.baseline_rate([500, 0, 0]), "no unit of work after its first second"),
+    (lambda: ct.shares([1, 2], 0.0), "must be positive"),
+    (lambda: ct.verdict([25.0], 25.0), "nothing to judge"),
+    (lambda: ct.verdict([], 25.0), "nothing to judge"),
+])
+def test_empty_or_short_data_is_a_clear_error(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def span(key, scenario, start, seconds=6, setup_lead=2.5, end_after=0.27):
+    return ct.Span(key, scenario, start - setup_lead, start - 0.5, start,
+                   start + seconds + end_after)
+
+
+def test_staggered_runs_do_not_interfere():
+    spans = [span("a", "s0", 100.0), span("b", "s1", 109.0), span("c", "s2", 118.0)]
+    assert ct.interference(spans, 6) == {k: (True, []) for k in "abc"}
+
+
+def test_overlap_with_another_scenario_is_invalid_and_setup_only_a_note():
+    # b warms up and runs inside a's windows: both measurements are spoilt.
+    res = ct.interference([span("a", "s0", 100.0), span("b", "s1", 104.0)], 6)
+    assert res["a"][0] is False and "b used the GPU" in res["a"][1][0]
+    assert res["b"][0] is False
+    # c only sets up (contexts, allocations) during a's last window: noted, still valid.
+    res = ct.interference([span("a", "s0", 100.0), span("c", "s1", 107.0, setup_lead=2.0)], 6)
+    assert res["a"] == (True, ["c set up during these windows"])
+    assert res["c"] == (True, [])
+
+
+def test_tenants_of_one_scenario_must_start_together():
+    res = ct.interference([span("a", "pair", 100.0), span("b", "pair", 100.01)], 6)
+    assert res["a"] == (True, []) and res["b"] == (True, [])
+    res = ct.interference([span("a", "pair", 100.0), span("b", "pair", 100.3)], 6)
+    assert res["a"][0] is False and "0.300 s apart" in res["a"][1][0]
+
+
+def test_table_and_summary():
+    rows = [
+        ct.Row("baseline", "matmul", "none", None, [99.5, 100.2], result="ref",
+               note="5000.0 units/s"),
+        ct.judge(ct.Row("single", "matmul", "25", 25.0, [30.0, 25.4, 24.1])),
+        ct.judge(ct.Row("single", "tiny", "10", 10.0, [10.0, 14.0, 10.0])),
+        ct.Row("pair 30+none", "matmul", "none", None, [70.2, 69.9], result="report"),
+    ]
+    assert [r.result for r in rows] == ["ref", ct.PASS, ct.FAIL, "report"]
+    assert rows[1].worst == pytest.approx(-0.9)
+    table = ct.format_table(rows)
+    lines = table.splitlines()
+    assert len(lines) == 5 and lines[0].startswith("scenario")
+    assert "30.0 25.4 24.1" in lines[2] and "-0.9" in lines[2] and "PASS" in lines[2]
+    assert "+4.0" in lines[3] and "FAIL" in lines[3]
+    assert lines[1].endswith("5000.0 units/s")
+    line, ok = ct.summary(rows)
+    assert not ok and "1 passed, 1 failed" in line
+    assert ct.summary(rows[:2])[1] is True
+
+
+def test_invalid_or_broken_rows_are_not_judged_and_fail_the_run():
+    bad = ct.judge(ct.Row("single", "graph", "50", 50.0, [50.0, 46.0], result=ct.INVALID))
+    assert bad.result == ct.INVALID and bad.worst == pytest.approx(-4.0)
+    broken = ct.judge(ct.Row("single", "graph", "10", 10.0, result=ct.ERROR, note="exit 1"))
+    assert broken.result == ct.ERROR and broken.worst is None
+    line, ok = ct.summary([ct.judge(ct.Row("single", "graph", "25", 25.0, [25.0, 25.0])), bad])
+    assert not ok and "1 invalid" in line
+    assert ct.summary([])[1] is False
