@@ -36,6 +36,41 @@ def windows(done_s: Sequence[float], seconds: int) -> List[int]:
     return counts
 
 
+def busy_windows(done_s: Sequence[float], seconds: int, unit_s: float) -> List[float]:
+    """Percent of each 1 s window in which the program's work occupied the GPU.
+
+    A unit ran from the previous unit's end to its own, but for at most
+    unit_s (the program's uncapped median time per unit): a unit after an
+    idle gap counts one unit's time, not the gap. So this is the program's
+    time share of the card as its own events show it, whatever its speed.
+    """
+    if not unit_s > 0:
+        raise ValueError(f"unit time must be positive, got {unit_s}")
+    busy = [0.0] * seconds
+    prev = 0.0
+    for t in done_s:
+        lo = max(prev, t - unit_s)
+        prev = t
+        # Spread [lo, t] over the windows it covers.
+        while lo < t:
+            w = math.floor(lo)
+            if w >= seconds:
+                break
+            hi = min(t, w + 1.0)
+            if w >= 0:
+                busy[w] += hi - lo
+            lo = hi
+    return [100.0 * b for b in busy]
+
+
+def median_gap(done_s: Sequence[float]) -> float:
+    """Median time between consecutive units: an uncapped run's time per unit."""
+    gaps = sorted(b - a for a, b in zip(done_s, done_s[1:]))
+    if not gaps:
+        raise ValueError("need two units to time one")
+    return gaps[len(gaps) // 2]
+
+
 def baseline_rate(counts: Sequence[int], skip_first: int = SKIP_FIRST) -> float:
     """Units per second of an uncapped run: the mean over its windows after the first."""
     kept = list(counts[skip_first:])
@@ -121,12 +156,18 @@ class Row:
     worst: Optional[float] = None
     result: str = ""             # PASS, FAIL, INVALID, ERROR, or a word for reference rows
     note: str = ""
+    busy: List[float] = field(default_factory=list)  # time share per window (busy_windows)
+    busy_worst: Optional[float] = None
+    busy_result: str = ""
 
 
 def judge(row: Row, tol: float = TOLERANCE, skip_first: int = SKIP_FIRST) -> Row:
     """Fill worst and result of a row that has a target; an INVALID or ERROR result is kept."""
     if row.target is None or row.result == ERROR:
         return row
+    if row.busy:
+        row.busy_worst, busy_ok = verdict(row.busy, row.target, tol, skip_first)
+        row.busy_result = PASS if busy_ok else FAIL
     row.worst, ok = verdict(row.shares, row.target, tol, skip_first)
     if row.result != INVALID:
         row.result = PASS if ok else FAIL
@@ -135,8 +176,8 @@ def judge(row: Row, tol: float = TOLERANCE, skip_first: int = SKIP_FIRST) -> Row
 
 def format_table(rows: Sequence[Row]) -> str:
     """The rows as an aligned text table, one line each, with a header."""
-    head = ("scenario", "program", "cap", "target", "share per 1 s window (%)", "worst",
-            "result", "note")
+    head = ("scenario", "program", "cap", "target", "throughput share per 1 s window (%)",
+            "worst", "result", "busy share per 1 s window (%)", "worst", "busy", "note")
     cells = [head]
     for r in rows:
         cells.append((
@@ -144,7 +185,10 @@ def format_table(rows: Sequence[Row]) -> str:
             "-" if r.target is None else f"{r.target:g}",
             " ".join(f"{s:.1f}" for s in r.shares) or "-",
             "-" if r.worst is None else f"{r.worst:+.1f}",
-            r.result, r.note))
+            r.result,
+            " ".join(f"{s:.1f}" for s in r.busy) or "-",
+            "-" if r.busy_worst is None else f"{r.busy_worst:+.1f}",
+            r.busy_result or "-", r.note))
     widths = [max(len(c[i]) for c in cells) for i in range(len(head) - 1)]
     lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(widths))) + "  " + c[-1]
              for c in cells]

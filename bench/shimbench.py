@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 SHIM = REPO / "native" / "shim" / "build" / "libgpuslice.so"
@@ -96,7 +96,8 @@ def variants(measure: Callable[[Dict[str, str]], float], envs: Dict[str, Optiona
 
 
 def report(name: str, unit: str, results: Dict[str, Tuple[float, float]], target: str,
-           ok: Callable[[float], bool], added: bool = False) -> None:
+           ok: Callable[[float], bool], added: bool = False,
+           judged: Optional[Sequence[str]] = None) -> None:
     """One line per variant: median value and median paired ratio to native."""
     print(name)
     native = results["native"][0]
@@ -104,7 +105,7 @@ def report(name: str, unit: str, results: Dict[str, Tuple[float, float]], target
         extra = f"  added {value - native:8.2f} ms" if added else f"  ratio {ratio:6.3f}"
         print(f"  {variant:26s} {value:14.2f} {unit}{extra}")
     for variant, (value, ratio) in results.items():
-        if variant == "native":
+        if variant == "native" or (judged is not None and variant not in judged):
             continue
         measure = value - native if added else ratio
         print(f"  target {target} ({variant}): {'met' if ok(measure) else 'MISSED'}")

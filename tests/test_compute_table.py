@@ -146,3 +146,27 @@ def test_invalid_or_broken_rows_are_not_judged_and_fail_the_run():
     line, ok = ct.summary([ct.judge(ct.Row("single", "graph", "25", 25.0, [25.0, 25.0])), bad])
     assert not ok and "1 invalid" in line
     assert ct.summary([])[1] is False
+
+
+def test_busy_windows_count_time_not_units() -> None:
+    # Bursts of 20 units of 0.2 ms, then 12 ms idle: the GPU is busy a quarter
+    # of the time, whatever the units' count per window.
+    done, t = [], 0.0
+    while t < 4:
+        for _ in range(20):
+            t += 0.0002
+            done.append(t)
+        t += 0.012
+    busy = ct.busy_windows(done, 4, 0.0002)
+    assert all(abs(b - 25.0) < 0.5 for b in busy), busy
+    # Faster units (a boosted clock) are still counted by the time they took.
+    fast = [x * 0.8 for x in done if x * 0.8 < 4]
+    assert all(abs(b - 25.0) < 0.5 for b in ct.busy_windows(fast, 3, 0.0002)[:3])
+
+
+def test_busy_windows_rejects_bad_unit_time_and_median_gap_needs_two() -> None:
+    with pytest.raises(ValueError, match="unit time must be positive"):
+        ct.busy_windows([0.5], 1, 0.0)
+    with pytest.raises(ValueError, match="need two units"):
+        ct.median_gap([0.1])
+    assert ct.median_gap([0.1, 0.3, 0.4, 0.7]) == pytest.approx(0.2)

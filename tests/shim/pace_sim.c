@@ -150,6 +150,12 @@ static int ev_record(struct gs_pace_io *io, void *e, void *stream)
     return 0;
 }
 
+static int not_capturing(struct gs_pace_io *io, void *stream)
+{
+    (void)io, (void)stream;
+    return 0;
+}
+
 static int ev_done(struct gs_pace_io *io, void *e)
 {
     (void)io;
@@ -284,7 +290,7 @@ static void simulate(double seconds)
         gs_pace_reset(&p->pacer);
         p->io = (struct gs_pace_io){
             .event_take = ev_take, .event_give = ev_give, .event_record = ev_record,
-            .event_done = ev_done, .event_wait = ev_wait, .event_gap_ns = ev_gap,
+            .capturing = not_capturing, .event_done = ev_done, .event_wait = ev_wait, .event_gap_ns = ev_gap,
             .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
             .cap = io_cap, .card = &card, .slot = -1, .token = (unsigned long long)i + 1,
         };

@@ -230,6 +230,19 @@ static int event_record(struct gs_pace_io *io, void *e, void *stream)
     return REAL(cuEventRecord)(e, stream) == CUDA_SUCCESS ? 0 : -1;
 }
 
+/* Asked only where the pacer would touch events (a fence or marker point):
+ * a launch into a stream being captured runs later, in its graph (paced at
+ * cuGraphLaunch), and PyTorch captures in the global mode, which an event
+ * query from this thread would invalidate. */
+static int io_capturing(struct gs_pace_io *io, void *stream)
+{
+    (void)io;
+    int status = 0;
+    if (!HAS_REAL(cuStreamIsCapturing))
+        return 0;
+    return REAL(cuStreamIsCapturing)(stream, &status) != CUDA_SUCCESS || status != 0;
+}
+
 static int event_done(struct gs_pace_io *io, void *e)
 {
     (void)io;
@@ -307,7 +320,7 @@ static void io_init(struct pacer_dev *pd, int dev)
 {
     pd->io = (struct gs_pace_io){
         .event_take = event_take, .event_give = event_give, .event_record = event_record,
-        .event_done = event_done, .event_wait = event_wait, .event_gap_ns = event_gap_ns,
+        .capturing = io_capturing, .event_done = event_done, .event_wait = event_wait, .event_gap_ns = event_gap_ns,
         .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
         .cap = io_cap, .card = pd->io.card, .slot = -1, .token = card_token,
     };
@@ -350,15 +363,6 @@ static void begin(struct launch *L, CUstream s, int ptsz)
         pd->ctx = ctx;
     }
     L->s = ptsz && s == NULL ? PER_THREAD_STREAM : s;
-    /* A launch into a stream being captured runs later, as part of a graph
-     * (paced then, at cuGraphLaunch). Querying events now would invalidate
-     * the capture (PyTorch captures in the global mode). */
-    int capturing = 0;
-    if (HAS_REAL(cuStreamIsCapturing) &&
-        (REAL(cuStreamIsCapturing)(L->s, &capturing) != CUDA_SUCCESS || capturing)) {
-        pthread_mutex_unlock(&pd->mu);
-        return;
-    }
     gs_pace_launch_begin(&pd->p, &pd->io, L->s);
     L->pd = pd;
 }

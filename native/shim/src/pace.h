@@ -48,6 +48,7 @@ struct gs_pacer {
     int need_mark;                 /* the queue is known empty: mark the next launch */
     unsigned long long charge_ns;  /* charged here, not yet moved to the bucket */
     unsigned long long launches;   /* counted here, not yet moved to the bucket */
+    int heavy;                     /* has used up its budget: competes from its first launch */
 };
 
 enum { GS_PACE_MARK = 1, GS_PACE_GAP = 2, GS_PACE_FENCE = 4 };
@@ -84,6 +85,9 @@ struct gs_pace_io {
     void *(*event_take)(struct gs_pace_io *io);        /* NULL: none to be had */
     void (*event_give)(struct gs_pace_io *io, void *ev);
     int (*event_record)(struct gs_pace_io *io, void *ev, void *stream); /* 0: recorded */
+    /* 1: the stream is being captured into a graph (or cannot tell): its
+     * launches run later, and event queries now would break the capture. */
+    int (*capturing)(struct gs_pace_io *io, void *stream);
     int (*event_done)(struct gs_pace_io *io, void *ev);                 /* 1: complete */
     int (*event_wait)(struct gs_pace_io *io, void *ev);                 /* 0: complete */
     unsigned long long (*event_gap_ns)(struct gs_pace_io *io, void *from, void *to);
@@ -119,5 +123,7 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
 /* Say that we have work queued now; returns our slot (it may have moved). */
 int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token,
                   unsigned long long now);
+/* Say that we stopped competing (our queue ran dry and we sleep). */
+void gs_card_quiet(struct gpuslice_card *c, int slot, unsigned long long token);
 
 #endif
