@@ -202,13 +202,6 @@ int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token,
     return slot;
 }
 
-void gs_card_quiet(struct gpuslice_card *c, int slot, unsigned long long token)
-{
-    if (slot >= 0 && slot < GPUSLICE_CARD_SLOTS &&
-        __atomic_load_n(&c->slots[slot].owner, __ATOMIC_RELAXED) == token)
-        __atomic_store_n(&c->slots[slot].backlog_ns, 0, __ATOMIC_RELAXED);
-}
-
 /* ----------------------------------------------------------- orchestration */
 
 static void record(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int marker,
@@ -275,11 +268,6 @@ static void throttle(struct gs_pacer *p, struct gs_pace_io *io)
 {
     while (gs_pace_oldest(p))
         wait_oldest(p, io);
-    /* Neighbours must not count us while we sleep, nor miss us when we are
-     * back: we are quiet now, and compete from our first launch. */
-    if (io->card)
-        gs_card_quiet(io->card, io->slot, io->token);
-    p->heavy = 1;
     void *ref = gs_pace_idle(p);
     if (ref)
         io->event_give(io, ref);
@@ -336,11 +324,8 @@ void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *strea
         poll_ring(p, io, now);
         a = gs_pace_gap(p);
     }
-    if (a & GS_PACE_MARK) {
+    if (a & GS_PACE_MARK)
         record(p, io, stream, 1, now);
-        if (p->heavy && io->card)
-            io->slot = gs_card_stamp(io->card, io->slot, io->token, now);
-    }
 }
 
 void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int ok)

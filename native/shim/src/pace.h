@@ -48,7 +48,6 @@ struct gs_pacer {
     int need_mark;                 /* the queue is known empty: mark the next launch */
     unsigned long long charge_ns;  /* charged here, not yet moved to the bucket */
     unsigned long long launches;   /* counted here, not yet moved to the bucket */
-    int heavy;                     /* has used up its budget: competes from its first launch */
 };
 
 enum { GS_PACE_MARK = 1, GS_PACE_GAP = 2, GS_PACE_FENCE = 4 };
@@ -123,7 +122,5 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
 /* Say that we have work queued now; returns our slot (it may have moved). */
 int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token,
                   unsigned long long now);
-/* Say that we stopped competing (our queue ran dry and we sleep). */
-void gs_card_quiet(struct gpuslice_card *c, int slot, unsigned long long token);
 
 #endif
