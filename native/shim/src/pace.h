@@ -21,9 +21,11 @@
 
 #define GS_PACE_FENCE_NS 1000000ull     /* GPU work between two fences */
 #define GS_PACE_GAP_NS 2000000ull       /* no launch for this long: maybe a new busy period */
+#ifndef GS_PACE_MAX_QUEUED /* -D to experiment */
 #define GS_PACE_MAX_QUEUED 3            /* fences in flight before a capped launch waits */
-#define GS_PACE_RESUME_NS 4000000ull    /* credit a throttled container sleeps for */
-#define GS_PACE_BURST_NS 10000000ull    /* most credit an idle container keeps */
+#endif
+#define GS_PACE_RESUME_NS 12000000ull   /* credit a throttled container sleeps for */
+#define GS_PACE_BURST_NS 20000000ull    /* most credit an idle container keeps */
 #define GS_PACE_BACKLOG_NS 5000000ull   /* a card slot stamped this recently is competing */
 #define GS_PACE_STALE_NS 1000000000ull  /* no capped tenant seen for this long: none left */
 #define GS_PACE_MAX_PER_FENCE 4096u
