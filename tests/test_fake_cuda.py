@@ -1170,7 +1170,8 @@ EXPORTS = [
     "cuMemPoolSetAttribute", "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
     "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuStreamCreate",
     "cuStreamDestroy", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamSynchronize_ptsz",
-    "cuEventCreate", "cuEventDestroy", "cuEventDestroy_v2", "cuEventRecord", "cuEventRecord_ptsz",
+    "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuStreamIsCapturing",
+    "cuStreamIsCapturing_ptsz", "cuEventCreate", "cuEventDestroy", "cuEventDestroy_v2", "cuEventRecord", "cuEventRecord_ptsz",
     "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz", "cuEventQuery", "cuEventSynchronize",
     "cuEventElapsedTime", "cuEventElapsedTime_v2",
     "cuArrayCreate_v2", "cuArray3DCreate_v2", "cuArrayDestroy", "cuMipmappedArrayCreate",
@@ -1178,4 +1179,39 @@ EXPORTS = [
     "cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
     "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGetErrorString", "cuGetErrorName",
     "cuGetProcAddress", "cuGetProcAddress_v2", "fakecuda_used_bytes", "fakecuda_launch_count",
+    "fakecuda_captured_count",
 ]
+
+
+def test_stream_capture(fake_env) -> None:
+    """Captured launches run nothing; a query during a capture invalidates it."""
+    body = r"""
+init(); primary()
+cu.fakecuda_captured_count.restype = c_ulonglong
+cu.fakecuda_launch_count.restype = c_ulonglong
+def launch(s):
+    return cu.cuLaunchKernel(None, 1, 1, 1, 1, 1, 1, 0, s, None, None)
+s, g, st = c_void_p(), c_void_p(), c_int(7)
+assert cu.cuStreamCreate(byref(s), 0) == 0
+out["default"] = cu.cuStreamBeginCapture_v2(None, 0)
+out["begin"] = [cu.cuStreamBeginCapture_v2(s, 0), cu.cuStreamBeginCapture_v2(s, 0)]
+out["status"] = [cu.cuStreamIsCapturing(s, byref(st)), st.value]
+before = cu.fakecuda_launch_count()
+out["launch"] = [launch(s), launch(s), cu.fakecuda_captured_count(),
+                 cu.fakecuda_launch_count() - before]
+out["end"] = [cu.cuStreamEndCapture(s, byref(g)), cu.cuStreamEndCapture(s, byref(g))]
+cu.cuStreamIsCapturing(s, byref(st)); out["after"] = st.value
+e = c_void_p(); cu.cuEventCreate(byref(e), 0); cu.cuEventRecord(e, None)
+cu.cuStreamBeginCapture_v2(s, 0)
+cu.cuEventQuery(e)  # unsafe while capturing
+out["invalidated"] = cu.cuStreamEndCapture(s, byref(g))
+cu.cuStreamBeginCapture_v2(s, 0)
+out["fresh"] = cu.cuStreamEndCapture(s, byref(g))
+"""
+    out = run_py(fake_env(1), body)
+    assert out["default"] == 900  # the default stream cannot be captured
+    assert out["begin"] == [0, 401]
+    assert out["status"] == [0, 1]
+    assert out["launch"] == [0, 0, 2, 0]  # counted apart: nothing ran
+    assert out["end"] == [0, 401] and out["after"] == 0
+    assert out["invalidated"] == 901 and out["fresh"] == 0

@@ -621,3 +621,30 @@ def test_hostile_card_file_leaves_the_cap_in_force(shim: Shim, tmp_path: Path,
     assert d.compute_launches == 80 and d.compute_throttled_ns > 0
     if content:
         assert "card file" in res.stderr or "expected" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("via", ["direct", "gpa"])
+def test_launches_into_a_captured_stream_leave_the_capture_intact(shim: Shim, via: str,
+                                                                   tmp_path: Path) -> None:
+    # The fake driver, like PyTorch's global capture mode, invalidates a
+    # capture when anything queries an event meanwhile; the pacer must not.
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
+                      GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
+    rows = results(s.run(via, "init", "pctx", "0", "launch", "kernel", "20", "capture", "300",
+                         "launch", "kernel", "20"))
+    assert value_of(rows, "capture") == [0, 300], rows
+    assert rc_of(rows, "launch", 1) == 0
+
+
+def test_core_limit_zero_is_no_cap(shim: Shim, tmp_path: Path) -> None:
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="0", GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
+    rows = results(s.run("gpa", "init", "pctx", "0", "launchfrom", "launch", "kernel", "5"))
+    assert value_of_word(rows, "launchfrom") == "driver"
+    assert s.region().devices[0].core_limit == 0
+
+
+def test_malformed_card_dir_is_named(shim: Shim) -> None:
+    res = shim.with_env(GPUSLICE_CARD_DIR="cards").run("direct", "init", "pctx", "0")
+    errors = [line for line in res.stderr.splitlines() if "gpuslice" in line]
+    assert len(errors) == 1 and 'GPUSLICE_CARD_DIR="cards"' in errors[0], res.stderr
+    assert "an absolute path" in errors[0]

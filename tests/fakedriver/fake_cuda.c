@@ -43,7 +43,13 @@
  *    complete), and cuEventElapsedTime is the difference of two stamps.
  * One mutex guards all state (never held while sleeping); the current context
  * is per thread.
- * Test hooks: fakecuda_used_bytes() and fakecuda_launch_count().
+ *  - Stream capture (cuStreamBeginCapture_v2 / EndCapture / IsCapturing):
+ *    launches into a capturing stream are counted apart and run nothing;
+ *    every mode is treated as the global one, so an event query or a
+ *    synchronisation anywhere during a capture invalidates it, and
+ *    cuStreamEndCapture returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+ * Test hooks: fakecuda_used_bytes(), fakecuda_launch_count() and
+ * fakecuda_captured_count().
  */
 #define _GNU_SOURCE
 #include "fakegpus.h"
@@ -130,6 +136,9 @@ enum { CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 /* A macro, not an enumerator, so that this builds whether or not cuda_api.h
  * declares it (as an enumerator, of the same value). */
+typedef struct CUgraph_st *CUgraph;
+enum { CUDA_ERROR_ILLEGAL_STATE = 401, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+       CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901 };
 #ifndef CUDA_ERROR_NOT_READY
 #define CUDA_ERROR_NOT_READY 600
 #endif
@@ -156,6 +165,7 @@ struct ctx {
 
 struct stream {
     bool alive;
+    bool capturing; /* between cuStreamBeginCapture and cuStreamEndCapture */
     struct ctx *ctx;
     uint64_t done_ns; /* when its last queued work completes */
 };
@@ -215,6 +225,16 @@ static uint64_t g_ctx_bytes_by_gpu[FAKEGPUS_MAX_GPUS]; /* by JSON index */
 static struct ctx g_ctxs[MAX_CTXS];
 static unsigned g_next_ctx = FAKEGPUS_MAX_GPUS;
 static struct stream g_streams[MAX_STREAMS];
+/* Stream capture, in the global mode (PyTorch's): while any stream captures,
+ * a query or synchronisation from anywhere invalidates the capture, which
+ * cuStreamEndCapture then reports. */
+static int g_capturing;
+static bool g_capture_invalidated;
+static void unsafe_during_capture(void)
+{
+    if (g_capturing)
+        g_capture_invalidated = true;
+}
 static struct event g_events[MAX_EVENTS];
 static unsigned g_next_event;
 static struct pool g_pools[MAX_POOLS];
@@ -224,6 +244,7 @@ static struct mapping *g_maps;
 static uint64_t g_va_next[FAKEGPUS_MAX_GPUS + 1];
 static unsigned long long g_next_handle = HANDLE_BASE;
 static unsigned long long g_launches;
+static unsigned long long g_captured; /* launches into a capturing stream */
 static uint64_t g_kernel_ns; /* FAKECUDA_KERNEL_NS */
 
 static _Thread_local struct ctx *t_cur;
@@ -1646,6 +1667,7 @@ static CUresult stream_create(CUstream *ph, unsigned flags)
     for (int i = 0; i < MAX_STREAMS; i++) {
         if (!g_streams[i].alive) {
             g_streams[i].alive = true;
+            g_streams[i].capturing = false;
             g_streams[i].ctx = c;
             g_streams[i].done_ns = 0;
             *ph = (CUstream)&g_streams[i];
@@ -1669,6 +1691,61 @@ static CUresult stream_destroy(CUstream h)
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamDestroy_v2(CUstream hStream) { LOCKED(stream_destroy(hStream)); }
+
+static CUresult begin_capture(CUstream h)
+{
+    bool ok;
+    struct stream *s = stream_of(h, &ok);
+    if (!s) /* the default streams cannot be captured */
+        return ok ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_ERROR_INVALID_HANDLE;
+    if (s->capturing)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    s->capturing = true;
+    if (g_capturing++ == 0)
+        g_capture_invalidated = false;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, int mode)
+{
+    (void)mode; /* every mode is treated as global, the strictest */
+    LOCKED(begin_capture(hStream));
+}
+
+static CUresult end_capture(CUstream h, CUgraph *graph)
+{
+    bool ok;
+    struct stream *s = stream_of(h, &ok);
+    if (!s || !graph)
+        return !ok || !s ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+    if (!s->capturing)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    s->capturing = false;
+    g_capturing--;
+    *graph = (CUgraph)(uintptr_t)0x6000;
+    return g_capture_invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    LOCKED(end_capture(hStream, phGraph));
+}
+
+static CUresult is_capturing(CUstream h, int *status)
+{
+    bool ok;
+    struct stream *s = stream_of(h, &ok);
+    if (!ok || !status)
+        return !ok ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+    *status = s && s->capturing ? 1 : 0; /* CU_STREAM_CAPTURE_STATUS_ACTIVE : NONE */
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream hStream, int *captureStatus)
+{
+    LOCKED(is_capturing(hStream, captureStatus));
+}
+EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, int *captureStatus)
+{
+    LOCKED(is_capturing(hStream, captureStatus));
+}
 EXPORT CUresult cuStreamDestroy(CUstream hStream) { LOCKED(stream_destroy(hStream)); }
 
 static CUresult stream_sync(CUstream h, uint64_t *until)
@@ -1678,6 +1755,7 @@ static CUresult stream_sync(CUstream h, uint64_t *until)
     CUresult rc = stream_timeline(h, &c, &done);
     if (rc)
         return rc;
+    unsafe_during_capture();
     pools_sync();
     *until = *done;
     return CUDA_SUCCESS;
@@ -1804,6 +1882,12 @@ static CUresult launch(CUstream stream)
     CUresult rc = stream_timeline(stream, &c, &done);
     if (rc)
         return rc;
+    bool ok;
+    struct stream *st = stream_of(stream, &ok);
+    if (st && st->capturing) {
+        g_captured++; /* into the graph: runs at cuGraphLaunch, not now */
+        return CUDA_SUCCESS;
+    }
     uint64_t start = max_u64(now_ns(), *done);
     *done = start + g_kernel_ns < start ? UINT64_MAX : start + g_kernel_ns;
     c->last_ns = max_u64(c->last_ns, *done);
@@ -1969,6 +2053,7 @@ static CUresult event_query(CUevent h)
     struct event *e = event_of(h);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
+    unsafe_during_capture();
     return event_done(e, now_ns()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 EXPORT CUresult cuEventQuery(CUevent hEvent) { LOCKED(event_query(hEvent)); }
@@ -1978,6 +2063,7 @@ static CUresult event_sync(CUevent h, uint64_t *until)
     struct event *e = event_of(h);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
+    unsafe_during_capture();
     *until = e->recorded ? e->stamp_ns : 0;
     return CUDA_SUCCESS;
 }
@@ -2033,6 +2119,12 @@ static const struct {
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE",
+     "the operation is not permitted in this state"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "operation failed due to a previous error during capture"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
@@ -2075,6 +2167,14 @@ EXPORT int fakecuda_used_bytes(int ordinal, unsigned long long *out)
 }
 
 /* Kernel and graph launches so far, all kinds together. */
+EXPORT unsigned long long fakecuda_captured_count(void)
+{
+    pthread_mutex_lock(&g_mu);
+    unsigned long long n = g_captured;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
 EXPORT unsigned long long fakecuda_launch_count(void)
 {
     pthread_mutex_lock(&g_mu);
@@ -2149,6 +2249,10 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuMemFreeAsync, 11020, cuMemFreeAsync, N)                        \
     X(cuMemFreeAsync, 11020, cuMemFreeAsync_ptsz, P)                   \
     X(cuStreamCreate, 2000, cuStreamCreate, N)                         \
+    X(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2, N)         \
+    X(cuStreamEndCapture, 10000, cuStreamEndCapture, N)                \
+    X(cuStreamIsCapturing, 10000, cuStreamIsCapturing, N)              \
+    X(cuStreamIsCapturing, 10000, cuStreamIsCapturing_ptsz, P)         \
     X(cuStreamDestroy, 2000, cuStreamDestroy, N)                       \
     X(cuStreamDestroy, 4000, cuStreamDestroy_v2, N)                    \
     X(cuStreamSynchronize, 2000, cuStreamSynchronize, N)               \

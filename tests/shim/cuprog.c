@@ -61,7 +61,10 @@
     X(cuLaunchKernelEx, (const CUlaunchConfig_prefix *, CUfunction, void **, void **))        \
     X(cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned,         \
                                   unsigned, unsigned, unsigned, CUstream, void **))           \
-    X(cuGraphLaunch, (CUgraphExec, CUstream))
+    X(cuGraphLaunch, (CUgraphExec, CUstream))                                                 \
+    X(cuStreamCreate, (CUstream *, unsigned))                                                 \
+    X(cuStreamBeginCapture_v2, (CUstream, int))                                               \
+    X(cuStreamEndCapture, (CUstream, void **))
 
 #define DECL(name, params) extern CUresult name params;
 FUNCS(DECL)
@@ -365,6 +368,24 @@ int main(int argc, char **argv)
                     return 2;
                 }
             }
+        } else if (!strcmp(op, "capture")) {
+            /* capture N: N launches captured into a graph on a new stream;
+             * prints the end-of-capture code and the launches the driver
+             * saw captured. */
+            int n = atoi(ARG());
+            CUstream s = NULL;
+            void *graph = NULL;
+            r = api.cuStreamCreate(&s, 0);
+            if (r == CUDA_SUCCESS)
+                r = api.cuStreamBeginCapture_v2(s, 0);
+            for (int k = 0; k < n && r == CUDA_SUCCESS; k++)
+                r = api.cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+            if (r == CUDA_SUCCESS)
+                r = api.cuStreamEndCapture(s, &graph);
+            unsigned long long (*captured)(void) =
+                (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "fakecuda_captured_count");
+            printf("capture %d %llu\n", r, captured ? captured() : 0ull);
+            continue;
         } else if (!strcmp(op, "launchfrom")) {
             /* Which object the launch function we were given lives in. */
             Dl_info info;
