@@ -130,3 +130,26 @@ def test_bad_arguments_are_named(sim: Path) -> None:
     assert res.returncode == 2 and '"a:quantum:30:0"' in res.stderr
     res = subprocess.run([str(sim), "1", "a:matmul:30:0"], capture_output=True, text=True)
     assert res.returncode == 2 and "SECONDS=1" in res.stderr
+
+
+# Experimental: GPUSLICE_COMPUTE_TURNS=1, tenants of a card run in turns.
+
+def run_turns(sim: Path, seconds: int, *procs: str) -> Dict[str, List[float]]:
+    res = subprocess.run([str(sim), "--turns", str(seconds), *procs], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return {line.split()[1]: [float(v) for v in line.split()[2:]]
+            for line in res.stdout.splitlines() if line.startswith("share ")}
+
+
+def test_turns_alone_and_in_pairs(sim: Path) -> None:
+    shares = run_turns(sim, 6, "a:matmul:25:0")["a"]
+    assert all(abs(s - 25) <= TOLERANCE for s in settled(shares)), shares
+    shares = run_turns(sim, 6, "a:matmul:30:0", "b:matmul:70:1")
+    assert all(abs(s - 30) <= TOLERANCE for s in settled(shares["a"])), shares
+    assert all(abs(s - 70) <= TOLERANCE for s in settled(shares["b"])), shares
+    # An uncapped tenant waits while a capped one has its turn.
+    shares = run_turns(sim, 6, "a:matmul:30:0", "b:matmul:0:1")
+    assert all(abs(s - 30) <= TOLERANCE for s in settled(shares["a"])), shares
+    shares = run_turns(sim, 6, "a:tiny:30:0", "b:matmul:0:1")
+    assert all(abs(s - 30) <= TOLERANCE for s in settled(shares["a"])), shares

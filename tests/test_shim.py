@@ -565,13 +565,14 @@ def test_capped_process_says_so_in_the_card_file(shim: Shim, tmp_path: Path) -> 
     assert os.stat(card.path).st_mode & 0o777 == 0o666
 
 
-def write_card(path: Path, capped_ns: int) -> None:
+def write_card(path: Path, capped_ns: int, turn_team: int = 0, turn_until_ns: int = 0) -> None:
     ffi = region._ffi()
     lib = ffi.dlopen(None)
     c = ffi.new("struct gpuslice_card *")
     c.magic, c.version = lib.GPUSLICE_CARD_MAGIC, lib.GPUSLICE_CARD_VERSION
     c.size = ffi.sizeof("struct gpuslice_card")
     c.capped_ns = capped_ns
+    c.turn_team, c.turn_until_ns = turn_team, turn_until_ns
     path.write_bytes(bytes(ffi.buffer(c)))
 
 
@@ -650,3 +651,25 @@ def test_malformed_card_dir_is_named(shim: Shim) -> None:
     errors = [line for line in res.stderr.splitlines() if "gpuslice" in line]
     assert len(errors) == 1 and 'GPUSLICE_CARD_DIR="cards"' in errors[0], res.stderr
     assert "an absolute path" in errors[0]
+
+
+@pytest.mark.parametrize("cap", [None, "50"])
+def test_turns_a_lease_from_far_ahead_is_ignored(shim: Shim, tmp_path: Path,
+                                                 cap: Optional[str]) -> None:
+    # GPUSLICE_COMPUTE_TURNS=1 (experimental): a card file claiming the card
+    # for another team for 10 s must not hold anyone up: leases last 5 ms.
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    s = shim.with_env(GPUSLICE_CORE_LIMIT=cap, GPUSLICE_COMPUTE_TURNS="1",
+                      FAKECUDA_KERNEL_NS=str(KERNEL_NS), GPUSLICE_CARD_DIR=str(cards))
+    s.run("gpa", "init", "pctx", "0")
+    path = card_path(s, cards)
+    now = time.monotonic_ns()
+    write_card(path, now, turn_team=12345, turn_until_ns=now + 10_000_000_000)
+    res = s.run("gpa", "init", "pctx", "0", "launch", "kernel", "80", timeout=8)
+    assert rc_of(results(res), "launch") == 0
+    if cap:
+        # It took the card, ran, and gave the turn back when it slept.
+        card = region.read_card(str(path))
+        assert s.region().devices[0].compute_throttled_ns > 0
+        assert card.capped_ns >= now

@@ -16,7 +16,9 @@
  * completes at once. A queue holds at most QUEUE_DEPTH kernels; a launch
  * into a full queue blocks, as the driver's does.
  *
- * Usage: pace_sim SECONDS PROC...   with PROC = name:program:cap:container[:idle_from:idle_to]
+ * Usage: pace_sim [--turns] SECONDS PROC...
+ *   PROC = name:program:cap:container[:idle_from:idle_to]
+ *   --turns: tenants take turns on the card (GPUSLICE_COMPUTE_TURNS=1)
  *   program: matmul (230 us kernels, 10 us launches), tiny (2 us kernels,
  *   10 us launches: CPU-bound), graph (570 us replays, 15 us launches),
  *   long (40 ms kernels, 20 us launches); cap 0 = uncapped; processes with
@@ -100,6 +102,7 @@ static struct proc *current;
 static struct gpuslice_bucket buckets[MAX_PROCS + 1];
 static unsigned bucket_cap[MAX_PROCS + 1];
 static struct gpuslice_card card;
+static int turns;
 
 static void yield(void)
 {
@@ -293,6 +296,7 @@ static void simulate(double seconds)
             .capturing = not_capturing, .event_done = ev_done, .event_wait = ev_wait, .event_gap_ns = ev_gap,
             .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
             .cap = io_cap, .card = &card, .slot = -1, .token = (unsigned long long)i + 1,
+            .turns = turns, .team = (unsigned long long)p->container + 1,
         };
         p->npool = 0;
         for (int e = 0; e < 64; e++)
@@ -393,6 +397,11 @@ static double baseline(const struct program *prog, double seconds)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--turns") == 0) {
+        turns = 1;
+        argv++;
+        argc--;
+    }
     if (argc < 3) {
         fprintf(stderr, "usage: pace_sim SECONDS name:program:cap:container[:idle_from:idle_to]...\n");
         return 2;

@@ -157,6 +157,9 @@ void gs_config_load(struct gs_config *cfg)
     }
     snprintf(cfg->state_dir, sizeof cfg->state_dir, "%s", v);
 
+    v = env("GPUSLICE_COMPUTE_TURNS");
+    cfg->compute_turns = v && strcmp(v, "0") != 0;
+
     v = env("GPUSLICE_CARD_DIR");
     if (!v)
         v = "/run/gpuslice/cards";

@@ -53,6 +53,7 @@ struct gs_config {
     unsigned long long mem_limit[GPUSLICE_MAX_DEVICES]; /* 0 = none */
     unsigned int core_limit[GPUSLICE_MAX_DEVICES];      /* percent; 0 = none */
     int any_core;    /* some compute cap was given */
+    int compute_turns; /* GPUSLICE_COMPUTE_TURNS=1: tenants of a card run in turns */
     unsigned long long context_reserve;
     char state_dir[512];
     char card_dir[512]; /* card files: what every tenant of a card shares */

@@ -323,6 +323,8 @@ static void io_init(struct pacer_dev *pd, int dev)
         .capturing = io_capturing, .event_done = event_done, .event_wait = event_wait, .event_gap_ns = event_gap_ns,
         .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
         .cap = io_cap, .card = pd->io.card, .slot = -1, .token = card_token,
+        .turns = gs_cfg.compute_turns,
+        .team = __atomic_load_n(&gs_region()->team, __ATOMIC_RELAXED),
     };
     pd->dev = dev;
 }

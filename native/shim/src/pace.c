@@ -263,11 +263,76 @@ static unsigned settle(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
     return cap;
 }
 
+/* ------------------------------------------------------------------ turns */
+
+/* Whose turn it is, if it is someone else's and still running. */
+static int turn_elsewhere(struct gs_pace_io *io, unsigned long long now)
+{
+    struct gpuslice_card *c = io->card;
+    unsigned long long team = __atomic_load_n(&c->turn_team, __ATOMIC_RELAXED);
+    unsigned long long until = __atomic_load_n(&c->turn_until_ns, __ATOMIC_RELAXED);
+    /* A lease further ahead than one lease is garbage: ignore it. */
+    return team && team != io->team && now < until && until <= now + GS_PACE_LEASE_NS;
+}
+
+static void renew(struct gs_pace_io *io, unsigned long long now)
+{
+    __atomic_store_n(&io->card->turn_until_ns, now + GS_PACE_LEASE_NS, __ATOMIC_RELAXED);
+}
+
+/* A capped tenant: wait for the card to be free (or ours), then take it. */
+static void take_turn(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    struct gpuslice_card *c = io->card;
+    for (;;) {
+        unsigned long long now = io->now(io);
+        if (!turn_elsewhere(io, now)) {
+            unsigned long long team = __atomic_load_n(&c->turn_team, __ATOMIC_RELAXED);
+            if (team == io->team ||
+                __atomic_compare_exchange_n(&c->turn_team, &team, io->team, 0,
+                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+                renew(io, now);
+                p->turn = 1;
+                return;
+            }
+        }
+        io->sleep(io, GS_PACE_TURN_POLL_NS);
+    }
+}
+
+static void give_turn(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    unsigned long long team = io->team;
+    if (p->turn)
+        __atomic_compare_exchange_n(&io->card->turn_team, &team, 0, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED);
+    p->turn = 0;
+}
+
+/* Before a launch, with turns on: a capped tenant holds the card, an
+ * uncapped one waits while a capped one does. */
+static void turn_gate(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    if (io->cap(io)) {
+        if (!p->turn || turn_elsewhere(io, now))
+            take_turn(p, io);
+        return;
+    }
+    if (!__atomic_load_n(&io->card->capped_ns, __ATOMIC_RELAXED))
+        return;
+    while (turn_elsewhere(io, now)) {
+        io->sleep(io, GS_PACE_TURN_POLL_NS);
+        now = io->now(io);
+    }
+}
+
 /* In debt: let our queue run dry, then sleep until the credit is back. */
 static void throttle(struct gs_pacer *p, struct gs_pace_io *io)
 {
     while (gs_pace_oldest(p))
         wait_oldest(p, io);
+    if (io->turns && io->card)
+        give_turn(p, io);
     void *ref = gs_pace_idle(p);
     if (ref)
         io->event_give(io, ref);
@@ -303,12 +368,16 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
         }
     }
     unsigned long long wait = 0;
+    int taking_turns = io->turns && c;
+    if (taking_turns && p->turn)
+        renew(io, now);
+    /* Taking turns, nobody's queue may run far into the next one's turn. */
+    while ((cap || taking_turns) && p->count > GS_PACE_MAX_QUEUED)
+        wait_oldest(p, io);
     if (!cap) {
         settle(p, io, &wait); /* usage for `gpuslice status`; never waits */
         return;
     }
-    while (p->count > GS_PACE_MAX_QUEUED)
-        wait_oldest(p, io);
     if (settle(p, io, &wait) && wait)
         throttle(p, io);
 }
@@ -316,6 +385,10 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     unsigned long long now = io->now(io);
+    if (io->turns && io->card) {
+        turn_gate(p, io, now);
+        now = io->now(io);
+    }
     p->launch_ns = now;
     int a = gs_pace_before(p, now);
     if (!a || io->capturing(io, stream))

@@ -28,6 +28,8 @@
 #define GS_PACE_BURST_NS 20000000ull    /* most credit an idle container keeps */
 #define GS_PACE_BACKLOG_NS 5000000ull   /* a card slot stamped this recently is competing */
 #define GS_PACE_STALE_NS 1000000000ull  /* no capped tenant seen for this long: none left */
+#define GS_PACE_LEASE_NS 5000000ull     /* a turn lapses this long after its last renewal */
+#define GS_PACE_TURN_POLL_NS 250000ull  /* how often a tenant waiting for the card looks */
 #define GS_PACE_MAX_PER_FENCE 4096u
 #define GS_PACE_RING 8
 
@@ -50,6 +52,7 @@ struct gs_pacer {
     int need_mark;                 /* the queue is known empty: mark the next launch */
     unsigned long long charge_ns;  /* charged here, not yet moved to the bucket */
     unsigned long long launches;   /* counted here, not yet moved to the bucket */
+    int turn;                      /* holds its team's turn on the card */
 };
 
 enum { GS_PACE_MARK = 1, GS_PACE_GAP = 2, GS_PACE_FENCE = 4 };
@@ -103,6 +106,10 @@ struct gs_pace_io {
     struct gpuslice_card *card; /* NULL: no view of the neighbours */
     int slot;
     unsigned long long token;
+    /* Experimental (GPUSLICE_COMPUTE_TURNS=1): tenants of a card run in
+     * turns instead of side by side; team is the container's. */
+    int turns;
+    unsigned long long team;
 };
 
 /* Around one launch that goes to `stream`: begin before the driver call,

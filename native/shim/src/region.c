@@ -20,6 +20,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 _Static_assert(sizeof(pthread_mutex_t) <= GPUSLICE_LOCK_SIZE, "region lock too small");
@@ -47,6 +48,11 @@ void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg)
         r->devices[i].limit_bytes = cfg->mem_limit[i];
         r->devices[i].core_limit = cfg->core_limit[i];
     }
+    /* The container's name on a card file: random, never 0 (no team). */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    r->team = (((unsigned long long)ts.tv_nsec * 0x9e3779b97f4a7c15ull) ^
+               ((unsigned long long)ts.tv_sec << 32) ^ ((unsigned long long)getpid() << 12)) | 1;
     r->version = GPUSLICE_REGION_VERSION;
     r->size = sizeof *r;
     /* Last: a reader that sees the magic sees everything above. */

@@ -62,6 +62,7 @@ struct gpuslice_region {
     unsigned int version;
     unsigned int size;               /* sizeof(struct gpuslice_region) */
     unsigned int device_count;
+    unsigned long long team;         /* random, made with the file: the container on a card */
     unsigned char lock[GPUSLICE_LOCK_SIZE]; /* process-shared robust pthread mutex */
     struct gpuslice_device devices[GPUSLICE_MAX_DEVICES];
     struct gpuslice_proc procs[GPUSLICE_MAX_PROCS];
@@ -90,6 +91,8 @@ struct gpuslice_card {
     unsigned int size;
     unsigned int reserved;
     unsigned long long capped_ns;  /* last time a capped process ran here; 0: none */
+    unsigned long long turn_team;  /* the container whose turn it is (GPUSLICE_COMPUTE_TURNS) */
+    unsigned long long turn_until_ns; /* its lease: renewed while it runs */
     struct gpuslice_card_slot slots[GPUSLICE_CARD_SLOTS];
 };
 
