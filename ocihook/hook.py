@@ -1,0 +1,288 @@
+"""gpuslice-hook: the OCI hook that admits a container to a card, and releases it.
+
+    gpuslice-hook create --device NAME   (createContainer; one run per device)
+    gpuslice-hook release                (poststop)
+
+The runtime writes the container's OCI state on stdin; the bundle's
+config.json is read from the folder the state names. Both are written by
+whoever built the container, so everything is checked: the id, the paths,
+the sizes, the JSON. A bad input exits 2 with one line and changes nothing;
+a refusal (the card is full) exits 1 with one line naming the card, what is
+free, what was asked and what to do.
+
+This runs on every container start: it imports only what it needs (no click,
+no jsonschema). bench/ measures it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
+
+from ocihook.messages import EXIT_ERROR, EXIT_NO
+
+STATE_MAX_BYTES = 64 * 1024          # an OCI state is a few hundred bytes
+CONFIG_MAX_BYTES = 16 * 1024 * 1024  # config.json; real ones are tens of KiB
+# Podman, Docker and containerd use 64 hex digits; CRI-O and others names of
+# this alphabet. Never a slash, never a leading dot.
+CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class HookError(Exception):
+    """Bad input: exit 2 with this one line."""
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    print(f"gpuslice-hook: {'error: ' if code == EXIT_ERROR else ''}{message}", file=sys.stderr)
+    sys.exit(code)
+
+
+@dataclass(frozen=True)
+class State:
+    id: str
+    pid: Optional[int]
+    bundle: str
+
+
+def read_state(stream: Any) -> State:
+    """The OCI state on stdin, checked."""
+    data = stream.read(STATE_MAX_BYTES + 1)
+    if len(data) > STATE_MAX_BYTES:
+        raise HookError(f"the OCI state on stdin is over {STATE_MAX_BYTES} bytes")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise HookError(f"the OCI state on stdin is not JSON ({e}); is this run by an OCI "
+                        "runtime?") from None
+    if not isinstance(doc, dict):
+        raise HookError("the OCI state on stdin is not a JSON object")
+    cid = doc.get("id")
+    if not isinstance(cid, str) or not CONTAINER_ID.match(cid) or ".." in cid:
+        raise HookError(f"container id {cid!r} is not 1-128 letters, digits, '_', '.', '-' "
+                        "starting with a letter or digit")
+    pid = doc.get("pid")
+    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
+        raise HookError(f"pid {pid!r} in the OCI state is not a positive integer")
+    bundle = doc.get("bundle")
+    if not isinstance(bundle, str) or not bundle.startswith("/") or "\0" in bundle:
+        raise HookError(f"bundle {bundle!r} in the OCI state is not an absolute path")
+    return State(cid, pid, bundle)
+
+
+def read_config(bundle: str) -> Dict[str, Any]:
+    """The bundle's config.json: the bundle a real folder, the file a regular file, bounded."""
+    try:
+        st = os.lstat(bundle)
+    except OSError as e:
+        raise HookError(f"bundle {bundle}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise HookError(f"bundle {bundle} is not a folder")
+    try:
+        dirfd = os.open(bundle, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise HookError(f"bundle {bundle}: {e.strerror}") from None
+    try:
+        try:
+            fd = os.open("config.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=dirfd)
+        except OSError as e:
+            raise HookError(f"{bundle}/config.json: {e.strerror} (a link is refused)") from None
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise HookError(f"{bundle}/config.json is not a regular file")
+            data = f.read(CONFIG_MAX_BYTES + 1)
+    finally:
+        os.close(dirfd)
+    if len(data) > CONFIG_MAX_BYTES:
+        raise HookError(f"{bundle}/config.json is over {CONFIG_MAX_BYTES // (1024 * 1024)} MiB")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise HookError(f"{bundle}/config.json is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise HookError(f"{bundle}/config.json is not a JSON object")
+    return doc
+
+
+def container_user(config: Dict[str, Any]) -> tuple:
+    """(uid, gid) of the container's process, for the state dir's owner."""
+    user = (config.get("process") or {}).get("user") or {}
+    uid, gid = user.get("uid", 0), user.get("gid", 0)
+    for what, v in (("uid", uid), ("gid", gid)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2 ** 32 - 1:
+            raise HookError(f"process.user.{what} {v!r} in config.json is not a valid id")
+    return uid, gid
+
+
+def request_for(device: str, cid: str, cfg: Any, cards: Sequence[Any], pid: Optional[int],
+                pid_start: Optional[int]) -> Any:
+    """The accountant's request for one of our CDI device names."""
+    from ocihook import accountant
+
+    def whole(uuids: List[str]) -> Any:
+        return accountant.Request(cid, device, 0, exclusive=True, card_uuids=uuids, pid=pid,
+                                  pid_start=pid_start)
+
+    by_index = {c.index: c for c in cards}
+    if device == "all":
+        raise HookError("device all holds every card: admit it card by card (not supported "
+                        "yet); ask for the cards by index")
+    if device.isdigit():
+        if int(device) not in by_index:
+            raise HookError(f"device {device}: no card {device} on this host")
+        return whole([by_index[int(device)].uuid])
+    if device.startswith("GPU-"):
+        if device not in {c.uuid for c in cards}:
+            raise HookError(f"device {device}: no card with this UUID on this host")
+        return whole([device])
+    head, sep, rest = device.partition("-")
+    card_uuids: Optional[List[str]] = None
+    name = device
+    if sep and head.isdigit():
+        if int(head) not in by_index:
+            raise HookError(f"device {device}: no card {head} on this host")
+        card_uuids, name = [by_index[int(head)].uuid], rest
+    profile = next((p for p in cfg.profiles if p.name == name), None)
+    if profile is None:
+        known = ", ".join(p.name for p in cfg.profiles)
+        raise HookError(f"device {device}: no profile {name!r} in {cfg.source or 'the defaults'} "
+                        f"(profiles: {known})")
+    return accountant.Request(cid, device, profile.memory_mib, cores=profile.cores or 0,
+                              card_uuids=card_uuids, pid=pid, pid_start=pid_start)
+
+
+def container_dir(cfg: Any, cid: str) -> str:
+    return os.path.join(cfg.state_dir, "containers", cid)
+
+
+def make_container_dir(path: str, uid: int, gid: int) -> None:
+    """<state_dir>/containers/<id>/, owned by the container's user; no link followed."""
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    if os.path.islink(parent) or not os.path.isdir(parent):
+        raise HookError(f"{parent} is not a folder")
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        if os.path.islink(path) or not os.path.isdir(path):
+            raise HookError(f"{path} exists and is not a folder") from None
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.geteuid() == 0:
+            os.fchown(fd, uid, gid)
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
+
+
+def write_placement(path: str, reservation: Any, index: int) -> None:
+    """Which card the container got: `card` in its state dir (the shim's to read)."""
+    tmp = os.path.join(path, ".card.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{index} {reservation.card_uuid}\n")
+    os.replace(tmp, os.path.join(path, "card"))
+
+
+def cards_for(acct: Any, cfg: Any) -> List[Any]:
+    """The accountant's cards; asked of NVML the first time (or when it knows none)."""
+    cards = acct.cards()
+    if cards:
+        return cards
+    from cdi import driverfiles, nvml
+    from ocihook import accountant
+
+    nvml_path = driverfiles.nvml_library(cfg.driver_root) if cfg.driver_root != "/" else None
+    try:
+        inv = nvml.discover(nvml_path)
+    except nvml.DiscoveryError as e:
+        raise HookError(str(e)) from None
+    acct.sync_cards([accountant.Card(g.index, g.uuid, g.memory_mib, g.name, g.mig)
+                     for g in inv.gpus])
+    return acct.cards()
+
+
+def open_accountant(cfg: Any) -> Any:
+    from ocihook import accountant
+
+    try:
+        return accountant.Accountant(cfg.database, cfg.memory_overcommit, cfg.placement)
+    except accountant.AccountantError as e:
+        raise HookError(str(e)) from None
+
+
+def create(device: str, state: State, cfg: Any) -> int:
+    from ocihook import accountant, procs
+
+    config = read_config(state.bundle)
+    uid, gid = container_user(config)
+    acct = open_accountant(cfg)
+    try:
+        cards = cards_for(acct, cfg)
+        pid_start = procs.start_time(state.pid) if state.pid else None
+        req = request_for(device, state.id, cfg, cards, state.pid, pid_start)
+        try:
+            res = acct.admit(req)
+        except accountant.Refused as e:
+            fail(f"container {state.id[:12]}: {e}", EXIT_NO)
+        path = container_dir(cfg, state.id)
+        try:
+            make_container_dir(path, uid, gid)
+            index = next(c.index for c in cards if c.uuid == res.card_uuid)
+            write_placement(path, res, index)
+        except (OSError, HookError):
+            acct.release(state.id, "undo")  # nothing held for a container that cannot start
+            raise
+    finally:
+        acct.close()
+    return 0
+
+
+def release(state: State, cfg: Any) -> int:
+    import shutil
+
+    acct = open_accountant(cfg)
+    try:
+        acct.release(state.id)
+    finally:
+        acct.close()
+    path = container_dir(cfg, state.id)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    usage = "usage: gpuslice-hook create --device NAME | gpuslice-hook release"
+    if not args or args[0] not in ("create", "release"):
+        fail(usage)
+    device = None
+    if args[0] == "create":
+        if len(args) != 3 or args[1] != "--device" or not args[2]:
+            fail(usage)
+        device = args[2]
+    elif len(args) != 1:
+        fail(usage)
+    from ocihook import config
+
+    try:
+        cfg = config.load()
+        state = read_state(sys.stdin.buffer)
+        if device is not None:
+            return create(device, state, cfg)
+        return release(state, cfg)
+    except config.ConfigError as e:
+        fail(str(e))
+    except HookError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{e.filename or ''}: {e.strerror}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""gpuslice-hook create / release, run as the runtime runs it: OCI state on stdin.
+
+The cards come from the fake NVML; the accountant is a real SQLite file. Bad
+input (written by whoever built the container) must exit 2 with one line and
+change nothing: no reservation, no state dir.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from fakehost import fake_gpu
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from ocihook import accountant as acct  # noqa: E402
+
+GIB_MIB = 1024
+
+
+class Node:
+    """A host: fake cards, a config naming a tmp database and state dir."""
+
+    def __init__(self, tmp: Path, env: Dict[str, str]) -> None:
+        self.tmp = tmp
+        self.db = tmp / "lib" / "state.db"
+        self.state_dir = tmp / "run"
+        self.config = tmp / "config.yaml"
+        self.config.write_text(
+            f"database: {self.db}\nstate_dir: {self.state_dir}\nprofiles:\n"
+            "  - {name: 6g, memory: 6GiB}\n  - {name: 4g-30, memory: 4GiB, cores: 30}\n")
+        self.env = dict(env, GPUSLICE_CONFIG=str(self.config))
+
+    def bundle(self, name: str = "bundle", config: Optional[Dict] = None) -> Path:
+        b = self.tmp / name
+        b.mkdir(exist_ok=True)
+        (b / "config.json").write_text(json.dumps(
+            config if config is not None else
+            {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
+             "process": {"user": {"uid": 1000, "gid": 1000}}}))
+        return b
+
+    def hook(self, args: List[str], state: object) -> subprocess.CompletedProcess:
+        stdin = state if isinstance(state, bytes) else json.dumps(state).encode()
+        return subprocess.run([sys.executable, "-m", "ocihook.hook", *args], input=stdin,
+                              env=self.env, capture_output=True, cwd=str(REPO), timeout=60)
+
+    def create(self, cid: str, device: str, bundle: Optional[Path] = None,
+               pid: Optional[int] = None) -> subprocess.CompletedProcess:
+        state = {"ociVersion": "1.0.2", "id": cid, "status": "creating",
+                 "bundle": str(bundle or self.bundle())}
+        if pid:
+            state["pid"] = pid
+        return self.hook(["create", "--device", device], state)
+
+    def release(self, cid: str) -> subprocess.CompletedProcess:
+        return self.hook(["release"], {"ociVersion": "1.0.2", "id": cid, "status": "stopped",
+                                       "bundle": str(self.bundle())})
+
+    def held(self) -> Dict[str, List[str]]:
+        a = acct.Accountant(str(self.db), alive=lambda p, s: True)
+        try:
+            return {u.card.uuid: sorted(r.container_id for r in u.reservations)
+                    for u in a.usage()}
+        finally:
+            a.close()
+
+
+@pytest.fixture
+def node(tmp_path: Path, fake_env) -> Node:
+    return Node(tmp_path, fake_env(gpus=[fake_gpu(0, memory_mib=16 * GIB_MIB),
+                                         fake_gpu(1, memory_mib=16 * GIB_MIB)]))
+
+
+def err(res: subprocess.CompletedProcess) -> str:
+    lines = res.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def test_three_6g_on_one_card_two_run_third_refused_until_one_stops(node: Node) -> None:
+    for cid in ("c1", "c2"):
+        res = node.create(cid, "0-6g")
+        assert res.returncode == 0, res.stderr
+        d = node.state_dir / "containers" / cid
+        assert (d / "card").read_text() == f"0 {fake_gpu(0)['uuid']}\n"
+        st = d.stat()
+        if os.geteuid() == 0:
+            assert (st.st_uid, st.st_gid) == (1000, 1000)  # the container's user writes there
+    res = node.create("c3", "0-6g")
+    assert res.returncode == 1
+    line = err(res)
+    assert line.startswith("gpuslice-hook: container c3: 0-6g: card 0 (GPU-")
+    assert "4096 MiB free of 16384 MiB, 6144 MiB asked; stop a container" in line
+    assert not (node.state_dir / "containers" / "c3").exists()
+    assert node.release("c1").returncode == 0
+    assert not (node.state_dir / "containers" / "c1").exists()
+    assert node.create("c3", "0-6g").returncode == 0
+    assert node.held()[fake_gpu(0)["uuid"]] == ["c2", "c3"]
+
+
+def test_cardless_profile_is_placed_and_whole_card_excludes(node: Node) -> None:
+    assert node.create("w", "1").returncode == 0  # card 1 whole
+    for cid in ("a", "b"):
+        assert node.create(cid, "4g-30").returncode == 0
+    held = node.held()
+    assert held[fake_gpu(0)["uuid"]] == ["a", "b"] and held[fake_gpu(1)["uuid"]] == ["w"]
+    res = node.create("s", "1-6g")
+    assert res.returncode == 1 and "held whole by w" in err(res)
+    res = node.create("u", "GPU-00000000-0000-0000-0000-000000000000")
+    assert res.returncode == 2 and "no card with this UUID" in err(res)
+
+
+def test_unknown_profile_names_the_ones_there_are(node: Node) -> None:
+    res = node.create("x", "0-3g")
+    assert res.returncode == 2
+    assert "no profile '3g'" in err(res) and "profiles: 6g, 4g-30" in err(res)
+
+
+def test_dead_container_reclaimed_at_next_admission(node: Node) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    assert node.create("victim", "0-6g", pid=child.pid).returncode == 0
+    assert node.create("c2", "0-6g", pid=os.getpid()).returncode == 0
+    assert node.create("c3", "0-6g").returncode == 1
+    child.kill()  # kill -9 of the container: its poststop never comes
+    child.wait()
+    assert node.create("c3", "0-6g").returncode == 0
+    assert node.held()[fake_gpu(0)["uuid"]] == ["c2", "c3"]
+
+
+def hostile_cases(node: Node) -> List[tuple]:
+    good = node.bundle()
+    not_dir = node.tmp / "file"
+    not_dir.write_text("x")
+    link = node.tmp / "linked-bundle"
+    link.symlink_to(good)
+    evil = node.tmp / "evil"
+    evil.mkdir()
+    (evil / "config.json").symlink_to("/etc/passwd")
+    huge = node.tmp / "huge"
+    huge.mkdir()
+    with open(huge / "config.json", "wb") as f:
+        f.write(b'{"x": "' + b"a" * (50 * 1024 * 1024) + b'"}')
+    baduser = node.bundle("baduser", {"process": {"user": {"uid": -1, "gid": 0}}})
+    state = {"ociVersion": "1.0.2", "status": "creating", "bundle": str(good)}
+    return [
+        ("garbage stdin", b"\x00\xffnot json at all", "not JSON"),
+        ("a list", [1, 2], "not a JSON object"),
+        ("id with ../", dict(state, id="../../etc"), "container id '../../etc'"),
+        ("id with /", dict(state, id="a/b"), "container id 'a/b'"),
+        ("relative bundle", dict(state, id="c", bundle="bundle"), "not an absolute path"),
+        ("bundle is a file", dict(state, id="c", bundle=str(not_dir)), "is not a folder"),
+        ("bundle is a link", dict(state, id="c", bundle=str(link)), "is not a folder"),
+        ("config.json links out", dict(state, id="c", bundle=str(evil)), "a link is refused"),
+        ("50 MB config.json", dict(state, id="c", bundle=str(huge)), "is over 16 MiB"),
+        ("negative uid", dict(state, id="c", bundle=str(baduser)), "process.user.uid -1"),
+        ("pid not a number", dict(state, id="c", pid="1"), "pid '1'"),
+        ("huge stdin", b" " * (70 * 1024), "over 65536 bytes"),
+    ]
+
+
+def test_hostile_input_changes_nothing(node: Node) -> None:
+    for name, state, expected in hostile_cases(node):
+        res = node.hook(["create", "--device", "0-6g"], state)
+        assert res.returncode == 2, (name, res.stderr)
+        assert expected in err(res), (name, err(res))
+        assert not (node.state_dir / "containers").exists() or \
+            not any((node.state_dir / "containers").iterdir()), name
+        if node.db.exists():
+            assert all(v == [] for v in node.held().values()), name
+
+
+def test_usage_errors(node: Node) -> None:
+    for args in ([], ["create"], ["create", "--device"], ["frobnicate"], ["release", "x"]):
+        res = node.hook(args, b"{}")
+        assert res.returncode == 2 and "usage: gpuslice-hook" in err(res), args
