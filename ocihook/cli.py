@@ -146,3 +146,62 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# -- the accountant -----------------------------------------------------------
+
+def _accountant(state: State) -> "object":
+    from ocihook import accountant
+
+    cfg = state.config
+    try:
+        return accountant.Accountant(cfg.database, cfg.memory_overcommit, cfg.placement)
+    except accountant.AccountantError as e:
+        fail(str(e))
+
+
+@cli.command("status")
+@click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
+@click.pass_obj
+def status_cmd(state: State, as_json: bool) -> None:
+    """Per card: reserved, used now, free, and each container with its slice."""
+    from ocihook import status
+
+    acct = _accountant(state)
+    doc = status.collect(state.config, acct)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo(status.render(doc))
+
+
+@cli.command("release")
+@click.argument("container_id")
+@click.pass_obj
+def release_cmd(state: State, container_id: str) -> None:
+    """Give back what a container holds (for an operator; poststop does it normally)."""
+    from ocihook import hook
+
+    if not hook.CONTAINER_ID.match(container_id) or ".." in container_id:
+        fail(f"container id {container_id!r} is not 1-128 letters, digits, '_', '.', '-'")
+    held = _accountant(state).release(container_id, "operator-release")
+    if not held:
+        warn(f"container {container_id} holds nothing")
+        sys.exit(EXIT_NO)
+    hook.remove_container_dir(state.config, container_id)
+    for r in held:
+        click.echo(f"released {r.container_id[:12]} {r.device}: {r.memory_mib} MiB on {r.card_uuid}")
+
+
+@cli.command("gc")
+@click.pass_obj
+def gc_cmd(state: State) -> None:
+    """Reclaim what containers whose process is gone still hold."""
+    from ocihook import hook
+
+    for r in _accountant(state).gc():
+        hook.remove_container_dir(state.config, r.container_id)
+        click.echo(f"reclaimed {r.container_id[:12]} {r.device}: {r.memory_mib} MiB on "
+                   f"{r.card_uuid} (pid {r.pid} is gone)")

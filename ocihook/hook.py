@@ -242,17 +242,21 @@ def create(device: str, state: State, cfg: Any) -> int:
     return 0
 
 
-def release(state: State, cfg: Any) -> int:
+def remove_container_dir(cfg: Any, cid: str) -> None:
     import shutil
 
+    path = container_dir(cfg, cid)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def release(state: State, cfg: Any) -> int:
     acct = open_accountant(cfg)
     try:
         acct.release(state.id)
     finally:
         acct.close()
-    path = container_dir(cfg, state.id)
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
+    remove_container_dir(cfg, state.id)
     return 0
 
 

@@ -180,3 +180,59 @@ def test_usage_errors(node: Node) -> None:
     for args in ([], ["create"], ["create", "--device"], ["frobnicate"], ["release", "x"]):
         res = node.hook(args, b"{}")
         assert res.returncode == 2 and "usage: gpuslice-hook" in err(res), args
+
+
+def gpuslice(node: Node, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["gpuslice", *args], env=node.env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_status_release_and_gc(node: Node) -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    assert node.create("a" * 64, "0-6g", pid=os.getpid()).returncode == 0
+    assert node.create("b" * 64, "4g-30", pid=child.pid).returncode == 0
+    assert node.create("w" * 64, "1").returncode == 0
+    doc = json.loads(gpuslice(node, "status", "--json").stdout)
+    c0, c1 = doc["cards"]
+    assert (c0["index"], c0["uuid"], c0["total_mib"]) == (0, fake_gpu(0)["uuid"], 16384)
+    assert c0["reserved_mib"] == 10240 and c0["free_mib"] == 6144 and c0["cores"] == 30
+    assert [(k["id"], k["memory_mib"], k["cores"], k["used_mib"]) for k in c0["containers"]] \
+        == [("a" * 64, 6144, 0, 0), ("b" * 64, 4096, 30, 0)]
+    assert c1["free_mib"] == 0 and c1["containers"][0]["exclusive"] is True
+    text = gpuslice(node, "status").stdout
+    assert "card 0 " in text and "10240 of 16384 MiB reserved" in text and "aaaaaaaaaaaa" in text
+    # An operator releases a container; the id is checked.
+    res = gpuslice(node, "release", "w" * 64)
+    assert res.returncode == 0 and "released wwwwwwwwwwww 1: 16384 MiB" in res.stdout
+    assert not (node.state_dir / "containers" / ("w" * 64)).exists()
+    assert gpuslice(node, "release", "w" * 64).returncode == 1
+    res = gpuslice(node, "release", "../etc")
+    assert res.returncode == 2 and "container id '../etc'" in res.stderr
+    # gc reclaims what a killed container held.
+    child.kill()
+    child.wait()
+    res = gpuslice(node, "gc")
+    assert res.returncode == 0 and "reclaimed bbbbbbbbbbbb 4g-30: 4096 MiB" in res.stdout
+    assert node.held()[fake_gpu(0)["uuid"]] == ["a" * 64]
+
+
+def test_status_shows_live_usage_from_the_region(node: Node) -> None:
+    subprocess.run(["make", "-s", "-C", str(REPO / "tests" / "shim"), "VARIANT=plain"],
+                   check=True)
+    cid = "c" * 64
+    assert node.create(cid, "0-6g").returncode == 0
+    env = dict(node.env, LD_PRELOAD=str(REPO / "native" / "shim" / "build" / "libgpuslice.so"),
+               GPUSLICE_STATE_DIR=str(node.state_dir / "containers" / cid),
+               GPUSLICE_MEMORY_LIMIT="6GiB", GPUSLICE_CONTEXT_RESERVE="0")
+    prog = subprocess.Popen([str(REPO / "tests" / "shim" / "build-plain" / "cuprog"), "direct",
+                             "init", "pctx", "0", "alloc", "1536M", "hold"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        while prog.stdout.readline().strip() != "held":
+            assert prog.poll() is None, "cuprog exited early"
+        doc = json.loads(gpuslice(node, "status", "--json").stdout)
+        card0 = doc["cards"][0]
+        assert card0["used_mib"] == 1536
+        assert card0["containers"][0]["used_mib"] == 1536
+    finally:
+        prog.communicate(timeout=60)
