@@ -14,6 +14,7 @@ from ocihook.messages import EXIT_NO, error, say, warn
 
 if TYPE_CHECKING:
     from cdi.spec import Spec
+    from cdi.nvml import Inventory
 
 
 @dataclass
@@ -46,6 +47,22 @@ def refresh_command(req: Request) -> str:
     return " ".join(parts)
 
 
+def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
+    """Tell the accountant which cards there are: the hook admits against them."""
+    from ocihook import accountant
+
+    try:
+        acct = accountant.Accountant(cfg.database, cfg.memory_overcommit, cfg.placement)
+    except accountant.AccountantError as e:
+        warn(f"{e}; the hook will ask NVML itself")
+        return
+    try:
+        acct.sync_cards([accountant.Card(g.index, g.uuid, g.memory_mib, g.name, g.mig)
+                         for g in inventory.gpus])
+    finally:
+        acct.close()
+
+
 def card_dir(cfg: Config) -> str:
     return os.path.join(cfg.state_dir, "cards")
 
@@ -57,7 +74,7 @@ def ensure_card_dir(path: str) -> None:
     os.chmod(path, 0o1777)
 
 
-def build(cfg: Config, req: Request) -> Tuple["Spec", List[str]]:
+def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
     """Discover this host and assemble its spec: (Spec, warnings)."""
     from cdi import driverfiles, nvml
     from cdi.generate import GenerateOptions, build_spec
@@ -78,7 +95,7 @@ def build(cfg: Config, req: Request) -> Tuple["Spec", List[str]]:
         config_path=os.path.abspath(cfg.source) if cfg.source else None,
         hook_installed=os.access(cfg.hook_path, os.X_OK),
     )
-    return build_spec(inventory, opts), opts.warnings
+    return build_spec(inventory, opts), opts.warnings, inventory
 
 
 def run(cfg: Config, req: Request) -> int:
@@ -91,7 +108,7 @@ def run(cfg: Config, req: Request) -> int:
     if req.check_only and output == "-":
         error("--check compares a spec file; it cannot read --output -")
     try:
-        spec, warnings = build(cfg, req)
+        spec, warnings, inventory = build(cfg, req)
     except (DiscoveryError, SpecError) as e:
         error(str(e))
     for w in warnings:
@@ -126,6 +143,7 @@ def run(cfg: Config, req: Request) -> int:
     if req.dry_run:
         print(f"would write {summary}")
         return 0
+    sync_accountant(cfg, inventory)
     try:
         specfile.write_atomic(output, text)
         if req.output is None:

@@ -215,6 +215,39 @@ def open_accountant(cfg: Any) -> Any:
         raise HookError(str(e)) from None
 
 
+def _stat_fields(pid: int) -> List[str]:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    return data[data.rfind(b")") + 2:].decode().split()  # from field 3 on
+
+
+def _ns_pids(pid: int) -> List[int]:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("NSpid:"):
+                return [int(x) for x in line.split()[1:]]
+    return [pid]
+
+
+def host_pid(state_pid: Optional[int]) -> Optional[int]:
+    """The container's process as the host sees it.
+
+    runc runs createContainer hooks from the container's init, inside its pid
+    namespace, and passes the pid as seen there (1). /proc here is still the
+    host's (before pivot_root): the hook's parent is the init, and its NSpid
+    line ends with the namespaced pid the state gave. Otherwise the state's
+    pid is taken as it is.
+    """
+    try:
+        me = int(os.readlink("/proc/self"))
+        parent = int(_stat_fields(me)[1])  # field 4, ppid
+        if state_pid is None or parent == state_pid or _ns_pids(parent)[-1] == state_pid:
+            return parent if parent > 1 else state_pid
+    except (OSError, ValueError, IndexError):
+        pass
+    return state_pid
+
+
 def create(device: str, state: State, cfg: Any) -> int:
     from ocihook import accountant, procs
 
@@ -223,8 +256,9 @@ def create(device: str, state: State, cfg: Any) -> int:
     acct = open_accountant(cfg)
     try:
         cards = cards_for(acct, cfg)
-        pid_start = procs.start_time(state.pid) if state.pid else None
-        req = request_for(device, state.id, cfg, cards, state.pid, pid_start)
+        pid = host_pid(state.pid)
+        pid_start = procs.start_time(pid) if pid else None
+        req = request_for(device, state.id, cfg, cards, pid, pid_start)
         try:
             res = acct.admit(req)
         except accountant.Refused as e:

@@ -126,6 +126,7 @@ class Host:
         self.config.write_text(
             f"spec_dir: {self.spec_dir}\ndriver_root: {driver_root}\ndev_root: {self.dev_root}\n"
             f"shim_path: {self.shim}\nhook_path: {self.hook}\nstate_dir: {tmp / 'state'}\n"
+            f"database: {tmp / 'state.db'}\n"
             f"profiles:\n{profiles}\n"
             + extra_config)
 

@@ -1,0 +1,100 @@
+"""End to end: real Podman with runc runs the real gpuslice-hook, which admits
+containers against the accountant (a real SQLite file) and releases them.
+
+The spec comes from `gpuslice cdi generate`, which also tells the accountant
+which (fake) cards there are. The hook runs as runc runs it: a
+createContainer hook in the container's mount namespace, the OCI state on
+stdin, and a poststop hook after the container is gone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fakehost import Host, fake_gpu
+from podman_harness import podman_fixture
+
+REPO = Path(__file__).resolve().parent.parent
+podman = podman_fixture()
+
+
+@pytest.fixture
+def node(tmp_path: Path, driver_root: Path, fakedriver: Path, podman) -> Host:
+    (tmp_path / "host").mkdir()
+    h = Host(tmp_path / "host", driver_root, [fake_gpu(0, memory_mib=16384)],
+             spec_dir=podman.cdi_dir,
+             extra_config="  - {name: 6g, memory: 6GiB}\n")
+    # The hook as an installation has it: this Python, this tree.
+    hook = tmp_path / "gpuslice-hook"
+    hook.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m ocihook.hook \"$@\"\n")
+    hook.chmod(0o755)
+    h.config.write_text(h.config.read_text().replace(f"hook_path: {h.hook}", f"hook_path: {hook}"))
+    res = h.run("cdi", "generate")
+    assert res.returncode == 0, res.stderr
+    return h
+
+
+def status(node: Host) -> dict:
+    res = node.run("status", "--json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def start(podman, device: str):
+    return podman.run(["sleep", "600"], devices=[f"gpuslice.io/gpu={device}"],
+                      extra_args=["--detach"], timeout=120)
+
+
+def test_third_6g_refused_until_one_stops(podman, node: Host) -> None:
+    first, second = start(podman, "0-6g"), start(podman, "0-6g")
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    third = start(podman, "0-6g")
+    assert third.returncode != 0
+    assert "0-6g: card 0 (GPU-" in third.stderr
+    assert "4096 MiB free of 16384 MiB, 6144 MiB asked; stop a container" in third.stderr
+    held = status(node)["cards"][0]
+    assert held["reserved_mib"] == 12288 and len(held["containers"]) == 2
+    # Each admitted container has its state dir, with the card it got.
+    for r in (first, second):
+        cid = r.stdout.strip()
+        d = node.tmp / "state" / "containers" / cid
+        assert (d / "card").read_text().startswith("0 GPU-")
+    # Stop one: its poststop gives the slice back, the third now starts.
+    stop = podman.podman(["stop", "--time", "0", first.stdout.strip()], timeout=120)
+    assert stop.returncode == 0, stop.stderr
+    for _ in range(100):  # --rm removes it (and runs poststop) just after stop returns
+        if len(status(node)["cards"][0]["containers"]) == 1:
+            break
+        time.sleep(0.1)
+    assert not (node.tmp / "state" / "containers" / first.stdout.strip()).exists()
+    third = start(podman, "0-6g")
+    assert third.returncode == 0, third.stderr
+    ids = sorted(c["id"] for c in status(node)["cards"][0]["containers"])
+    assert ids == sorted([second.stdout.strip(), third.stdout.strip()])
+
+
+def test_killed_container_is_reclaimed_at_next_admission(podman, node: Host) -> None:
+    a, b = start(podman, "0-6g"), start(podman, "0-6g")
+    assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+    # kill -9 of the container's process and of its conmon: no poststop comes.
+    info = json.loads(podman.podman(["inspect", a.stdout.strip()], check=True).stdout)[0]
+    pid, conmon = info["State"]["Pid"], info["State"]["ConmonPid"]
+    os.kill(conmon, 9)
+    os.kill(pid, 9)
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{pid}"):
+            break
+        time.sleep(0.05)
+    held = status(node)["cards"][0]
+    assert len(held["containers"]) == 2  # still on the books
+    c = start(podman, "0-6g")
+    assert c.returncode == 0, c.stderr
+    ids = sorted(k["id"] for k in status(node)["cards"][0]["containers"])
+    assert ids == sorted([b.stdout.strip(), c.stdout.strip()])
