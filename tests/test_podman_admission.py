@@ -98,3 +98,41 @@ def test_killed_container_is_reclaimed_at_next_admission(podman, node: Host) -> 
     assert c.returncode == 0, c.stderr
     ids = sorted(k["id"] for k in status(node)["cards"][0]["containers"])
     assert ids == sorted([b.stdout.strip(), c.stdout.strip()])
+
+
+@pytest.fixture
+def node20(tmp_path: Path, driver_root: Path, fakedriver: Path, podman) -> Host:
+    (tmp_path / "host").mkdir()
+    h = Host(tmp_path / "host", driver_root, [fake_gpu(0, memory_mib=20480)],
+             spec_dir=podman.cdi_dir, extra_config="  - {name: 1g, memory: 1GiB}\n")
+    hook = tmp_path / "gpuslice-hook"
+    hook.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m ocihook.hook \"$@\"\n")
+    hook.chmod(0o755)
+    h.config.write_text(h.config.read_text().replace(f"hook_path: {h.hook}", f"hook_path: {hook}"))
+    assert h.run("cdi", "generate").returncode == 0
+    return h
+
+
+def test_thirty_at_once_where_twenty_fit(podman, node20: Host) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    for round_ in range(3):
+        with ThreadPoolExecutor(30) as pool:
+            results = list(pool.map(lambda _: start(podman, "0-1g"), range(30)))
+        ok = [r for r in results if r.returncode == 0]
+        refused = [r for r in results if r.returncode != 0]
+        assert len(ok) == 20, [r.stderr[-300:] for r in refused]
+        assert all("0 MiB free of 20480 MiB, 1024 MiB asked" in r.stderr for r in refused), \
+            [r.stderr[-300:] for r in refused]
+        card = status(node20)["cards"][0]
+        assert card["reserved_mib"] == 20480 and card["free_mib"] == 0
+        assert sorted(c["id"] for c in card["containers"]) == \
+            sorted(r.stdout.strip() for r in ok)
+        ids = [r.stdout.strip() for r in ok]
+        rm = podman.podman(["rm", "--force", "--time", "0", *ids], timeout=300)
+        assert rm.returncode == 0, rm.stderr
+        for _ in range(200):
+            if not status(node20)["cards"][0]["containers"]:
+                break
+            time.sleep(0.1)
+        assert status(node20)["cards"][0]["reserved_mib"] == 0, round_
