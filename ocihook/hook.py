@@ -179,6 +179,82 @@ def make_container_dir(path: str, uid: int, gid: int) -> None:
         os.close(fd)
 
 
+def rootfs_of(bundle: str, config: Dict[str, Any]) -> str:
+    root = (config.get("root") or {}).get("path")
+    if not isinstance(root, str) or not root or "\0" in root:
+        raise HookError(f"root.path {root!r} in {bundle}/config.json is not a path")
+    return root if root.startswith("/") else os.path.join(bundle, root)
+
+
+def _open_inside(root_fd: int, rel: str, create: bool) -> int:
+    """An O_PATH fd of rel under root_fd, walked one component at a time:
+    never through a link, never out of the root (the rootfs is the container
+    author's). Missing folders are made when create is set."""
+    fd = os.dup(root_fd)
+    try:
+        for part in [p for p in rel.split("/") if p]:
+            if part == "..":
+                raise HookError(f"{rel}: '..' is refused")
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                nfd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              dir_fd=fd)
+            except OSError as e:
+                raise HookError(f"/{rel} in the container's rootfs: {part} is not a folder "
+                                f"({e.strerror}); a link is refused") from None
+            os.close(fd)
+            fd = nfd
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _bind(source_fd: int, target_fd: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_bind, ms_rec = 4096, 16384
+    src, dst = f"/proc/self/fd/{source_fd}".encode(), f"/proc/self/fd/{target_fd}".encode()
+    if libc.mount(src, dst, None, ms_bind | ms_rec, None) != 0:
+        err = ctypes.get_errno()
+        raise HookError(f"cannot bind-mount the container's state dir: {os.strerror(err)}")
+
+
+def mount_state(path: str, card_dir: str, rootfs: str) -> None:
+    """Bind <state_dir>/containers/<id>/ at /run/gpuslice in the container's
+    rootfs, with the host's card files at /run/gpuslice/cards in it. Runs in
+    the container's mount namespace (createContainer, before pivot_root)."""
+    os.makedirs(card_dir, exist_ok=True)
+    inner = os.path.join(path, "cards")
+    os.makedirs(inner, exist_ok=True)
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    cards_fd, inner_fd = os.open(card_dir, flags), os.open(inner, flags)
+    try:
+        _bind(cards_fd, inner_fd)
+    finally:
+        os.close(cards_fd)
+        os.close(inner_fd)
+    try:
+        root_fd = os.open(rootfs, flags)
+    except OSError as e:
+        raise HookError(f"rootfs {rootfs}: {e.strerror}") from None
+    try:
+        target = _open_inside(root_fd, "run/gpuslice", create=True)
+    finally:
+        os.close(root_fd)
+    src = os.open(path, flags)
+    try:
+        _bind(src, target)
+    finally:
+        os.close(src)
+        os.close(target)
+
+
 def write_placement(path: str, reservation: Any, index: int) -> None:
     """Which card the container got: `card` in its state dir (the shim's to read)."""
     tmp = os.path.join(path, ".card.tmp")
@@ -268,20 +344,37 @@ def create(device: str, state: State, cfg: Any) -> int:
             make_container_dir(path, uid, gid)
             index = next(c.index for c in cards if c.uuid == res.card_uuid)
             write_placement(path, res, index)
+            mount_state(path, os.path.join(cfg.state_dir, "cards"), rootfs_of(state.bundle,
+                                                                              config))
         except (OSError, HookError):
             acct.release(state.id, "undo")  # nothing held for a container that cannot start
+            remove_container_dir(cfg, state.id)
             raise
     finally:
         acct.close()
     return 0
 
 
-def remove_container_dir(cfg: Any, cid: str) -> None:
-    import shutil
+CONTAINER_FILES = ("card", ".card.tmp", "region")
 
+
+def remove_container_dir(cfg: Any, cid: str) -> None:
+    """Remove what we and the shim put there, never recursively: in a mount
+    namespace where `cards` is still bound, a recursive removal would reach
+    the host's card files."""
     path = container_dir(cfg, cid)
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
+    if not os.path.isdir(path) or os.path.islink(path):
+        return
+    for name in CONTAINER_FILES:
+        try:
+            os.unlink(os.path.join(path, name))
+        except OSError:
+            pass
+    for d in (os.path.join(path, "cards"), path):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
 
 
 def release(state: State, cfg: Any) -> int:

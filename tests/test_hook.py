@@ -40,6 +40,7 @@ class Node:
     def bundle(self, name: str = "bundle", config: Optional[Dict] = None) -> Path:
         b = self.tmp / name
         b.mkdir(exist_ok=True)
+        (b / "rootfs").mkdir(exist_ok=True)
         (b / "config.json").write_text(json.dumps(
             config if config is not None else
             {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
@@ -48,7 +49,10 @@ class Node:
 
     def hook(self, args: List[str], state: object) -> subprocess.CompletedProcess:
         stdin = state if isinstance(state, bytes) else json.dumps(state).encode()
-        return subprocess.run([sys.executable, "-m", "ocihook.hook", *args], input=stdin,
+        # A private mount namespace, as runc gives the hook: its bind mounts
+        # go away with it.
+        return subprocess.run(["unshare", "--mount", "--propagation", "private",
+                               sys.executable, "-m", "ocihook.hook", *args], input=stdin,
                               env=self.env, capture_output=True, cwd=str(REPO), timeout=60)
 
     def create(self, cid: str, device: str, bundle: Optional[Path] = None,
@@ -236,3 +240,36 @@ def test_status_shows_live_usage_from_the_region(node: Node) -> None:
         assert card0["containers"][0]["used_mib"] == 1536
     finally:
         prog.communicate(timeout=60)
+
+
+def test_state_dir_is_mounted_in_the_rootfs_with_the_card_files(node: Node) -> None:
+    bundle = node.bundle()
+    (node.state_dir / "cards").mkdir(parents=True)
+    (node.state_dir / "cards" / "marker").write_text("host card files\n")
+    state = json.dumps({"ociVersion": "1.0.2", "id": "m1", "status": "creating",
+                        "bundle": str(bundle)})
+    # Create and look, in one private mount namespace (as the container's).
+    script = (f'{sys.executable} -m ocihook.hook create --device 0-6g && '
+              f'cat {bundle}/rootfs/run/gpuslice/card {bundle}/rootfs/run/gpuslice/cards/marker')
+    res = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                         input=state.encode(), env=node.env, capture_output=True, cwd=str(REPO),
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.decode().splitlines() == [f"0 {fake_gpu(0)['uuid']}", "host card files"]
+    # The host's namespace never saw the mounts.
+    assert not (bundle / "rootfs" / "run" / "gpuslice" / "card").exists()
+    assert node.release("m1").returncode == 0
+    assert not (node.state_dir / "containers" / "m1").exists()
+    assert (node.state_dir / "cards" / "marker").exists()
+
+
+def test_rootfs_link_out_is_refused_and_undone(node: Node) -> None:
+    bundle = node.bundle("linked")
+    host_dir = node.tmp / "host-folder"
+    host_dir.mkdir()
+    (bundle / "rootfs" / "run").symlink_to(host_dir)  # /run -> a host folder
+    res = node.create("l1", "0-6g", bundle=bundle)
+    assert res.returncode == 2
+    assert "/run/gpuslice in the container's rootfs: run is not a folder" in err(res)
+    assert list(host_dir.iterdir()) == []  # nothing made outside the rootfs
+    assert all(v == [] for v in node.held().values())  # the admission was undone

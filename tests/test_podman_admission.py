@@ -136,3 +136,16 @@ def test_thirty_at_once_where_twenty_fit(podman, node20: Host) -> None:
                 break
             time.sleep(0.1)
         assert status(node20)["cards"][0]["reserved_mib"] == 0, round_
+
+
+def test_container_sees_its_state_dir_and_the_card_files(podman, node: Host) -> None:
+    res = podman.run(["sh", "-c", "cat /run/gpuslice/card; touch /run/gpuslice/cards/probe && "
+                      "echo cards writable; echo region > /run/gpuslice/region && echo state "
+                      "writable"], devices=["gpuslice.io/gpu=0-6g"])
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == f"0 {fake_gpu(0)['uuid']}"
+    assert lines[1:] == ["cards writable", "state writable"]
+    # The card files are the host's; the container's folder is gone with it.
+    assert (node.tmp / "state" / "cards" / "probe").exists()
+    assert not list((node.tmp / "state" / "containers").iterdir())
