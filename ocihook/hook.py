@@ -256,11 +256,19 @@ def mount_state(path: str, card_dir: str, rootfs: str) -> None:
 
 
 def write_placement(path: str, reservation: Any, index: int) -> None:
-    """Which card the container got: `card` in its state dir (the shim's to read)."""
+    """The card the accountant picked for a card-less device: a line of `card`
+    in the container's state dir. The shim shows CUDA only the cards listed
+    there (a card-less device exposes every card's node)."""
+    line = f"{index} {reservation.card_uuid}\n"
+    try:
+        with open(os.path.join(path, "card"), encoding="ascii") as f:
+            lines = [x for x in f.readlines() if x != line]
+    except FileNotFoundError:
+        lines = []
     tmp = os.path.join(path, ".card.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     with os.fdopen(fd, "w") as f:
-        f.write(f"{index} {reservation.card_uuid}\n")
+        f.writelines(lines + [line])
     os.replace(tmp, os.path.join(path, "card"))
 
 
@@ -342,8 +350,9 @@ def create(device: str, state: State, cfg: Any) -> int:
         path = container_dir(cfg, state.id)
         try:
             make_container_dir(path, uid, gid)
-            index = next(c.index for c in cards if c.uuid == res.card_uuid)
-            write_placement(path, res, index)
+            if req.card_uuids is None:
+                index = next(c.index for c in cards if c.uuid == res.card_uuid)
+                write_placement(path, res, index)
             mount_state(path, os.path.join(cfg.state_dir, "cards"), rootfs_of(state.bundle,
                                                                               config))
         except (OSError, HookError):

@@ -93,7 +93,7 @@ def test_three_6g_on_one_card_two_run_third_refused_until_one_stops(node: Node) 
         res = node.create(cid, "0-6g")
         assert res.returncode == 0, res.stderr
         d = node.state_dir / "containers" / cid
-        assert (d / "card").read_text() == f"0 {fake_gpu(0)['uuid']}\n"
+        assert not (d / "card").exists()  # a card named by the device: nothing to place
         st = d.stat()
         if os.geteuid() == 0:
             assert (st.st_uid, st.st_gid) == (1000, 1000)  # the container's user writes there
@@ -113,6 +113,9 @@ def test_cardless_profile_is_placed_and_whole_card_excludes(node: Node) -> None:
     assert node.create("w", "1").returncode == 0  # card 1 whole
     for cid in ("a", "b"):
         assert node.create(cid, "4g-30").returncode == 0
+        # Placed by the accountant: the card it picked, for the shim.
+        card = (node.state_dir / "containers" / cid / "card").read_text()
+        assert card == f"0 {fake_gpu(0)['uuid']}\n"
     held = node.held()
     assert held[fake_gpu(0)["uuid"]] == ["a", "b"] and held[fake_gpu(1)["uuid"]] == ["w"]
     res = node.create("s", "1-6g")
@@ -249,7 +252,7 @@ def test_state_dir_is_mounted_in_the_rootfs_with_the_card_files(node: Node) -> N
     state = json.dumps({"ociVersion": "1.0.2", "id": "m1", "status": "creating",
                         "bundle": str(bundle)})
     # Create and look, in one private mount namespace (as the container's).
-    script = (f'{sys.executable} -m ocihook.hook create --device 0-6g && '
+    script = (f'{sys.executable} -m ocihook.hook create --device 6g && '
               f'cat {bundle}/rootfs/run/gpuslice/card {bundle}/rootfs/run/gpuslice/cards/marker')
     res = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                          input=state.encode(), env=node.env, capture_output=True, cwd=str(REPO),

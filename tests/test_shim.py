@@ -673,3 +673,23 @@ def test_turns_a_lease_from_far_ahead_is_ignored(shim: Shim, tmp_path: Path,
         card = region.read_card(str(path))
         assert s.region().devices[0].compute_throttled_ns > 0
         assert card.capped_ns >= now
+
+
+def test_placed_card_is_the_only_one_cuda_sees(shim: Shim) -> None:
+    from fakehost import fake_gpu
+
+    shim.state.mkdir(parents=True, exist_ok=True)
+    placed = fake_gpu(1)["uuid"]
+    (shim.state / "card").write_text(f"1 {placed}\n")
+    s = shim.with_env(CUDA_VISIBLE_DEVICES="0", GPUSLICE_LOG="info")
+    res = s.run("direct", "init", "pctx", "0", "alloc", "1")
+    # The accountant's placement wins over the image's CUDA_VISIBLE_DEVICES.
+    assert f"CUDA_VISIBLE_DEVICES=0 replaced by the placed card(s) {placed}" in res.stderr
+    devs = s.region().devices
+    assert devs[0].uuid == placed and len(devs) == 1
+    # Garbage in the file is not put in the environment.
+    (shim.state / "card").write_text("1 GPU-$(reboot)\nnonsense\n0 GPU-\n")
+    (shim.state / "region").unlink()
+    res = s.run("direct", "init", "pctx", "0")
+    assert "replaced" not in res.stderr
+    assert s.region().devices[0].uuid == fake_gpu(0)["uuid"]

@@ -9,6 +9,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "gpuslice.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -168,4 +171,42 @@ void gs_config_load(struct gs_config *cfg)
         v = "/run/gpuslice/cards";
     }
     snprintf(cfg->card_dir, sizeof cfg->card_dir, "%s", v);
+}
+
+/* The cards the accountant placed this container on: <state_dir>/card, one
+ * "<index> <uuid>" line per card-less device (written by gpuslice-hook).
+ * Writes "GPU-a,GPU-b" to out; returns the number of cards, 0 if none. */
+int gs_placement_load(const char *state_dir, char *out, size_t len)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/card", state_dir);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[1024];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    int cards = 0;
+    size_t used = 0;
+    out[0] = '\0';
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        unsigned idx;
+        int end = 0;
+        char uuid[GPUSLICE_UUID_SIZE];
+        /* A whole GPU-<36 hex and dashes> and nothing else: the value goes
+         * into the environment. */
+        if (sscanf(line, "%u %95[GPU-0123456789abcdef]%n", &idx, uuid, &end) != 2 ||
+            (line[end] != '\0' && line[end] != ' ') || strncmp(uuid, "GPU-", 4) != 0 ||
+            strlen(uuid) != 40)
+            continue;
+        size_t need = strlen(uuid) + (cards ? 1 : 0);
+        if (used + need + 1 > len)
+            break;
+        used += (size_t)snprintf(out + used, len - used, "%s%s", cards ? "," : "", uuid);
+        cards++;
+    }
+    return cards;
 }

@@ -64,6 +64,8 @@ extern struct gs_config gs_cfg;
 int gs_parse_size(const char *text, unsigned long long *out);
 /* Read the environment into *cfg; reports each malformed variable once. */
 void gs_config_load(struct gs_config *cfg);
+/* The cards the accountant placed the container on ("GPU-a,GPU-b"); 0: none. */
+int gs_placement_load(const char *state_dir, char *out, size_t len);
 
 /* ------------------------------------------------------------ interpose.c */
 

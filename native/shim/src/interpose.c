@@ -99,6 +99,17 @@ static void core_init_once(void)
                      lvl);
     gs_config_load(&gs_cfg);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    /* A card-less profile: CUDA sees only the card the accountant picked.
+     * Before the driver's cuInit reads the variable; the placement wins over
+     * a value the image set, which would name a card by its place among all. */
+    char placed[512];
+    if (!gs_cfg.disabled && gs_placement_load(gs_cfg.state_dir, placed, sizeof placed) > 0) {
+        const char *was = getenv("CUDA_VISIBLE_DEVICES");
+        if (was && strcmp(was, placed) != 0)
+            GS_LOG(GS_INFO, "CUDA_VISIBLE_DEVICES=%s replaced by the placed card(s) %s", was,
+                   placed);
+        setenv("CUDA_VISIBLE_DEVICES", placed, 1);
+    }
     GS_LOG(GS_INFO, "loaded: state dir %s, %s", gs_cfg.state_dir,
            gs_cfg.disabled ? "disabled (pass-through)" : "enforcing");
 }
