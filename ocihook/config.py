@@ -59,6 +59,7 @@ class Config:
     state_dir: str = "/run/gpuslice"
     database: str = "/var/lib/gpuslice/state.db"
     placement: str = "binpack"
+    preload: str = "env"  # or "ld.so.preload": the hook adds the shim to /etc/ld.so.preload
     memory_overcommit: float = 1.0
     shim_path: str = field(default_factory=_default_shim_path)
     hook_path: str = field(default_factory=_default_hook_path)
@@ -78,6 +79,7 @@ class Config:
             "state_dir": self.state_dir,
             "database": self.database,
             "placement": self.placement,
+            "preload": self.preload,
             "memory_overcommit": self.memory_overcommit,
             "shim_path": self.shim_path,
             "hook_path": self.hook_path,
@@ -127,7 +129,7 @@ def from_document(doc: Any, source: str) -> Config:
         raise ConfigError(problem)
     cfg = Config(source=source)
     for key in ("cdi_kind", "spec_dir", "driver_root", "dev_root", "state_dir", "database",
-                "placement", "shim_path", "hook_path"):
+                "placement", "preload", "shim_path", "hook_path"):
         if key in doc:
             setattr(cfg, key, doc[key])
     if "memory_overcommit" in doc:

@@ -255,6 +255,58 @@ def mount_state(path: str, card_dir: str, rootfs: str) -> None:
         os.close(target)
 
 
+SHIM_IN_CONTAINER = "/usr/lib/gpuslice/libgpuslice.so"
+PRELOAD_MAX_BYTES = 64 * 1024
+
+
+def add_to_ld_so_preload(rootfs: str) -> None:
+    """The shim as a line of the rootfs's /etc/ld.so.preload, the lines already
+    there kept. /etc and the file are opened without following a link: in the
+    container's mount namespace before pivot_root, a link would lead to the
+    host's files."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        root_fd = os.open(rootfs, flags)
+    except OSError as e:
+        raise HookError(f"rootfs {rootfs}: {e.strerror}") from None
+    try:
+        etc_path = _open_inside(root_fd, "etc", create=True)
+    finally:
+        os.close(root_fd)
+    # O_PATH cannot be used for *at writes: reopen /etc as a real directory.
+    etc = os.open(f"/proc/self/fd/{etc_path}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    os.close(etc_path)
+    try:
+        try:
+            fd = os.open("ld.so.preload", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC |
+                         os.O_NONBLOCK, dir_fd=etc)
+        except FileNotFoundError:
+            lines: List[str] = []
+        except OSError as e:
+            raise HookError(f"/etc/ld.so.preload in the container's rootfs: {e.strerror} "
+                            "(a link is refused)") from None
+        else:
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise HookError("/etc/ld.so.preload in the container's rootfs is not a "
+                                    "regular file")
+                data = f.read(PRELOAD_MAX_BYTES + 1)
+            if len(data) > PRELOAD_MAX_BYTES:
+                raise HookError(f"/etc/ld.so.preload in the container's rootfs is over "
+                                f"{PRELOAD_MAX_BYTES} bytes")
+            lines = data.decode("utf-8", "replace").splitlines()
+        if SHIM_IN_CONTAINER in (x.strip() for x in lines):
+            return
+        tmp = ".ld.so.preload.gpuslice"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=etc)
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(f"{x}\n" for x in lines + [SHIM_IN_CONTAINER]))
+        os.rename(tmp, "ld.so.preload", src_dir_fd=etc, dst_dir_fd=etc)
+    finally:
+        os.close(etc)
+
+
 def write_placement(path: str, reservation: Any, index: int) -> None:
     """The card the accountant picked for a card-less device: a line of `card`
     in the container's state dir. The shim shows CUDA only the cards listed
@@ -353,8 +405,10 @@ def create(device: str, state: State, cfg: Any) -> int:
             if req.card_uuids is None:
                 index = next(c.index for c in cards if c.uuid == res.card_uuid)
                 write_placement(path, res, index)
-            mount_state(path, os.path.join(cfg.state_dir, "cards"), rootfs_of(state.bundle,
-                                                                              config))
+            rootfs = rootfs_of(state.bundle, config)
+            mount_state(path, os.path.join(cfg.state_dir, "cards"), rootfs)
+            if cfg.preload == "ld.so.preload" and not req.exclusive:
+                add_to_ld_so_preload(rootfs)
         except (OSError, HookError):
             acct.release(state.id, "undo")  # nothing held for a container that cannot start
             remove_container_dir(cfg, state.id)

@@ -276,3 +276,46 @@ def test_rootfs_link_out_is_refused_and_undone(node: Node) -> None:
     assert "/run/gpuslice in the container's rootfs: run is not a folder" in err(res)
     assert list(host_dir.iterdir()) == []  # nothing made outside the rootfs
     assert all(v == [] for v in node.held().values())  # the admission was undone
+
+
+def preload_node(node: Node) -> None:
+    node.config.write_text(node.config.read_text() + "preload: ld.so.preload\n")
+
+
+def test_ld_so_preload_keeps_the_lines_there(node: Node) -> None:
+    preload_node(node)
+    bundle = node.bundle("pre")
+    (bundle / "rootfs" / "etc").mkdir()
+    (bundle / "rootfs" / "etc" / "ld.so.preload").write_text("/usr/lib/libother.so\n")
+    assert node.create("p1", "0-6g", bundle=bundle).returncode == 0
+    lines = (bundle / "rootfs" / "etc" / "ld.so.preload").read_text().splitlines()
+    assert lines == ["/usr/lib/libother.so", "/usr/lib/gpuslice/libgpuslice.so"]
+    assert node.create("p2", "0-6g", bundle=bundle).returncode == 0  # no second line
+    assert len((bundle / "rootfs" / "etc" / "ld.so.preload").read_text().splitlines()) == 2
+    # A whole card is not capped: no shim.
+    whole = node.bundle("whole")
+    assert node.create("w1", "1", bundle=whole).returncode == 0
+    assert not (whole / "rootfs" / "etc" / "ld.so.preload").exists()
+
+
+def test_ld_so_preload_hostile_rootfs(node: Node) -> None:
+    preload_node(node)
+    # /etc links to a host folder.
+    host_etc = node.tmp / "host-etc"
+    host_etc.mkdir()
+    b1 = node.bundle("etclink")
+    (b1 / "rootfs" / "etc").symlink_to(host_etc)
+    res = node.create("h1", "0-6g", bundle=b1)
+    assert res.returncode == 2 and "/etc in the container's rootfs: etc is not a folder" in err(res)
+    assert list(host_etc.iterdir()) == []
+    # /etc/ld.so.preload links to the host's /etc/passwd.
+    passwd = Path("/etc/passwd").read_bytes()
+    b2 = node.bundle("preloadlink")
+    (b2 / "rootfs" / "etc").mkdir()
+    (b2 / "rootfs" / "etc" / "ld.so.preload").symlink_to("/etc/passwd")
+    res = node.create("h2", "0-6g", bundle=b2)
+    assert res.returncode == 2 and "/etc/ld.so.preload" in err(res) and "link" in err(res)
+    assert Path("/etc/passwd").read_bytes() == passwd
+    assert (b2 / "rootfs" / "etc" / "ld.so.preload").is_symlink()
+    # Neither was admitted.
+    assert all(v == [] for v in node.held().values())
