@@ -9,6 +9,7 @@ report fails the test.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -693,3 +694,37 @@ def test_placed_card_is_the_only_one_cuda_sees(shim: Shim) -> None:
     res = s.run("direct", "init", "pctx", "0")
     assert "replaced" not in res.stderr
     assert s.region().devices[0].uuid == fake_gpu(0)["uuid"]
+
+
+PLACED_NVML_SCRIPT = textwrap.dedent("""
+    import pynvml, json, sys
+    pynvml.nvmlInit()
+    n = pynvml.nvmlDeviceGetCount()
+    uuids = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(n)]
+    uuids = [u.decode() if isinstance(u, bytes) else u for u in uuids]
+    codes = []
+    for call in (lambda: pynvml.nvmlDeviceGetHandleByIndex(n),
+                 lambda: pynvml.nvmlDeviceGetHandleByUUID(sys.argv[1])):
+        try:
+            call()
+            codes.append(0)
+        except pynvml.NVMLError as e:
+            codes.append(e.value)
+    print(json.dumps([n, uuids, codes]))
+""")
+
+
+def test_placed_card_is_the_only_one_nvml_shows(variant: Variant, shim: Shim) -> None:
+    from fakehost import fake_gpu
+
+    shim.state.mkdir(parents=True, exist_ok=True)
+    (shim.state / "card").write_text(f"1 {fake_gpu(1)['uuid']}\n")
+    env = shim.with_env(LD_PRELOAD=variant.preload(instrumented=False)).env
+    env.update(variant.sanitizer_env(instrumented=False))
+    res = subprocess.run([sys.executable, "-c", PLACED_NVML_SCRIPT, fake_gpu(0)["uuid"]],
+                         env=env, capture_output=True, text=True, timeout=120)
+    clean(res.stderr)
+    assert res.returncode == 0, res.stderr
+    n, uuids, codes = json.loads(res.stdout.strip().splitlines()[-1])
+    assert n == 1 and uuids == [fake_gpu(1)["uuid"]]
+    assert codes == [2, 6]  # INVALID_ARGUMENT past the end; NOT_FOUND: not this container's

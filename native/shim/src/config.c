@@ -176,10 +176,10 @@ void gs_config_load(struct gs_config *cfg)
 /* The cards the accountant placed this container on: <state_dir>/card, one
  * "<index> <uuid>" line per card-less device (written by gpuslice-hook).
  * Writes "GPU-a,GPU-b" to out; returns the number of cards, 0 if none. */
-int gs_placement_load(const char *state_dir, char *out, size_t len)
+int gs_placement_load(struct gs_config *cfg, char *out, size_t len)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/card", state_dir);
+    snprintf(path, sizeof path, "%s/card", cfg->state_dir);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return 0;
@@ -203,10 +203,12 @@ int gs_placement_load(const char *state_dir, char *out, size_t len)
             strlen(uuid) != 40)
             continue;
         size_t need = strlen(uuid) + (cards ? 1 : 0);
-        if (used + need + 1 > len)
+        if (used + need + 1 > len || cards == GPUSLICE_MAX_DEVICES)
             break;
         used += (size_t)snprintf(out + used, len - used, "%s%s", cards ? "," : "", uuid);
+        memcpy(cfg->placed[cards], uuid, sizeof uuid);
         cards++;
     }
+    cfg->placed_count = cards;
     return cards;
 }

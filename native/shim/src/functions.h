@@ -125,6 +125,15 @@
          (nvmlDevice_t device, unsigned int *infoCount, void *infos))                         \
     HOOK(NVML, nvmlDeviceGetComputeRunningProcesses_v3, nvmlReturn_t,                         \
          (nvmlDevice_t device, unsigned int *infoCount, void *infos))                         \
+    /* which cards there are: a card-less container sees only its placed ones */             \
+    HOOK(NVML, nvmlDeviceGetCount, nvmlReturn_t, (unsigned int *count))                       \
+    HOOK(NVML, nvmlDeviceGetCount_v2, nvmlReturn_t, (unsigned int *count))                    \
+    HOOK(NVML, nvmlDeviceGetHandleByIndex, nvmlReturn_t,                                      \
+         (unsigned int index, nvmlDevice_t *device))                                          \
+    HOOK(NVML, nvmlDeviceGetHandleByIndex_v2, nvmlReturn_t,                                   \
+         (unsigned int index, nvmlDevice_t *device))                                          \
+    HOOK(NVML, nvmlDeviceGetHandleByUUID, nvmlReturn_t,                                       \
+         (const char *uuid, nvmlDevice_t *device))                                            \
     REAL(NVML, nvmlDeviceGetUUID, nvmlReturn_t,                                               \
          (nvmlDevice_t device, char *uuid, unsigned int length))                              \
     REAL(NVML, nvmlDeviceGetIndex, nvmlReturn_t, (nvmlDevice_t device, unsigned int *index))

@@ -57,6 +57,9 @@ struct gs_config {
     unsigned long long context_reserve;
     char state_dir[512];
     char card_dir[512]; /* card files: what every tenant of a card shares */
+    /* The cards the accountant placed a card-less container on (<state_dir>/card). */
+    int placed_count;
+    char placed[GPUSLICE_MAX_DEVICES][GPUSLICE_UUID_SIZE];
 };
 extern struct gs_config gs_cfg;
 
@@ -64,8 +67,9 @@ extern struct gs_config gs_cfg;
 int gs_parse_size(const char *text, unsigned long long *out);
 /* Read the environment into *cfg; reports each malformed variable once. */
 void gs_config_load(struct gs_config *cfg);
-/* The cards the accountant placed the container on ("GPU-a,GPU-b"); 0: none. */
-int gs_placement_load(const char *state_dir, char *out, size_t len);
+/* The cards the accountant placed the container on, into cfg->placed; writes
+ * them joined by commas to out. Returns their number, 0 if none. */
+int gs_placement_load(struct gs_config *cfg, char *out, size_t len);
 
 /* ------------------------------------------------------------ interpose.c */
 

@@ -103,7 +103,7 @@ static void core_init_once(void)
      * Before the driver's cuInit reads the variable; the placement wins over
      * a value the image set, which would name a card by its place among all. */
     char placed[512];
-    if (!gs_cfg.disabled && gs_placement_load(gs_cfg.state_dir, placed, sizeof placed) > 0) {
+    if (!gs_cfg.disabled && gs_placement_load(&gs_cfg, placed, sizeof placed) > 0) {
         const char *was = getenv("CUDA_VISIBLE_DEVICES");
         if (was && strcmp(was, placed) != 0)
             GS_LOG(GS_INFO, "CUDA_VISIBLE_DEVICES=%s replaced by the placed card(s) %s", was,

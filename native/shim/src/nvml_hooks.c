@@ -154,3 +154,76 @@ GS_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
     gs_nvml_ready();
     return processes(REAL(nvmlDeviceGetComputeRunningProcesses_v3), device, count, infos, 0);
 }
+
+/* -------------------------------------------------------- placed cards */
+/* A card-less container (the accountant picked its card) sees in NVML only
+ * the cards it was placed on, in the order they were placed, as CUDA does. */
+
+static int placed_index(const char *uuid)
+{
+    for (int i = 0; i < gs_cfg.placed_count; i++)
+        if (strncmp(gs_cfg.placed[i], uuid, GPUSLICE_UUID_SIZE) == 0)
+            return i;
+    return -1;
+}
+
+static nvmlReturn_t count(nvmlReturn_t r, unsigned int *n)
+{
+    if (r == NVML_SUCCESS && n && gs_cfg.placed_count && !gs_cfg.disabled)
+        *n = (unsigned int)gs_cfg.placed_count;
+    return r;
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *n)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetCount))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    return count(REAL(nvmlDeviceGetCount)(n), n);
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetCount_v2))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    return count(REAL(nvmlDeviceGetCount_v2)(n), n);
+}
+
+static nvmlReturn_t by_index(nvmlReturn_t (*real)(unsigned int, nvmlDevice_t *),
+                             unsigned int index, nvmlDevice_t *device)
+{
+    if (!gs_cfg.placed_count || gs_cfg.disabled)
+        return real(index, device);
+    if (index >= (unsigned int)gs_cfg.placed_count || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!HAS_REAL(nvmlDeviceGetHandleByUUID))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    return REAL(nvmlDeviceGetHandleByUUID)(gs_cfg.placed[index], device);
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetHandleByIndex))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    return by_index(REAL(nvmlDeviceGetHandleByIndex), index, device);
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetHandleByIndex_v2))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    return by_index(REAL(nvmlDeviceGetHandleByIndex_v2), index, device);
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetHandleByUUID))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (gs_cfg.placed_count && !gs_cfg.disabled && uuid && placed_index(uuid) < 0)
+        return NVML_ERROR_NOT_FOUND; /* not this container's card */
+    return REAL(nvmlDeviceGetHandleByUUID)(uuid, device);
+}
