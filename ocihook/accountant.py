@@ -249,35 +249,49 @@ class Accountant:
         if not req.container_id:
             raise Refused("a container id is needed")
         with self._tx():
-            existing = self.db.execute(
-                "SELECT * FROM reservations WHERE container_id=? AND device=?",
-                (req.container_id, req.device)).fetchone()
-            if existing:
-                return _row_reservation(existing)  # the hook ran twice: same answer
             self._reclaim_dead()
-            candidates = self._candidates(req)
-            if not candidates:
-                raise Refused(self._no_card_message(req))
-            usage = {c.uuid: self._usage(c) for c in candidates}
-            fitting = [c for c in candidates if self._why_not(req, usage[c.uuid]) is None]
-            if not fitting:
-                best = max(candidates, key=lambda c: (self._free_mib(usage[c.uuid]), -c.index))
-                why = self._why_not(req, usage[best.uuid]) or "does not fit"
-                if len(candidates) > 1:
-                    why = f"no card has room; the likeliest: {why}"
-                raise Refused(why)
-            card = self._place(fitting, usage)
-            memory = card.total_mib if req.exclusive else req.memory_mib
-            now = time.time()
-            self.db.execute(
-                "INSERT INTO reservations(container_id, device, card_uuid, memory_mib, cores, "
-                "exclusive, pid, pid_start, runtime, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (req.container_id, req.device, card.uuid, memory, req.cores, int(req.exclusive),
-                 req.pid, req.pid_start, req.runtime, now))
-            self._event("admit", req.container_id, card.uuid, device=req.device,
-                        memory_mib=memory, cores=req.cores, exclusive=req.exclusive)
-            return Reservation(req.container_id, req.device, card.uuid, memory, req.cores,
-                               req.exclusive, req.pid, req.pid_start, req.runtime, now)
+            return self._admit_locked(req)
+
+    def admit_all(self, reqs: Sequence[Request]) -> List[Reservation]:
+        """Every request or none (the `all` device: each card whole)."""
+        with self._tx():
+            self._reclaim_dead()
+            return [self._admit_locked(r) for r in reqs]
+
+    def _admit_locked(self, req: Request) -> Reservation:
+        if not req.container_id:
+            raise Refused("a container id is needed")
+        query = "SELECT * FROM reservations WHERE container_id=? AND device=?"
+        params: Tuple[str, ...] = (req.container_id, req.device)
+        if req.card_uuids is not None and len(req.card_uuids) == 1:
+            query += " AND card_uuid=?"
+            params += (req.card_uuids[0],)
+        existing = self.db.execute(query, params).fetchone()
+        if existing:
+            return _row_reservation(existing)  # the hook ran twice: same answer
+        candidates = self._candidates(req)
+        if not candidates:
+            raise Refused(self._no_card_message(req))
+        usage = {c.uuid: self._usage(c) for c in candidates}
+        fitting = [c for c in candidates if self._why_not(req, usage[c.uuid]) is None]
+        if not fitting:
+            best = max(candidates, key=lambda c: (self._free_mib(usage[c.uuid]), -c.index))
+            why = self._why_not(req, usage[best.uuid]) or "does not fit"
+            if len(candidates) > 1:
+                why = f"no card has room; the likeliest: {why}"
+            raise Refused(why)
+        card = self._place(fitting, usage)
+        memory = card.total_mib if req.exclusive else req.memory_mib
+        now = time.time()
+        self.db.execute(
+            "INSERT INTO reservations(container_id, device, card_uuid, memory_mib, cores, "
+            "exclusive, pid, pid_start, runtime, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (req.container_id, req.device, card.uuid, memory, req.cores, int(req.exclusive),
+             req.pid, req.pid_start, req.runtime, now))
+        self._event("admit", req.container_id, card.uuid, device=req.device,
+                    memory_mib=memory, cores=req.cores, exclusive=req.exclusive)
+        return Reservation(req.container_id, req.device, card.uuid, memory, req.cores,
+                           req.exclusive, req.pid, req.pid_start, req.runtime, now)
 
     def _candidates(self, req: Request) -> List[Card]:
         cards = self.cards()

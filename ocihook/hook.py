@@ -129,8 +129,7 @@ def request_for(device: str, cid: str, cfg: Any, cards: Sequence[Any], pid: Opti
 
     by_index = {c.index: c for c in cards}
     if device == "all":
-        raise HookError("device all holds every card: admit it card by card (not supported "
-                        "yet); ask for the cards by index")
+        return [whole([c.uuid]) for c in cards]
     if device.isdigit():
         if int(device) not in by_index:
             raise HookError(f"device {device}: no card {device} on this host")
@@ -396,13 +395,18 @@ def create(device: str, state: State, cfg: Any) -> int:
         pid_start = procs.start_time(pid) if pid else None
         req = request_for(device, state.id, cfg, cards, pid, pid_start)
         try:
-            res = acct.admit(req)
+            if isinstance(req, list):  # `all`: every card whole, or none
+                acct.admit_all(req)
+                req = req[0]
+                res = None
+            else:
+                res = acct.admit(req)
         except accountant.Refused as e:
             fail(f"container {state.id[:12]}: {e}", EXIT_NO)
         path = container_dir(cfg, state.id)
         try:
             make_container_dir(path, uid, gid)
-            if req.card_uuids is None:
+            if res is not None and req.card_uuids is None:
                 index = next(c.index for c in cards if c.uuid == res.card_uuid)
                 write_placement(path, res, index)
             rootfs = rootfs_of(state.bundle, config)

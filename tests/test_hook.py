@@ -319,3 +319,16 @@ def test_ld_so_preload_hostile_rootfs(node: Node) -> None:
     assert (b2 / "rootfs" / "etc" / "ld.so.preload").is_symlink()
     # Neither was admitted.
     assert all(v == [] for v in node.held().values())
+
+
+def test_all_holds_every_card_or_none(node: Node) -> None:
+    assert node.create("s", "1-6g").returncode == 0  # a slice on card 1
+    res = node.create("everything", "all")
+    assert res.returncode == 1 and "card 1" in err(res) and "cannot be held whole" in err(res)
+    assert node.held()[fake_gpu(0)["uuid"]] == []  # none: card 0 was not taken either
+    assert node.release("s").returncode == 0
+    assert node.create("everything", "all").returncode == 0
+    assert all(v == ["everything"] for v in node.held().values())
+    assert node.create("late", "6g").returncode == 1
+    assert node.release("everything").returncode == 0
+    assert all(v == [] for v in node.held().values())
