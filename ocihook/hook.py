@@ -119,13 +119,13 @@ def container_user(config: Dict[str, Any]) -> tuple:
 
 
 def request_for(device: str, cid: str, cfg: Any, cards: Sequence[Any], pid: Optional[int],
-                pid_start: Optional[int]) -> Any:
+                pid_start: Optional[int], runtime: str = "") -> Any:
     """The accountant's request for one of our CDI device names."""
     from ocihook import accountant
 
     def whole(uuids: List[str]) -> Any:
         return accountant.Request(cid, device, 0, exclusive=True, card_uuids=uuids, pid=pid,
-                                  pid_start=pid_start)
+                                  pid_start=pid_start, runtime=runtime)
 
     by_index = {c.index: c for c in cards}
     if device == "all":
@@ -151,7 +151,8 @@ def request_for(device: str, cid: str, cfg: Any, cards: Sequence[Any], pid: Opti
         raise HookError(f"device {device}: no profile {name!r} in {cfg.source or 'the defaults'} "
                         f"(profiles: {known})")
     return accountant.Request(cid, device, profile.memory_mib, cores=profile.cores or 0,
-                              card_uuids=card_uuids, pid=pid, pid_start=pid_start)
+                              card_uuids=card_uuids, pid=pid, pid_start=pid_start,
+                              runtime=runtime)
 
 
 def container_dir(cfg: Any, cid: str) -> str:
@@ -383,6 +384,19 @@ def host_pid(state_pid: Optional[int]) -> Optional[int]:
     return state_pid
 
 
+def runtime_of(pid: Optional[int]) -> str:
+    """The runtime that runs the container, from its init's name ("runc:[2:INIT]")."""
+    if not pid:
+        return ""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+    except OSError:
+        return ""
+    name = comm.split(":", 1)[0]
+    return name if re.fullmatch(r"[A-Za-z0-9_.-]{1,32}", name) else ""
+
+
 def create(device: str, state: State, cfg: Any) -> int:
     from ocihook import accountant, procs
 
@@ -393,7 +407,7 @@ def create(device: str, state: State, cfg: Any) -> int:
         cards = cards_for(acct, cfg)
         pid = host_pid(state.pid)
         pid_start = procs.start_time(pid) if pid else None
-        req = request_for(device, state.id, cfg, cards, pid, pid_start)
+        req = request_for(device, state.id, cfg, cards, pid, pid_start, runtime_of(pid))
         try:
             if isinstance(req, list):  # `all`: every card whole, or none
                 acct.admit_all(req)

@@ -28,7 +28,8 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     for u in acct.usage():
         containers = [{"id": r.container_id, "device": r.device, "memory_mib": r.memory_mib,
                        "cores": r.cores, "exclusive": r.exclusive,
-                       "used_mib": _used_mib(cfg, r.container_id, u.card.uuid), "pid": r.pid}
+                       "used_mib": _used_mib(cfg, r.container_id, u.card.uuid), "pid": r.pid,
+                       "runtime": r.runtime}
                       for r in u.reservations]
         capacity = int(u.card.total_mib * cfg.memory_overcommit)
         cards.append({"index": u.card.index, "uuid": u.card.uuid, "name": u.card.name,

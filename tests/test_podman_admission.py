@@ -61,6 +61,7 @@ def test_third_6g_refused_until_one_stops(podman, node: Host) -> None:
     assert "4096 MiB free of 16384 MiB, 6144 MiB asked; stop a container" in third.stderr
     held = status(node)["cards"][0]
     assert held["reserved_mib"] == 12288 and len(held["containers"]) == 2
+    assert {c["runtime"] for c in held["containers"]} == {"runc"}
     # Each admitted container has its state dir.
     for r in (first, second):
         assert (node.tmp / "state" / "containers" / r.stdout.strip()).is_dir()
