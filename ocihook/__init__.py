@@ -1,1 +1,1 @@
-"""gpuslice's host side: configuration, the command line, and (later) the OCI hook and runtime wrapper."""
+"""gpuslice's host side: configuration, the command line, the OCI hook and the node accountant."""
