@@ -12,15 +12,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "gpuslice.h"
 
-#include <time.h>
-
-static unsigned long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
 static int fits(const struct gpuslice_region *r, int dev, unsigned long long bytes,
                 unsigned long long limit)
 {
@@ -57,7 +48,7 @@ static int charge(int dev, int kind, unsigned long long bytes, int force)
     struct gpuslice_proc *s = &r->procs[slot];
     __atomic_fetch_add(&s->used[dev][kind], bytes, __ATOMIC_RELAXED);
     __atomic_fetch_add(&r->devices[dev].used_bytes, bytes, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->heartbeat_ns, now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&s->heartbeat_ns, gs_now_ns(), __ATOMIC_RELAXED);
     gs_region_unlock(r);
     return GS_CHARGED;
 denied:

@@ -106,6 +106,20 @@ static void read_core(struct gs_config *cfg, const char *var, const char *v, uns
     *dst = (unsigned)n;
 }
 
+/* An absolute folder from var (or def), leaving `room` bytes for names. */
+static void read_dir(struct gs_config *cfg, const char *var, const char *def, char *dst,
+                     size_t size, size_t room, const char *rule)
+{
+    const char *v = env(var);
+    if (!v)
+        v = def;
+    if (strlen(v) >= size - room || v[0] != '/') {
+        malformed(cfg, var, v, rule);
+        v = def;
+    }
+    snprintf(dst, size, "%s", v);
+}
+
 void gs_config_load(struct gs_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -151,26 +165,15 @@ void gs_config_load(struct gs_config *cfg)
             cfg->context_reserve = n;
     }
 
-    v = env("GPUSLICE_STATE_DIR");
-    if (!v)
-        v = "/run/gpuslice";
-    if (strlen(v) >= sizeof cfg->state_dir - 16 || v[0] != '/') {
-        malformed(cfg, "GPUSLICE_STATE_DIR", v, "an absolute path shorter than 496 bytes");
-        v = "/run/gpuslice";
-    }
-    snprintf(cfg->state_dir, sizeof cfg->state_dir, "%s", v);
+    /* Room is kept for the file names appended to each. */
+    read_dir(cfg, "GPUSLICE_STATE_DIR", "/run/gpuslice", cfg->state_dir, sizeof cfg->state_dir,
+             16, "an absolute path shorter than 496 bytes");
 
     v = env("GPUSLICE_COMPUTE_TURNS");
     cfg->compute_turns = v && strcmp(v, "0") != 0;
 
-    v = env("GPUSLICE_CARD_DIR");
-    if (!v)
-        v = "/run/gpuslice/cards";
-    if (strlen(v) >= sizeof cfg->card_dir - 128 || v[0] != '/') {
-        malformed(cfg, "GPUSLICE_CARD_DIR", v, "an absolute path shorter than 384 bytes");
-        v = "/run/gpuslice/cards";
-    }
-    snprintf(cfg->card_dir, sizeof cfg->card_dir, "%s", v);
+    read_dir(cfg, "GPUSLICE_CARD_DIR", "/run/gpuslice/cards", cfg->card_dir,
+             sizeof cfg->card_dir, 128, "an absolute path shorter than 384 bytes");
 }
 
 /* The cards the accountant placed this container on: <state_dir>/card, one

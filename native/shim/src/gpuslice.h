@@ -117,6 +117,10 @@ void *gs_wrapper_for(void *real);
 
 /* --------------------------------------------------------------- region.c */
 
+unsigned long long gs_now_ns(void); /* CLOCK_MONOTONIC */
+/* A random id, never 0: a container's team, a process's card-file token. */
+unsigned long long gs_unique_id(void);
+
 /* The region, opened on first use (never NULL: a private one as fallback). */
 struct gpuslice_region *gs_region_open_slow(void);
 extern struct gpuslice_region *gs_region_ptr;

@@ -50,13 +50,6 @@ static int nwatched;
 static unsigned long long card_token;
 static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
 
-static unsigned long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
 static int launch_rows[] = {
     GS_FN_cuLaunchKernel,        GS_FN_cuLaunchKernel_ptsz,
     GS_FN_cuLaunchKernelEx,      GS_FN_cuLaunchKernelEx_ptsz,
@@ -148,12 +141,6 @@ static struct gpuslice_card *card_of(struct pacer_dev *pd, int dev)
     return pd->io.card;
 }
 
-/* This process in the card file; never 0, which marks a free slot. */
-static unsigned long long new_token(void)
-{
-    return ((now_ns() * 0x9e3779b97f4a7c15ull) ^ ((unsigned long long)getpid() << 20)) | 1;
-}
-
 /* ----------------------------------------------------------- mode, once */
 
 static void decide_mode(void)
@@ -178,7 +165,7 @@ static void decide_mode(void)
                 mode = 2;
         }
     }
-    card_token = new_token();
+    card_token = gs_unique_id();
     GS_LOG(GS_INFO, "compute: %s", mode == 1 ? "capped" : mode == 2 ? "watching the card"
                                                                    : "not paced");
     /* Release: whoever reads the mode without pthread_once sees watched[]. */
@@ -271,7 +258,7 @@ static unsigned long long event_gap_ns(struct gs_pace_io *io, void *a, void *b)
 static unsigned long long io_now(struct gs_pace_io *io)
 {
     (void)io;
-    return now_ns();
+    return gs_now_ns();
 }
 
 static void io_sleep(struct gs_pace_io *io, unsigned long long ns)
@@ -299,7 +286,7 @@ static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge_ns,
     struct gpuslice_device *d = &r->devices[of(io)->dev];
     unsigned cap = d->core_limit > 100 ? 100 : d->core_limit;
     if (cap)
-        gs_bucket_refill(&d->compute, cap, now_ns());
+        gs_bucket_refill(&d->compute, cap, gs_now_ns());
     gs_bucket_charge(&d->compute, charge_ns);
     d->compute.launches += launches;
     *wait = gs_bucket_wait_ns(&d->compute, cap);
@@ -470,5 +457,5 @@ void gs_launch_fork_child(void)
     }
     t_ctx = NULL;
     t_dev = -1;
-    card_token = new_token();
+    card_token = gs_unique_id();
 }

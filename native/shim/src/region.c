@@ -35,6 +35,18 @@ static pthread_mutex_t *region_mutex(struct gpuslice_region *r)
     return (pthread_mutex_t *)(void *)r->lock;
 }
 
+unsigned long long gs_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+unsigned long long gs_unique_id(void)
+{
+    return ((gs_now_ns() * 0x9e3779b97f4a7c15ull) ^ ((unsigned long long)getpid() << 20)) | 1;
+}
+
 void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg)
 {
     memset(r, 0, sizeof *r);
@@ -48,11 +60,7 @@ void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg)
         r->devices[i].limit_bytes = cfg->mem_limit[i];
         r->devices[i].core_limit = cfg->core_limit[i];
     }
-    /* The container's name on a card file: random, never 0 (no team). */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    r->team = (((unsigned long long)ts.tv_nsec * 0x9e3779b97f4a7c15ull) ^
-               ((unsigned long long)ts.tv_sec << 32) ^ ((unsigned long long)getpid() << 12)) | 1;
+    r->team = gs_unique_id(); /* the container's name on a card file */
     r->version = GPUSLICE_REGION_VERSION;
     r->size = sizeof *r;
     /* Last: a reader that sees the magic sees everything above. */
