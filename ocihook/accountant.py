@@ -246,8 +246,6 @@ class Accountant:
 
     def admit(self, req: Request) -> Reservation:
         """Reserve what req asks on a card that fits, or raise Refused (nothing written)."""
-        if not req.container_id:
-            raise Refused("a container id is needed")
         with self._tx():
             self._reclaim_dead()
             return self._admit_locked(req)

@@ -184,8 +184,10 @@ def release_cmd(state: State, container_id: str) -> None:
     """Give back what a container holds (for an operator; poststop does it normally)."""
     from ocihook import hook
 
-    if not hook.CONTAINER_ID.match(container_id) or ".." in container_id:
-        fail(f"container id {container_id!r} is not 1-128 letters, digits, '_', '.', '-'")
+    try:
+        hook.check_container_id(container_id)
+    except hook.HookError as e:
+        fail(str(e))
     held = _accountant(state).release(container_id, "operator-release")
     if not held:
         warn(f"container {container_id} holds nothing")

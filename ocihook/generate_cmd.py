@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from ocihook.config import Config
+from ocihook.hook import card_dir, ensure_card_dir
 from ocihook.messages import EXIT_NO, error, say, warn
 
 if TYPE_CHECKING:
@@ -61,17 +62,6 @@ def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
                          for g in inventory.gpus])
     finally:
         acct.close()
-
-
-def card_dir(cfg: Config) -> str:
-    return os.path.join(cfg.state_dir, "cards")
-
-
-def ensure_card_dir(path: str) -> None:
-    """The folder every slice mounts read-write: any tenant, whatever its user,
-    creates and writes its card's file there (sticky: none removes another's)."""
-    os.makedirs(path, exist_ok=True)
-    os.chmod(path, 0o1777)
 
 
 def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:

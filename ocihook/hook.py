@@ -48,6 +48,14 @@ class State:
     bundle: str
 
 
+def check_container_id(cid: Any) -> str:
+    """cid if it may name a folder and a database row; HookError otherwise."""
+    if not isinstance(cid, str) or not CONTAINER_ID.match(cid) or ".." in cid:
+        raise HookError(f"container id {cid!r} is not 1-128 letters, digits, '_', '.', '-' "
+                        "starting with a letter or digit")
+    return cid
+
+
 def read_state(stream: Any) -> State:
     """The OCI state on stdin, checked."""
     data = stream.read(STATE_MAX_BYTES + 1)
@@ -60,10 +68,7 @@ def read_state(stream: Any) -> State:
                         "runtime?") from None
     if not isinstance(doc, dict):
         raise HookError("the OCI state on stdin is not a JSON object")
-    cid = doc.get("id")
-    if not isinstance(cid, str) or not CONTAINER_ID.match(cid) or ".." in cid:
-        raise HookError(f"container id {cid!r} is not 1-128 letters, digits, '_', '.', '-' "
-                        "starting with a letter or digit")
+    cid = check_container_id(doc.get("id"))
     pid = doc.get("pid")
     if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
         raise HookError(f"pid {pid!r} in the OCI state is not a positive integer")
@@ -225,29 +230,48 @@ def _bind(source_fd: int, target_fd: int) -> None:
         raise HookError(f"cannot bind-mount the container's state dir: {os.strerror(err)}")
 
 
-def mount_state(path: str, card_dir: str, rootfs: str) -> None:
+DIR_PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_in_rootfs(rootfs: str, rel: str) -> int:
+    """An O_PATH fd of the folder rel inside the rootfs, made if missing (_open_inside)."""
+    try:
+        root_fd = os.open(rootfs, DIR_PATH_FLAGS)
+    except OSError as e:
+        raise HookError(f"rootfs {rootfs}: {e.strerror}") from None
+    try:
+        return _open_inside(root_fd, rel, create=True)
+    finally:
+        os.close(root_fd)
+
+
+def card_dir(cfg: Any) -> str:
+    """The host's card files: <state_dir>/cards."""
+    return os.path.join(cfg.state_dir, "cards")
+
+
+def ensure_card_dir(path: str) -> None:
+    """The folder every slice mounts read-write: any tenant, whatever its user,
+    creates and writes its card's file there (sticky: none removes another's)."""
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, 0o1777)
+
+
+def mount_state(path: str, cards: str, rootfs: str) -> None:
     """Bind <state_dir>/containers/<id>/ at /run/gpuslice in the container's
     rootfs, with the host's card files at /run/gpuslice/cards in it. Runs in
     the container's mount namespace (createContainer, before pivot_root)."""
-    os.makedirs(card_dir, exist_ok=True)
+    ensure_card_dir(cards)
     inner = os.path.join(path, "cards")
     os.makedirs(inner, exist_ok=True)
-    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    cards_fd, inner_fd = os.open(card_dir, flags), os.open(inner, flags)
+    cards_fd, inner_fd = os.open(cards, DIR_PATH_FLAGS), os.open(inner, DIR_PATH_FLAGS)
     try:
         _bind(cards_fd, inner_fd)
     finally:
         os.close(cards_fd)
         os.close(inner_fd)
-    try:
-        root_fd = os.open(rootfs, flags)
-    except OSError as e:
-        raise HookError(f"rootfs {rootfs}: {e.strerror}") from None
-    try:
-        target = _open_inside(root_fd, "run/gpuslice", create=True)
-    finally:
-        os.close(root_fd)
-    src = os.open(path, flags)
+    target = _open_in_rootfs(rootfs, "run/gpuslice")
+    src = os.open(path, DIR_PATH_FLAGS)
     try:
         _bind(src, target)
     finally:
@@ -264,15 +288,7 @@ def add_to_ld_so_preload(rootfs: str) -> None:
     there kept. /etc and the file are opened without following a link: in the
     container's mount namespace before pivot_root, a link would lead to the
     host's files."""
-    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        root_fd = os.open(rootfs, flags)
-    except OSError as e:
-        raise HookError(f"rootfs {rootfs}: {e.strerror}") from None
-    try:
-        etc_path = _open_inside(root_fd, "etc", create=True)
-    finally:
-        os.close(root_fd)
+    etc_path = _open_in_rootfs(rootfs, "etc")
     # O_PATH cannot be used for *at writes: reopen /etc as a real directory.
     etc = os.open(f"/proc/self/fd/{etc_path}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     os.close(etc_path)
@@ -424,7 +440,7 @@ def create(device: str, state: State, cfg: Any) -> int:
                 index = next(c.index for c in cards if c.uuid == res.card_uuid)
                 write_placement(path, res, index)
             rootfs = rootfs_of(state.bundle, config)
-            mount_state(path, os.path.join(cfg.state_dir, "cards"), rootfs)
+            mount_state(path, card_dir(cfg), rootfs)
             if cfg.preload == "ld.so.preload" and not req.exclusive:
                 add_to_ld_so_preload(rootfs)
         except (OSError, HookError):

@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -129,6 +130,17 @@ class Host:
             f"database: {tmp / 'state.db'}\n"
             f"profiles:\n{profiles}\n"
             + extra_config)
+
+    def use_real_hook(self, python: str = sys.executable) -> Path:
+        """Name this tree's gpuslice-hook, run by `python`, in the configuration
+        (as an installation has it) instead of the recording stand-in."""
+        repo = Path(__file__).resolve().parent.parent
+        hook = self.tmp / "gpuslice-hook-real"
+        hook.write_text(f"#!/bin/sh\nPYTHONPATH={repo} exec {python} -m ocihook.hook \"$@\"\n")
+        hook.chmod(0o755)
+        self.config.write_text(self.config.read_text().replace(f"hook_path: {self.hook}",
+                                                               f"hook_path: {hook}"))
+        return hook
 
     def set_gpus(self, gpus: List[Dict], driver_version: str = DRIVER_VERSION) -> None:
         doc = fake_gpus_doc(0, gpus)

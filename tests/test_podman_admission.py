@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +18,6 @@ import pytest
 from fakehost import Host, fake_gpu
 from podman_harness import podman_fixture
 
-REPO = Path(__file__).resolve().parent.parent
 podman = podman_fixture()
 
 
@@ -30,11 +27,7 @@ def node(tmp_path: Path, driver_root: Path, fakedriver: Path, podman) -> Host:
     h = Host(tmp_path / "host", driver_root, [fake_gpu(0, memory_mib=16384)],
              spec_dir=podman.cdi_dir,
              extra_config="  - {name: 6g, memory: 6GiB}\n")
-    # The hook as an installation has it: this Python, this tree.
-    hook = tmp_path / "gpuslice-hook"
-    hook.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m ocihook.hook \"$@\"\n")
-    hook.chmod(0o755)
-    h.config.write_text(h.config.read_text().replace(f"hook_path: {h.hook}", f"hook_path: {hook}"))
+    h.use_real_hook()
     res = h.run("cdi", "generate")
     assert res.returncode == 0, res.stderr
     return h
@@ -104,10 +97,7 @@ def node20(tmp_path: Path, driver_root: Path, fakedriver: Path, podman) -> Host:
     (tmp_path / "host").mkdir()
     h = Host(tmp_path / "host", driver_root, [fake_gpu(0, memory_mib=20480)],
              spec_dir=podman.cdi_dir, extra_config="  - {name: 1g, memory: 1GiB}\n")
-    hook = tmp_path / "gpuslice-hook"
-    hook.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m ocihook.hook \"$@\"\n")
-    hook.chmod(0o755)
-    h.config.write_text(h.config.read_text().replace(f"hook_path: {h.hook}", f"hook_path: {hook}"))
+    h.use_real_hook()
     assert h.run("cdi", "generate").returncode == 0
     return h
 
