@@ -154,7 +154,7 @@ static void decide_mode(void)
         for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
             if (__atomic_load_n(&r->devices[i].core_limit, __ATOMIC_RELAXED))
                 mode = 1;
-        if (!mode && access(gs_cfg.card_dir, R_OK | W_OK | X_OK) == 0) {
+        if (!mode && gs_pace_possible()) {
             /* Uncapped: watch the cards for a capped neighbour. */
             int n = 0;
             if (HAS_REAL(cuDeviceGetCount) && REAL(cuDeviceGetCount)(&n) == CUDA_SUCCESS)
