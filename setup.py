@@ -1,6 +1,9 @@
-"""Builds libgpuslice.so with the package: `pip install .` compiles the shim
-(gcc and make, no CUDA toolkit) and ships it, with the shared-region header
-that ocihook.region reads, in ocihook/native/. Metadata lives in pyproject.toml.
+"""Builds the native parts with the package (gcc, make and libsqlite3's
+headers; no CUDA toolkit): `pip install .` compiles libgpuslice.so, the
+preloaded shim, and ships it with the shared-region header that
+ocihook.region reads in ocihook/native/; it compiles gpuslice-hook, the OCI
+hook (C: it runs on every container start), and installs it in <prefix>/bin,
+beside the `gpuslice` command. Metadata lives in pyproject.toml.
 """
 import shutil
 import subprocess
@@ -11,6 +14,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 SHIM = HERE / "native" / "shim"
+HOOK = HERE / "native" / "hook"
 
 
 class BuildWithShim(build_py):
@@ -23,4 +27,9 @@ class BuildWithShim(build_py):
         shutil.copy2(SHIM / "include" / "gpuslice" / "region.h", dest / "region.h")
 
 
-setup(cmdclass={"build_py": BuildWithShim})
+# Built before setup() names it. A data file, not a script: setuptools reads
+# scripts as Python source. pip keeps its mode (executable) and puts <prefix>/bin
+# files beside the `gpuslice` command, where the configuration looks for it.
+subprocess.run(["make", "-s", "-C", str(HOOK)], check=True)
+setup(cmdclass={"build_py": BuildWithShim},
+      data_files=[("bin", [str((HOOK / "build" / "gpuslice-hook").relative_to(HERE))])])

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 from cdi import devnodes, driverfiles
-from cdi.nvml import DiscoveryError, Inventory
+from cdi.nvml import DiscoveryError, Gpu, Inventory
 from cdi.profiles import Profile, slice_device_name
 from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdi.version import minimum_version
@@ -45,28 +45,37 @@ class GenerateOptions:
     shim_path: str = "/usr/lib/gpuslice/libgpuslice.so"
     hook_path: str = "/usr/bin/gpuslice-hook"
     card_dir: str = "/run/gpuslice/cards"  # on the host: <state_dir>/cards
-    config_path: Optional[str] = None  # passed to the hooks, which get no env of ours
+    # What every hook run is told (the hook reads no configuration file: its
+    # start is on every container start), e.g. --database, --state-dir, and
+    # what admission adds (--placement, --overcommit, --preload).
+    hook_common: List[str] = field(default_factory=list)
+    hook_admission: List[str] = field(default_factory=list)
     hook_installed: bool = True
     warnings: List[str] = field(default_factory=list)
 
 
-def _hooks(opts: GenerateOptions, device: str) -> List[Hook]:
-    env = [HOOK_ENV_PATH]
-    if opts.config_path:
-        env.append(f"GPUSLICE_CONFIG={opts.config_path}")
-    return [
-        Hook("createContainer", opts.hook_path,
-             args=["gpuslice-hook", "create", "--device", device], env=list(env)),
-        Hook("poststop", opts.hook_path, args=["gpuslice-hook", "release"], env=list(env)),
-    ]
+def _hooks(opts: GenerateOptions, device: str, request: List[str]) -> List[Hook]:
+    """createContainer admits `request` (the hook's --card/--exclusive/--memory-mib/--cores)
+    under the name `device`; poststop gives it back."""
+    create = ["gpuslice-hook", "create", "--device", device, *request, *opts.hook_common,
+              *opts.hook_admission]
+    release = ["gpuslice-hook", "release", *opts.hook_common]
+    return [Hook("createContainer", opts.hook_path, args=create, env=[HOOK_ENV_PATH]),
+            Hook("poststop", opts.hook_path, args=release, env=[HOOK_ENV_PATH])]
 
 
-def _whole(opts: GenerateOptions, name: str, nodes: List[DeviceNode]) -> Device:
-    hooks = _hooks(opts, name) if opts.hook_installed else []
+def _whole(opts: GenerateOptions, name: str, nodes: List[DeviceNode],
+           gpus: Sequence[Gpu]) -> Device:
+    request = [a for g in gpus for a in ("--card", g.uuid)] + ["--exclusive"]
+    hooks = _hooks(opts, name, request) if opts.hook_installed else []
     return Device(name, ContainerEdits(device_nodes=nodes, hooks=hooks))
 
 
-def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: Profile) -> Device:
+def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: Profile,
+           gpu: Optional[Gpu]) -> Device:
+    """A slice of `gpu`, or of whichever card the accountant picks (gpu None)."""
+    request = (["--card", gpu.uuid] if gpu else []) + [
+        "--memory-mib", str(profile.memory_mib), "--cores", str(profile.cores or 0)]
     env = [f"GPUSLICE_MEMORY_LIMIT={profile.memory_mib}MiB"]
     if profile.cores:
         env.append(f"GPUSLICE_CORE_LIMIT={profile.cores}")
@@ -74,7 +83,7 @@ def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: P
     shim = Mount(opts.shim_path, SHIM_CONTAINER_PATH, options=list(driverfiles.MOUNT_OPTIONS))
     cards = Mount(opts.card_dir, CARD_DIR_CONTAINER_PATH, options=list(CARD_DIR_OPTIONS))
     return Device(name, ContainerEdits(env=env, device_nodes=nodes, mounts=[shim, cards],
-                                       hooks=_hooks(opts, name)))
+                                       hooks=_hooks(opts, name, request)))
 
 
 def _spec_edits(inv: Inventory, opts: GenerateOptions) -> ContainerEdits:
@@ -96,9 +105,10 @@ def build_spec(inv: Inventory, opts: GenerateOptions) -> Spec:
     card_nodes = {g.index: devnodes.card_nodes(g, opts.dev_root, opts.sys_root) for g in inv.gpus}
     devices: List[Device] = []
     for gpu in inv.gpus:
-        devices.append(_whole(opts, str(gpu.index), card_nodes[gpu.index]))
-        devices.append(_whole(opts, gpu.uuid, card_nodes[gpu.index]))
-    devices.append(_whole(opts, "all", [n for g in inv.gpus for n in card_nodes[g.index]]))
+        devices.append(_whole(opts, str(gpu.index), card_nodes[gpu.index], [gpu]))
+        devices.append(_whole(opts, gpu.uuid, card_nodes[gpu.index], [gpu]))
+    devices.append(_whole(opts, "all", [n for g in inv.gpus for n in card_nodes[g.index]],
+                          inv.gpus))
     if not opts.hook_installed:
         opts.warnings.append(f"{opts.hook_path} is not installed: whole cards are offered "
                              "without the accountant's hooks; run this again once it is")
@@ -112,12 +122,12 @@ def build_spec(inv: Inventory, opts: GenerateOptions) -> Spec:
         for profile in opts.profiles:
             if profile.memory_mib <= gpu.memory_mib:
                 devices.append(_slice(opts, slice_device_name(gpu.index, profile),
-                                      card_nodes[gpu.index], profile))
+                                      card_nodes[gpu.index], profile, gpu))
     for profile in opts.profiles:
         fits = [g for g in sliceable if profile.memory_mib <= g.memory_mib]
         if fits:
             devices.append(_slice(opts, profile.name,
-                                  [n for g in fits for n in card_nodes[g.index]], profile))
+                                  [n for g in fits for n in card_nodes[g.index]], profile, None))
         else:
             opts.warnings.append(f"profile {profile.name!r} fits no sliceable card: not offered")
     spec = Spec(version="", kind=opts.kind, devices=devices, edits=_spec_edits(inv, opts))

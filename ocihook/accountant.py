@@ -1,23 +1,16 @@
-"""The node accountant: what every container holds on every card, in SQLite.
+"""The node accountant's database: what every container holds on every card.
 
-One database file per host (configuration key ``database``, default
-/var/lib/gpuslice/state.db) in WAL mode. Every admission is one
-``BEGIN IMMEDIATE`` transaction that reads the card's reservations, checks the
-rules and inserts, so hooks that start at the same moment serialise on the
-database's write lock and can never double-book a card.
+One SQLite file per host (configuration key ``database``, default
+/var/lib/gpuslice/state.db) in WAL mode. Two programs share it:
 
-Rules, per card:
-- memory reserved never exceeds total x ``memory_overcommit`` (default 1.0);
-- a whole-card reservation excludes every other one, and the reverse;
-- the compute caps of the slices add up to at most ``cores_limit`` (100);
-- a card in MIG mode takes no slice; an unhealthy card takes nothing new.
-
-A reservation whose process is gone (or whose pid now names another process:
-the start time differs) is reclaimed at the next admission and by ``gc``, so
-a poststop that never comes loses nothing. Every change is written to the
-``events`` table.
-
-Imported on the hook's path: the standard library only.
+- this module owns the schema (created and migrated here) and the cards
+  (``sync_cards``, from NVML, at ``gpuslice cdi generate``), and reads the
+  reservations for ``gpuslice status``;
+- ``gpuslice-hook`` (native/hook, C: it runs on every container start) is the
+  one writer of reservations: admission, release, reclaiming what dead
+  containers held (``gpuslice release`` and ``gpuslice gc`` run it too). Its
+  rules are in docs/architecture.md; it refuses a schema version other than
+  its GS_SCHEMA_VERSION, which must equal SCHEMA_VERSION here.
 """
 from __future__ import annotations
 
@@ -26,13 +19,10 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
-
-from ocihook import procs
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30000
-PLACEMENTS = ("binpack", "spread")
 
 # Each entry takes the schema from version i to i + 1.
 _MIGRATIONS: Tuple[str, ...] = (
@@ -77,10 +67,6 @@ class AccountantError(RuntimeError):
     """The database cannot be used (unreadable, another program's, a newer schema)."""
 
 
-class Refused(Exception):
-    """An admission that does not fit; the message is one line for the user."""
-
-
 @dataclass(frozen=True)
 class Card:
     index: int
@@ -89,20 +75,6 @@ class Card:
     name: str = ""
     mig: bool = False
     healthy: bool = True
-
-
-@dataclass(frozen=True)
-class Request:
-    """What one device of a container asks for."""
-    container_id: str
-    device: str                 # the CDI device name, for messages and status
-    memory_mib: int             # ignored for an exclusive request (the whole card)
-    cores: int = 0              # 0: no compute cap
-    exclusive: bool = False     # a whole card
-    card_uuids: Optional[Sequence[str]] = None  # None: any card (placement picks)
-    pid: Optional[int] = None
-    pid_start: Optional[int] = None
-    runtime: str = ""
 
 
 @dataclass(frozen=True)
@@ -142,18 +114,8 @@ def _row_card(row: sqlite3.Row) -> Card:
 class Accountant:
     """One open database. Not thread-safe: one per thread or process."""
 
-    def __init__(self, path: str, memory_overcommit: float = 1.0, placement: str = "binpack",
-                 cores_limit: int = 100,
-                 alive: Callable[[Optional[int], Optional[int]], bool] = procs.alive) -> None:
-        if placement not in PLACEMENTS:
-            raise AccountantError(f"placement {placement!r} is not one of {', '.join(PLACEMENTS)}")
-        if not 1.0 <= memory_overcommit <= 16.0:
-            raise AccountantError(f"memory_overcommit {memory_overcommit} is not within 1.0-16.0")
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.overcommit = memory_overcommit
-        self.placement = placement
-        self.cores_limit = cores_limit
-        self.alive = alive
         self.db = self._open(path)
 
     # ------------------------------------------------------------ database
@@ -242,148 +204,18 @@ class Accountant:
     def cards(self) -> List[Card]:
         return [_row_card(r) for r in self.db.execute("SELECT * FROM cards ORDER BY idx")]
 
-    # ----------------------------------------------------------- admission
+    # --------------------------------------------------------------- status
 
-    def admit(self, req: Request) -> Reservation:
-        """Reserve what req asks on a card that fits, or raise Refused (nothing written)."""
-        with self._tx():
-            self._reclaim_dead()
-            return self._admit_locked(req)
-
-    def admit_all(self, reqs: Sequence[Request]) -> List[Reservation]:
-        """Every request or none (the `all` device: each card whole)."""
-        with self._tx():
-            self._reclaim_dead()
-            return [self._admit_locked(r) for r in reqs]
-
-    def _admit_locked(self, req: Request) -> Reservation:
-        if not req.container_id:
-            raise Refused("a container id is needed")
-        query = "SELECT * FROM reservations WHERE container_id=? AND device=?"
-        params: Tuple[str, ...] = (req.container_id, req.device)
-        if req.card_uuids is not None and len(req.card_uuids) == 1:
-            query += " AND card_uuid=?"
-            params += (req.card_uuids[0],)
-        existing = self.db.execute(query, params).fetchone()
-        if existing:
-            return _row_reservation(existing)  # the hook ran twice: same answer
-        candidates = self._candidates(req)
-        if not candidates:
-            raise Refused(self._no_card_message(req))
-        usage = {c.uuid: self._usage(c) for c in candidates}
-        fitting = [c for c in candidates if self._why_not(req, usage[c.uuid]) is None]
-        if not fitting:
-            best = max(candidates, key=lambda c: (self._free_mib(usage[c.uuid]), -c.index))
-            why = self._why_not(req, usage[best.uuid]) or "does not fit"
-            if len(candidates) > 1:
-                why = f"no card has room; the likeliest: {why}"
-            raise Refused(why)
-        card = self._place(fitting, usage)
-        memory = card.total_mib if req.exclusive else req.memory_mib
-        now = time.time()
-        self.db.execute(
-            "INSERT INTO reservations(container_id, device, card_uuid, memory_mib, cores, "
-            "exclusive, pid, pid_start, runtime, created) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (req.container_id, req.device, card.uuid, memory, req.cores, int(req.exclusive),
-             req.pid, req.pid_start, req.runtime, now))
-        self._event("admit", req.container_id, card.uuid, device=req.device,
-                    memory_mib=memory, cores=req.cores, exclusive=req.exclusive)
-        return Reservation(req.container_id, req.device, card.uuid, memory, req.cores,
-                           req.exclusive, req.pid, req.pid_start, req.runtime, now)
-
-    def _candidates(self, req: Request) -> List[Card]:
-        cards = self.cards()
-        if req.card_uuids is not None:
-            wanted = set(req.card_uuids)
-            cards = [c for c in cards if c.uuid in wanted]
-        return cards
-
-    def _no_card_message(self, req: Request) -> str:
-        if req.card_uuids:
-            return (f"{req.device}: card {', '.join(req.card_uuids)} is not known to the "
-                    "accountant; run `gpuslice cdi generate` after a driver or card change")
-        return f"{req.device}: the accountant knows no card; run `gpuslice cdi generate`"
+    def usage(self) -> List[CardUsage]:
+        """Per card (by index): what is reserved and by whom, as of one moment."""
+        with _Transaction(self.db, "BEGIN"):  # a read snapshot; takes no write lock
+            return [self._usage(c) for c in self.cards()]
 
     def _usage(self, card: Card) -> CardUsage:
         rows = [_row_reservation(r) for r in self.db.execute(
             "SELECT * FROM reservations WHERE card_uuid=? ORDER BY created", (card.uuid,))]
         return CardUsage(card, sum(r.memory_mib for r in rows), sum(r.cores for r in rows),
                          any(r.exclusive for r in rows), rows)
-
-    def _capacity_mib(self, card: Card) -> int:
-        return int(card.total_mib * self.overcommit)
-
-    def _free_mib(self, u: CardUsage) -> int:
-        return 0 if u.exclusive else max(0, self._capacity_mib(u.card) - u.reserved_mib)
-
-    def _why_not(self, req: Request, u: CardUsage) -> Optional[str]:
-        """None if req fits on u's card, else the one-line reason, naming what to do."""
-        c = u.card
-        label = f"card {c.index} ({c.uuid})"
-        holders = ", ".join(sorted({r.container_id[:12] for r in u.reservations}))
-        if not c.healthy:
-            return f"{req.device}: {label} is unhealthy or gone; it takes no new container"
-        if u.exclusive:
-            return (f"{req.device}: {label} is held whole by {holders}; stop it, or ask for "
-                    "another card")
-        if req.exclusive:
-            if u.reservations:
-                return (f"{req.device}: {label} cannot be held whole: {len(u.reservations)} "
-                        f"slice(s) hold {u.reserved_mib} MiB ({holders}); stop them first")
-            return None
-        if c.mig:
-            return (f"{req.device}: {label} is in MIG mode; it is offered whole only, ask for "
-                    f"the whole card")
-        free = self._free_mib(u)
-        if req.memory_mib > free:
-            return (f"{req.device}: {label} has {free} MiB free of "
-                    f"{self._capacity_mib(c)} MiB, {req.memory_mib} MiB asked; stop a "
-                    "container on it or ask for less")
-        if req.cores and u.cores + req.cores > self.cores_limit:
-            return (f"{req.device}: {label} has {self.cores_limit - u.cores}% of its compute "
-                    f"left, {req.cores}% asked; stop a capped container on it or ask for less")
-        return None
-
-    def _place(self, fitting: List[Card], usage: Dict[str, CardUsage]) -> Card:
-        # binpack: the fullest card that fits; spread: the emptiest. Ties: lowest index.
-        if self.placement == "spread":
-            return max(fitting, key=lambda c: (self._free_mib(usage[c.uuid]), -c.index))
-        return min(fitting, key=lambda c: (self._free_mib(usage[c.uuid]), c.index))
-
-    # -------------------------------------------------------------- release
-
-    def release(self, container_id: str, why: str = "release") -> List[Reservation]:
-        """Drop everything container_id holds; returns what was held."""
-        with self._tx():
-            rows = [_row_reservation(r) for r in self.db.execute(
-                "SELECT * FROM reservations WHERE container_id=?", (container_id,))]
-            self.db.execute("DELETE FROM reservations WHERE container_id=?", (container_id,))
-            for r in rows:
-                self._event(why, r.container_id, r.card_uuid, device=r.device,
-                            memory_mib=r.memory_mib)
-            return rows
-
-    def _reclaim_dead(self) -> List[Reservation]:
-        dead = [_row_reservation(r) for r in self.db.execute("SELECT * FROM reservations")
-                if not self.alive(r["pid"], r["pid_start"])]
-        for r in dead:
-            self.db.execute("DELETE FROM reservations WHERE container_id=? AND device=? AND "
-                            "card_uuid=?", (r.container_id, r.device, r.card_uuid))
-            self._event("reclaim", r.container_id, r.card_uuid, device=r.device, pid=r.pid,
-                        memory_mib=r.memory_mib)
-        return dead
-
-    def gc(self) -> List[Reservation]:
-        """Reclaim the reservations of containers whose process is gone."""
-        with self._tx():
-            return self._reclaim_dead()
-
-    # --------------------------------------------------------------- status
-
-    def usage(self) -> List[CardUsage]:
-        """Per card (by index): what is reserved and by whom."""
-        with self._tx():
-            return [self._usage(c) for c in self.cards()]
 
     def events(self, limit: int = 100) -> Iterator[sqlite3.Row]:
         return iter(self.db.execute("SELECT * FROM events ORDER BY id DESC LIMIT ?", (limit,))
@@ -395,13 +227,14 @@ def _statements(script: str) -> List[str]:
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception (Refused included)."""
+    """BEGIN IMMEDIATE (or `begin`) ... COMMIT, or ROLLBACK on any exception."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> None:
         self.db = db
+        self.begin = begin
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute(self.begin)
 
     def __exit__(self, kind, value, tb) -> None:  # type: ignore[no-untyped-def]
         self.db.execute("COMMIT" if kind is None else "ROLLBACK")

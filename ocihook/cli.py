@@ -153,9 +153,8 @@ if __name__ == "__main__":
 def _accountant(state: State) -> "object":
     from ocihook import accountant
 
-    cfg = state.config
     try:
-        return accountant.Accountant(cfg.database, cfg.memory_overcommit, cfg.placement)
+        return accountant.Accountant(state.config.database)
     except accountant.AccountantError as e:
         fail(str(e))
 
@@ -177,33 +176,30 @@ def status_cmd(state: State, as_json: bool) -> None:
         click.echo(status.render(doc))
 
 
+def _run_hook(cfg: "config_mod.Config", verb: str, *args: str) -> None:
+    """gpuslice-hook does every write to the reservations (the one writer);
+    its lines and its exit status are this command's."""
+    import subprocess
+
+    argv = [cfg.hook_path, verb, *args, *cfg.hook_common_args()]
+    try:
+        res = subprocess.run(argv, stdin=subprocess.DEVNULL)
+    except OSError as e:
+        fail(f"cannot run {cfg.hook_path}: {e.strerror}; is gpuslice-hook installed "
+             "(configuration key hook_path)?")
+    sys.exit(res.returncode)
+
+
 @cli.command("release")
 @click.argument("container_id")
 @click.pass_obj
 def release_cmd(state: State, container_id: str) -> None:
     """Give back what a container holds (for an operator; poststop does it normally)."""
-    from ocihook import hook
-
-    try:
-        hook.check_container_id(container_id)
-    except hook.HookError as e:
-        fail(str(e))
-    held = _accountant(state).release(container_id, "operator-release")
-    if not held:
-        warn(f"container {container_id} holds nothing")
-        sys.exit(EXIT_NO)
-    hook.remove_container_dir(state.config, container_id)
-    for r in held:
-        click.echo(f"released {r.container_id[:12]} {r.device}: {r.memory_mib} MiB on {r.card_uuid}")
+    _run_hook(state.config, "release", "--id", container_id)
 
 
 @cli.command("gc")
 @click.pass_obj
 def gc_cmd(state: State) -> None:
     """Reclaim what containers whose process is gone still hold."""
-    from ocihook import hook
-
-    for r in _accountant(state).gc():
-        hook.remove_container_dir(state.config, r.container_id)
-        click.echo(f"reclaimed {r.container_id[:12]} {r.device}: {r.memory_mib} MiB on "
-                   f"{r.card_uuid} (pid {r.pid} is gone)")
+    _run_hook(state.config, "gc")

@@ -65,6 +65,19 @@ class Config:
     hook_path: str = field(default_factory=_default_hook_path)
     source: Optional[str] = None  # the file it came from; None for built-in defaults
 
+    def card_dir(self) -> str:
+        """The host's card files, which every slice mounts: <state_dir>/cards."""
+        return os.path.join(self.state_dir, "cards")
+
+    def hook_common_args(self) -> List[str]:
+        """What every gpuslice-hook run is told: where the books and the state dirs are."""
+        return ["--database", self.database, "--state-dir", self.state_dir]
+
+    def hook_admission_args(self) -> List[str]:
+        """The admission policy, for gpuslice-hook create (it reads no configuration)."""
+        return ["--placement", self.placement, "--overcommit", f"{self.memory_overcommit:g}",
+                "--preload", self.preload]
+
     def to_dict(self) -> Dict[str, Any]:
         """The effective configuration in the file's own shape."""
         return {

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from ocihook.config import Config
-from ocihook.hook import card_dir, ensure_card_dir
 from ocihook.messages import EXIT_NO, error, say, warn
 
 if TYPE_CHECKING:
@@ -48,15 +47,23 @@ def refresh_command(req: Request) -> str:
     return " ".join(parts)
 
 
+def ensure_card_dir(path: str) -> None:
+    """The folder every slice mounts read-write: any tenant, whatever its user,
+    creates and writes its card's file there (sticky: none removes another's).
+    gpuslice-hook makes it the same way if it is missing."""
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, 0o1777)
+
+
 def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
     """Tell the accountant which cards there are: the hook admits against them."""
     from ocihook import accountant
 
     try:
-        acct = accountant.Accountant(cfg.database, cfg.memory_overcommit, cfg.placement)
+        acct = accountant.Accountant(cfg.database)
     except accountant.AccountantError as e:
-        warn(f"{e}; the hook will ask NVML itself")
-        return
+        error(f"{e}; gpuslice-hook admits against the cards recorded there, so no device "
+              "of the spec could start")
     try:
         acct.sync_cards([accountant.Card(g.index, g.uuid, g.memory_mib, g.name, g.mig)
                          for g in inventory.gpus])
@@ -81,8 +88,8 @@ def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
     opts = GenerateOptions(
         kind=cfg.cdi_kind, profiles=cfg.profiles, driver_root=driver_root, dev_root=dev_root,
         sys_root=req.sys_root, shim_path=cfg.shim_path, hook_path=cfg.hook_path,
-        card_dir=card_dir(cfg),
-        config_path=os.path.abspath(cfg.source) if cfg.source else None,
+        card_dir=cfg.card_dir(), hook_common=cfg.hook_common_args(),
+        hook_admission=cfg.hook_admission_args(),
         hook_installed=os.access(cfg.hook_path, os.X_OK),
     )
     return build_spec(inventory, opts), opts.warnings, inventory
@@ -105,9 +112,9 @@ def run(cfg: Config, req: Request) -> int:
         warn(w)
     if not req.dry_run and not req.check_only:
         try:
-            ensure_card_dir(card_dir(cfg))
+            ensure_card_dir(cfg.card_dir())
         except OSError as e:
-            error(f"cannot make the card folder {card_dir(cfg)}: {e.strerror}")
+            error(f"cannot make the card folder {cfg.card_dir()}: {e.strerror}")
     for path in check.missing_on_host(spec):
         warn(f"{path} does not exist: containers that ask for a device needing it will "
              "fail to start until it is installed")

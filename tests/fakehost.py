@@ -13,7 +13,6 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -30,6 +29,17 @@ OTHER_LIBRARIES = ("libcuda.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-n
 UNRELATED_LIBRARY = "libunrelated.so.2"
 OFFICIAL_SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "cdi-schema"
 PROFILES = [("4g", "4GiB", 0), ("4g-30", "4GiB", 30), ("32g", "32GiB", None)]
+
+
+HOOK_DIR = Path(__file__).resolve().parent.parent / "native" / "hook"
+
+
+def build_hook(asan: bool = False) -> Path:
+    """native/hook's gpuslice-hook, built (make: only what changed); with asan,
+    the AddressSanitizer and UBSan build."""
+    subprocess.run(["make", "-s", "-C", str(HOOK_DIR), *(["asan"] if asan else [])],
+                   check=True)
+    return HOOK_DIR / ("build-asan" if asan else "build") / "gpuslice-hook"
 
 
 def fake_gpu(index: int, **overrides: Any) -> Dict[str, Any]:
@@ -131,16 +141,24 @@ class Host:
             f"profiles:\n{profiles}\n"
             + extra_config)
 
-    def use_real_hook(self, python: str = sys.executable) -> Path:
-        """Name this tree's gpuslice-hook, run by `python`, in the configuration
-        (as an installation has it) instead of the recording stand-in."""
-        repo = Path(__file__).resolve().parent.parent
-        hook = self.tmp / "gpuslice-hook-real"
-        hook.write_text(f"#!/bin/sh\nPYTHONPATH={repo} exec {python} -m ocihook.hook \"$@\"\n")
-        hook.chmod(0o755)
+    def use_real_hook(self) -> Path:
+        """Name this tree's gpuslice-hook (native/hook, built here) in the
+        configuration, as an installation has it, instead of the stand-in."""
+        hook = build_hook()
         self.config.write_text(self.config.read_text().replace(f"hook_path: {self.hook}",
                                                                f"hook_path: {hook}"))
+        self.hook = hook
         return hook
+
+    def spec_hook(self, device: str, hook_name: str = "createContainer") -> List[str]:
+        """The args of `device`'s hook in the spec `cdi generate` wrote (JSON or YAML)."""
+        import yaml
+
+        [path] = [p for p in self.spec_dir.glob("gpuslice.*") if p.suffix in (".json", ".yaml")]
+        doc = yaml.safe_load(path.read_text())
+        [dev] = [d for d in doc["devices"] if d["name"] == device]
+        [hook] = [h for h in dev["containerEdits"]["hooks"] if h["hookName"] == hook_name]
+        return hook["args"]
 
     def set_gpus(self, gpus: List[Dict], driver_version: str = DRIVER_VERSION) -> None:
         doc = fake_gpus_doc(0, gpus)

@@ -83,12 +83,19 @@ def test_slice_edits(host_factory):
     assert (host.tmp / "state" / "cards").stat().st_mode & 0o7777 == 0o1777
     create, release = capped["hooks"]
     assert create["hookName"] == "createContainer" and create["path"] == str(host.hook)
-    assert create["args"] == ["gpuslice-hook", "create", "--device", "0-4g-30"]
-    assert release["hookName"] == "poststop" and release["args"] == ["gpuslice-hook", "release"]
-    assert f"GPUSLICE_CONFIG={host.config}" in create["env"]
+    # The hook reads no configuration: the spec tells it the request and where
+    # the books are.
+    books = ["--database", str(host.tmp / "state.db"), "--state-dir", str(host.tmp / "state")]
+    assert create["args"] == ["gpuslice-hook", "create", "--device", "0-4g-30",
+                              "--card", fake_gpu(0)["uuid"], "--memory-mib", "4096",
+                              "--cores", "30", *books, "--placement", "binpack",
+                              "--overcommit", "1", "--preload", "env"]
+    assert release["hookName"] == "poststop"
+    assert release["args"] == ["gpuslice-hook", "release", *books]
+    assert all(e.startswith("PATH=") for e in create["env"])
     # Whole cards carry the hooks (the accountant must see them) but no limits.
     assert "env" not in devs["0"] and "mounts" not in devs["0"]
-    assert devs["0"]["hooks"][0]["args"][-1] == "0"
+    assert devs["0"]["hooks"][0]["args"][2:6] == ["--device", "0", "--card", fake_gpu(0)["uuid"]]
 
 
 def test_mig_card_is_offered_whole_only(host_factory):

@@ -8,34 +8,40 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
 
-from fakehost import fake_gpu
+from fakehost import Host, build_hook, fake_gpu
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from ocihook import accountant as acct  # noqa: E402
-
 GIB_MIB = 1024
 
 
 class Node:
-    """A host: fake cards, a config naming a tmp database and state dir."""
+    """A host: two fake 16 GiB cards, a spec from `gpuslice cdi generate` whose
+    hooks name this tree's gpuslice-hook, a tmp database and state dir. The
+    hook is run with the args the spec gives it, as the runtime runs it."""
 
-    def __init__(self, tmp: Path, env: Dict[str, str]) -> None:
+    def __init__(self, tmp: Path, driver_root: Path, fakedriver: Path) -> None:
+        (tmp / "host").mkdir()
         self.tmp = tmp
-        self.db = tmp / "lib" / "state.db"
-        self.state_dir = tmp / "run"
-        self.config = tmp / "config.yaml"
-        self.config.write_text(
-            f"database: {self.db}\nstate_dir: {self.state_dir}\nprofiles:\n"
-            "  - {name: 6g, memory: 6GiB}\n  - {name: 4g-30, memory: 4GiB, cores: 30}\n")
-        self.env = dict(env, GPUSLICE_CONFIG=str(self.config))
+        self.fakedriver = fakedriver
+        self.host = Host(tmp / "host", driver_root,
+                         [fake_gpu(0, memory_mib=16 * GIB_MIB), fake_gpu(1, memory_mib=16 * GIB_MIB)],
+                         extra_config="  - {name: 6g, memory: 6GiB}\n")
+        self.db = self.host.tmp / "state.db"
+        self.state_dir = self.host.tmp / "state"
+        self.config = self.host.config
+        self.hook_path = self.host.use_real_hook()
+        self.generate()
+
+    def generate(self) -> None:
+        res = self.host.run("cdi", "generate")
+        assert res.returncode == 0, res.stderr
 
     def bundle(self, name: str = "bundle", config: Optional[Dict] = None) -> Path:
         b = self.tmp / name
@@ -52,8 +58,11 @@ class Node:
         # A private mount namespace, as runc gives the hook: its bind mounts
         # go away with it.
         return subprocess.run(["unshare", "--mount", "--propagation", "private",
-                               sys.executable, "-m", "ocihook.hook", *args], input=stdin,
-                              env=self.env, capture_output=True, cwd=str(REPO), timeout=60)
+                               str(self.hook_path), *args], input=stdin, capture_output=True,
+                              timeout=60)
+
+    def create_args(self, device: str) -> List[str]:
+        return self.host.spec_hook(device)[1:]
 
     def create(self, cid: str, device: str, bundle: Optional[Path] = None,
                pid: Optional[int] = None) -> subprocess.CompletedProcess:
@@ -61,14 +70,17 @@ class Node:
                  "bundle": str(bundle or self.bundle())}
         if pid:
             state["pid"] = pid
-        return self.hook(["create", "--device", device], state)
+        return self.hook(self.create_args(device), state)
 
     def release(self, cid: str) -> subprocess.CompletedProcess:
-        return self.hook(["release"], {"ociVersion": "1.0.2", "id": cid, "status": "stopped",
-                                       "bundle": str(self.bundle())})
+        return self.hook(self.host.spec_hook("0", "poststop")[1:],
+                         {"ociVersion": "1.0.2", "id": cid, "status": "stopped",
+                          "bundle": str(self.bundle())})
 
     def held(self) -> Dict[str, List[str]]:
-        a = acct.Accountant(str(self.db), alive=lambda p, s: True)
+        from ocihook import accountant as acct
+
+        a = acct.Accountant(str(self.db))
         try:
             return {u.card.uuid: sorted(r.container_id for r in u.reservations)
                     for u in a.usage()}
@@ -77,9 +89,8 @@ class Node:
 
 
 @pytest.fixture
-def node(tmp_path: Path, fake_env) -> Node:
-    return Node(tmp_path, fake_env(gpus=[fake_gpu(0, memory_mib=16 * GIB_MIB),
-                                         fake_gpu(1, memory_mib=16 * GIB_MIB)]))
+def node(tmp_path: Path, driver_root: Path, fakedriver: Path) -> Node:
+    return Node(tmp_path, driver_root, fakedriver)
 
 
 def err(res: subprocess.CompletedProcess) -> str:
@@ -109,6 +120,20 @@ def test_three_6g_on_one_card_two_run_third_refused_until_one_stops(node: Node) 
     assert node.held()[fake_gpu(0)["uuid"]] == ["c2", "c3"]
 
 
+def test_the_spec_tells_the_hook_the_request(node: Node) -> None:
+    """The hook reads no configuration: its args carry the request and the policy."""
+    common = ["--database", str(node.db), "--state-dir", str(node.state_dir)]
+    policy = ["--placement", "binpack", "--overcommit", "1", "--preload", "env"]
+    uuid0, uuid1 = fake_gpu(0)["uuid"], fake_gpu(1)["uuid"]
+    assert node.create_args("0-6g") == ["create", "--device", "0-6g", "--card", uuid0,
+                                        "--memory-mib", "6144", "--cores", "0", *common, *policy]
+    assert node.create_args("4g-30") == ["create", "--device", "4g-30", "--memory-mib", "4096",
+                                         "--cores", "30", *common, *policy]
+    assert node.create_args("1")[3:6] == ["--card", uuid1, "--exclusive"]
+    assert node.create_args("all")[3:8] == ["--card", uuid0, "--card", uuid1, "--exclusive"]
+    assert node.host.spec_hook("0-6g", "poststop") == ["gpuslice-hook", "release", *common]
+
+
 def test_cardless_profile_is_placed_and_whole_card_excludes(node: Node) -> None:
     assert node.create("w", "1").returncode == 0  # card 1 whole
     for cid in ("a", "b"):
@@ -120,14 +145,18 @@ def test_cardless_profile_is_placed_and_whole_card_excludes(node: Node) -> None:
     assert held[fake_gpu(0)["uuid"]] == ["a", "b"] and held[fake_gpu(1)["uuid"]] == ["w"]
     res = node.create("s", "1-6g")
     assert res.returncode == 1 and "held whole by w" in err(res)
-    res = node.create("u", "GPU-00000000-0000-0000-0000-000000000000")
-    assert res.returncode == 2 and "no card with this UUID" in err(res)
 
 
-def test_unknown_profile_names_the_ones_there_are(node: Node) -> None:
-    res = node.create("x", "0-3g")
-    assert res.returncode == 2
-    assert "no profile '3g'" in err(res) and "profiles: 6g, 4g-30" in err(res)
+def test_a_card_the_accountant_does_not_know(node: Node) -> None:
+    """A spec older than the last card change names a card the books lack."""
+    args = node.create_args("0")
+    unknown = "GPU-00000000-0000-0000-0000-000000000000"
+    args[args.index(fake_gpu(0)["uuid"])] = unknown
+    res = node.hook(args, {"ociVersion": "1.0.2", "id": "u", "status": "creating",
+                           "bundle": str(node.bundle())})
+    assert res.returncode == 1
+    assert f"card {unknown} is not known to the accountant; run `gpuslice cdi generate`" \
+        in err(res)
 
 
 def test_dead_container_reclaimed_at_next_admission(node: Node) -> None:
@@ -172,9 +201,12 @@ def hostile_cases(node: Node) -> List[tuple]:
     ]
 
 
-def test_hostile_input_changes_nothing(node: Node) -> None:
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_hostile_input_changes_nothing(node: Node, asan: bool) -> None:
+    if asan:  # any overflow or leak on hostile input aborts with a report
+        node.hook_path = build_hook(asan=True)
     for name, state, expected in hostile_cases(node):
-        res = node.hook(["create", "--device", "0-6g"], state)
+        res = node.hook(node.create_args("0-6g"), state)
         assert res.returncode == 2, (name, res.stderr)
         assert expected in err(res), (name, err(res))
         assert not (node.state_dir / "containers").exists() or \
@@ -184,14 +216,25 @@ def test_hostile_input_changes_nothing(node: Node) -> None:
 
 
 def test_usage_errors(node: Node) -> None:
-    for args in ([], ["create"], ["create", "--device"], ["frobnicate"], ["release", "x"]):
+    common = node.host.spec_hook("0", "poststop")[2:]
+    for args in ([], ["create"], ["create", "--device"], ["frobnicate"], ["release", "x"],
+                 ["create", "--device", "0-6g", *common],  # no request
+                 ["release"],  # no database
+                 ["release", "--bogus", *common]):
         res = node.hook(args, b"{}")
-        assert res.returncode == 2 and "usage: gpuslice-hook" in err(res), args
+        assert res.returncode == 2 and "usage: gpuslice-hook" in err(res), (args, res.stderr)
+    bad = [(["--memory-mib", "lots"], "--memory-mib 'lots'"),
+           (["--memory-mib", "6144", "--cores", "101"], "--cores '101'"),
+           (["--memory-mib", "6144", "--overcommit", "0.5"], "--overcommit '0.5'"),
+           (["--memory-mib", "6144", "--placement", "random"], "--placement 'random'"),
+           (["--memory-mib", "6144", "--preload", "both"], "--preload 'both'")]
+    for extra, named in bad:
+        res = node.hook(["create", "--device", "x", *common, *extra], b"{}")
+        assert res.returncode == 2 and named in err(res), (extra, res.stderr)
 
 
 def gpuslice(node: Node, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["gpuslice", *args], env=node.env, capture_output=True, text=True,
-                          timeout=60)
+    return node.host.run(*args)
 
 
 def test_status_release_and_gc(node: Node) -> None:
@@ -228,7 +271,9 @@ def test_status_shows_live_usage_from_the_region(node: Node) -> None:
                    check=True)
     cid = "c" * 64
     assert node.create(cid, "0-6g").returncode == 0
-    env = dict(node.env, LD_PRELOAD=str(REPO / "native" / "shim" / "build" / "libgpuslice.so"),
+    env = dict(os.environ, GPUSLICE_FAKE_GPUS=str(node.host.gpus_json),
+               LD_LIBRARY_PATH=str(node.fakedriver),
+               LD_PRELOAD=str(REPO / "native" / "shim" / "build" / "libgpuslice.so"),
                GPUSLICE_STATE_DIR=str(node.state_dir / "containers" / cid),
                GPUSLICE_MEMORY_LIMIT="6GiB", GPUSLICE_CONTEXT_RESERVE="0")
     prog = subprocess.Popen([str(REPO / "tests" / "shim" / "build-plain" / "cuprog"), "direct",
@@ -247,16 +292,15 @@ def test_status_shows_live_usage_from_the_region(node: Node) -> None:
 
 def test_state_dir_is_mounted_in_the_rootfs_with_the_card_files(node: Node) -> None:
     bundle = node.bundle()
-    (node.state_dir / "cards").mkdir(parents=True)
+    (node.state_dir / "cards").mkdir(parents=True, exist_ok=True)
     (node.state_dir / "cards" / "marker").write_text("host card files\n")
     state = json.dumps({"ociVersion": "1.0.2", "id": "m1", "status": "creating",
                         "bundle": str(bundle)})
     # Create and look, in one private mount namespace (as the container's).
-    script = (f'{sys.executable} -m ocihook.hook create --device 6g && '
+    script = (f'{shlex.join([str(node.hook_path), *node.create_args("6g")])} && '
               f'cat {bundle}/rootfs/run/gpuslice/card {bundle}/rootfs/run/gpuslice/cards/marker')
     res = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                         input=state.encode(), env=node.env, capture_output=True, cwd=str(REPO),
-                         timeout=60)
+                         input=state.encode(), capture_output=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.decode().splitlines() == [f"0 {fake_gpu(0)['uuid']}", "host card files"]
     # The host's namespace never saw the mounts.
@@ -280,6 +324,7 @@ def test_rootfs_link_out_is_refused_and_undone(node: Node) -> None:
 
 def preload_node(node: Node) -> None:
     node.config.write_text(node.config.read_text() + "preload: ld.so.preload\n")
+    node.generate()  # the hooks are told the policy by the spec
 
 
 def test_ld_so_preload_keeps_the_lines_there(node: Node) -> None:

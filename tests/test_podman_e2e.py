@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cdi.generate import HOOK_ENV_PATH
 from fakehost import DRIVER_VERSION, LIBDIR, NVIDIA_MAJOR, Host, fake_gpu
 from podman_harness import podman_fixture
 
@@ -87,12 +88,15 @@ def test_whole_card(podman, host):
     assert "libs read-only" in lines
     assert not [line for line in lines if line.startswith("shim")]
     calls = hook_calls(host)
-    assert [c[0] for c in calls] == [["create", "--device", "0"], ["release"]]
+    # Each hook gets the args the spec gives it: the request and the books.
+    assert [c[0] for c in calls] == [host.spec_hook("0")[1:], host.spec_hook("0", "poststop")[1:]]
+    assert calls[0][0][:6] == ["create", "--device", "0", "--card", fake_gpu(0)["uuid"],
+                               "--exclusive"]
     create_state = calls[0][1]
     assert create_state["status"] == "creating" and create_state["id"]
     assert create_state["bundle"].startswith("/")  # where the hook will read config.json
     assert calls[1][1]["id"] == create_state["id"] and calls[1][1]["status"] == "stopped"
-    assert f"GPUSLICE_CONFIG={host.config}" in calls[0][2]
+    assert [e for e in calls[0][2] if e.startswith("PATH=")] == [HOOK_ENV_PATH]
 
 
 def test_slice_of_one_card(podman, host):
@@ -105,7 +109,10 @@ def test_slice_of_one_card(podman, host):
     assert f"shim {SHIM_MARKER}" in lines
     assert "cards writable" in lines  # the host's card files, shared by the card's tenants
     assert "smi fake nvidia-smi" in lines
-    assert [c[0] for c in hook_calls(host)] == [["create", "--device", "1-4g-30"], ["release"]]
+    assert [c[0][:9] for c in hook_calls(host)][0] == [
+        "create", "--device", "1-4g-30", "--card", fake_gpu(1)["uuid"], "--memory-mib", "4096",
+        "--cores", "30"]
+    assert [c[0][0] for c in hook_calls(host)] == ["create", "release"]
 
 
 def test_cardless_profile_and_all(podman, host):

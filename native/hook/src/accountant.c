@@ -1,0 +1,748 @@
+/*
+ * The accountant on SQLite (see accountant.h): open and check the database,
+ * admit with the rules and messages of docs/architecture.md, release,
+ * reclaim the dead. Statements are prepared per call: a hook makes a
+ * handful, and SQLite prepares them in microseconds.
+ */
+#include "accountant.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "procs.h"
+#include "pyfmt.h"
+#include "util.h"
+
+struct gs_acct {
+    sqlite3 *db;
+    char *path;
+    struct gs_policy policy;
+};
+
+struct card {
+    int64_t index;
+    char *uuid;
+    int64_t total_mib;
+    int mig, healthy;
+};
+
+struct usage {
+    int64_t reserved_mib, cores;
+    int exclusive;
+    size_t count;
+    char *holders; /* the holders' ids[:12], sorted, ", "-joined */
+};
+
+#define RES_COLS \
+    "container_id, device, card_uuid, memory_mib, cores, exclusive, pid, pid_start, runtime, created"
+
+static int sql_fail(struct gs_acct *a)
+{
+    return gs_fail("%s: %s", a->path, sqlite3_errmsg(a->db));
+}
+
+static int exec(struct gs_acct *a, const char *sql)
+{
+    return sqlite3_exec(a->db, sql, NULL, NULL, NULL) == SQLITE_OK ? GS_OK : sql_fail(a);
+}
+
+static sqlite3_stmt *prepare(struct gs_acct *a, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        sql_fail(a);
+        sqlite3_finalize(st);
+        return NULL;
+    }
+    return st;
+}
+
+/* Step a statement that returns no row. */
+static int run(struct gs_acct *a, sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    int r = rc == SQLITE_DONE || rc == SQLITE_ROW ? GS_OK : sql_fail(a);
+    sqlite3_finalize(st);
+    return r;
+}
+
+static char *col_text(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return gs_xstrdup(t ? (const char *)t : "");
+}
+
+static void text(sqlite3_stmt *st, int i, const char *s)
+{
+    sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+}
+
+/* ------------------------------------------------------------- open */
+
+/* What SQLite says of a file it cannot use, in Python's frame. */
+static int unusable(struct gs_acct *a)
+{
+    return gs_fail("%s: not a usable gpuslice database: %s", a->path, sqlite3_errmsg(a->db));
+}
+
+static int pragma(struct gs_acct *a, const char *sql)
+{
+    return sqlite3_exec(a->db, sql, NULL, NULL, NULL) == SQLITE_OK ? GS_OK : unusable(a);
+}
+
+/* Run a query to its first row; *keep holds the statement (to finalize). */
+static int first_row(struct gs_acct *a, const char *sql, int *has_row, sqlite3_stmt **keep)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        sqlite3_finalize(st);
+        return unusable(a);
+    }
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        int r = unusable(a);
+        sqlite3_finalize(st);
+        return r;
+    }
+    *has_row = rc == SQLITE_ROW;
+    *keep = st;
+    return GS_OK;
+}
+
+/* The schema is Python's to make and migrate: this side only checks that
+ * it is the one it was written for. */
+static int schema_check(struct gs_acct *a)
+{
+    const char *path = a->path;
+    sqlite3_stmt *st;
+    int has_meta, row;
+    if (first_row(a, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'", &has_meta,
+               &st) != GS_OK)
+        return GS_ERROR;
+    sqlite3_finalize(st);
+    long long version = 0;
+    if (has_meta) {
+        if (first_row(a, "SELECT value FROM meta WHERE key='schema_version'", &row, &st) != GS_OK)
+            return GS_ERROR;
+        const char *v = row ? (const char *)sqlite3_column_text(st, 0) : NULL;
+        if (v) {
+            char *end = NULL;
+            errno = 0;
+            version = strtoll(v, &end, 10);
+            while (*end == ' ' || *end == '\n' || *end == '\t')
+                end++;
+            if (errno || end == v || *end) {
+                struct gs_str b = {0};
+                gs_py_repr_bytes(&b, v, strlen(v));
+                sqlite3_finalize(st);
+                int r = gs_fail("%s: schema version %s is not a number; run `gpuslice cdi "
+                                "generate` with this gpuslice", path, gs_str_cstr(&b));
+                gs_str_free(&b);
+                return r;
+            }
+        }
+        sqlite3_finalize(st);
+    } else {
+        if (first_row(a, "SELECT count(*) FROM sqlite_master", &row, &st) != GS_OK)
+            return GS_ERROR;
+        long long others = row ? sqlite3_column_int64(st, 0) : 0;
+        sqlite3_finalize(st);
+        if (others)
+            return gs_fail("%s: holds tables that are not gpuslice's; refusing to touch it", path);
+    }
+    if (version > GS_SCHEMA_VERSION)
+        return gs_fail("%s: schema version %lld is newer than this gpuslice knows (%d); "
+                       "upgrade gpuslice", path, version, GS_SCHEMA_VERSION);
+    if (version < GS_SCHEMA_VERSION)
+        return gs_fail("%s: schema version %lld is older than this gpuslice knows (%d); run "
+                       "`gpuslice cdi generate` with this gpuslice", path, version,
+                       GS_SCHEMA_VERSION);
+    return GS_OK;
+}
+
+int gs_acct_open(const char *path, const struct gs_policy *policy, struct gs_acct **out)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return gs_fail("%s: no gpuslice database; run `gpuslice cdi generate` (it records "
+                           "the cards)", path);
+        return gs_fail("%s: cannot open the accountant's database: %s", path, strerror(errno));
+    }
+    sqlite3 *db = NULL;
+    /* READWRITE without CREATE: a database is made by `gpuslice cdi generate`. */
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        int r = gs_fail("%s: cannot open the accountant's database: %s", path,
+                        db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return r;
+    }
+    struct gs_acct *a = gs_xmalloc(sizeof *a);
+    a->db = db;
+    a->path = gs_xstrdup(path);
+    a->policy = *policy;
+    sqlite3_busy_timeout(db, GS_BUSY_TIMEOUT_MS);
+    /* The schema before journal_mode=WAL, which writes to the file: a file
+     * that is not ours is left as it was. */
+    if (pragma(a, "PRAGMA busy_timeout=30000; PRAGMA foreign_keys=ON; "
+                  "PRAGMA synchronous=NORMAL") != GS_OK ||
+        schema_check(a) != GS_OK || pragma(a, "PRAGMA journal_mode=WAL") != GS_OK) {
+        gs_acct_close(a);
+        return GS_ERROR;
+    }
+    *out = a;
+    return GS_OK;
+}
+
+void gs_acct_close(struct gs_acct *a)
+{
+    if (!a)
+        return;
+    sqlite3_close(a->db);
+    free(a->path);
+    free(a);
+}
+
+/* ---------------------------------------------------------- helpers */
+
+static int begin(struct gs_acct *a)
+{
+    return exec(a, "BEGIN IMMEDIATE");
+}
+
+static void rollback(struct gs_acct *a)
+{
+    if (!sqlite3_get_autocommit(a->db))
+        sqlite3_exec(a->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* Commit, or roll back and keep the message of code. */
+static int finish(struct gs_acct *a, int code)
+{
+    if (code == GS_OK && exec(a, "COMMIT") == GS_OK)
+        return GS_OK;
+    char *why = gs_message_take();
+    rollback(a);
+    if (code == GS_NO)
+        gs_refuse("%s", why);
+    else
+        gs_fail("%s", why);
+    free(why);
+    return code == GS_NO ? GS_NO : GS_ERROR;
+}
+
+void gs_reservations_free(struct gs_reservations *list)
+{
+    for (size_t i = 0; i < list->n; i++) {
+        struct gs_reservation *r = &list->v[i];
+        free(r->container_id);
+        free(r->device);
+        free(r->card_uuid);
+        free(r->runtime);
+    }
+    free(list->v);
+    list->v = NULL;
+    list->n = list->cap = 0;
+}
+
+static struct gs_reservation *push(struct gs_reservations *list)
+{
+    if (list->n == list->cap) {
+        list->cap = list->cap ? list->cap * 2 : 4;
+        list->v = gs_xrealloc(list->v, list->cap * sizeof *list->v);
+    }
+    struct gs_reservation *r = &list->v[list->n++];
+    memset(r, 0, sizeof *r);
+    r->card_index = -1;
+    return r;
+}
+
+static void row_reservation(sqlite3_stmt *st, struct gs_reservation *r)
+{
+    r->container_id = col_text(st, 0);
+    r->device = col_text(st, 1);
+    r->card_uuid = col_text(st, 2);
+    r->memory_mib = sqlite3_column_int64(st, 3);
+    r->cores = sqlite3_column_int64(st, 4);
+    r->exclusive = sqlite3_column_int64(st, 5) != 0;
+    r->has_pid = sqlite3_column_type(st, 6) != SQLITE_NULL;
+    r->pid = sqlite3_column_int64(st, 6);
+    r->has_pid_start = sqlite3_column_type(st, 7) != SQLITE_NULL;
+    r->pid_start = sqlite3_column_int64(st, 7);
+    r->runtime = col_text(st, 8);
+    r->created = sqlite3_column_double(st, 9);
+}
+
+/* Every row of a SELECT RES_COLS statement (already bound) into list. */
+static int rows(struct gs_acct *a, sqlite3_stmt *st, struct gs_reservations *list)
+{
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        row_reservation(st, push(list));
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? GS_OK : sql_fail(a);
+}
+
+/* INSERT INTO events; detail is json.dumps(detail, sort_keys=True). */
+static int event(struct gs_acct *a, const char *kind, const char *cid, const char *card,
+                 const char *detail)
+{
+    sqlite3_stmt *st = prepare(a, "INSERT INTO events(at, kind, container_id, card_uuid, "
+                                  "detail) VALUES (?, ?, ?, ?, ?)");
+    if (!st)
+        return GS_ERROR;
+    sqlite3_bind_double(st, 1, gs_now());
+    text(st, 2, kind);
+    text(st, 3, cid);
+    text(st, 4, card);
+    text(st, 5, detail);
+    return run(a, st);
+}
+
+/* {"device": ..., "memory_mib": ...[, "pid": ...]}: release, undo, reclaim. */
+static int dropped_event(struct gs_acct *a, const char *kind, const struct gs_reservation *r,
+                         int with_pid)
+{
+    struct gs_str d = {0};
+    gs_str_add(&d, "{\"device\": ");
+    gs_json_quote(&d, r->device);
+    gs_str_addf(&d, ", \"memory_mib\": %lld", (long long)r->memory_mib);
+    if (with_pid) {
+        if (r->has_pid)
+            gs_str_addf(&d, ", \"pid\": %lld", (long long)r->pid);
+        else
+            gs_str_add(&d, ", \"pid\": null");
+    }
+    gs_str_addc(&d, '}');
+    int rc = event(a, kind, r->container_id, r->card_uuid, d.s);
+    gs_str_free(&d);
+    return rc;
+}
+
+/* --------------------------------------------------------- reclaim */
+
+static int reclaim_dead(struct gs_acct *a, struct gs_reservations *dead)
+{
+    struct gs_reservations all = {0};
+    sqlite3_stmt *st = prepare(a, "SELECT " RES_COLS " FROM reservations");
+    int rc = st ? rows(a, st, &all) : GS_ERROR;
+    for (size_t i = 0; rc == GS_OK && i < all.n; i++) {
+        struct gs_reservation *r = &all.v[i];
+        if (gs_alive(r->has_pid ? &r->pid : NULL, r->has_pid_start ? &r->pid_start : NULL))
+            continue;
+        st = prepare(a, "DELETE FROM reservations WHERE container_id=? AND device=? AND "
+                        "card_uuid=?");
+        if (!st) {
+            rc = GS_ERROR;
+            break;
+        }
+        text(st, 1, r->container_id);
+        text(st, 2, r->device);
+        text(st, 3, r->card_uuid);
+        rc = run(a, st);
+        if (rc == GS_OK)
+            rc = dropped_event(a, "reclaim", r, 1);
+        if (rc == GS_OK) { /* hand the row over */
+            *push(dead) = *r;
+            memset(r, 0, sizeof *r);
+        }
+    }
+    gs_reservations_free(&all);
+    return rc;
+}
+
+int gs_acct_gc(struct gs_acct *a, struct gs_reservations *out)
+{
+    if (begin(a) != GS_OK)
+        return GS_ERROR;
+    return finish(a, reclaim_dead(a, out));
+}
+
+/* -------------------------------------------------------- release */
+
+int gs_acct_release(struct gs_acct *a, const char *container_id, const char *why,
+                    struct gs_reservations *out)
+{
+    if (begin(a) != GS_OK)
+        return GS_ERROR;
+    size_t first = out->n;
+    sqlite3_stmt *st = prepare(a, "SELECT " RES_COLS " FROM reservations WHERE container_id=?");
+    int rc = GS_ERROR;
+    if (st) {
+        text(st, 1, container_id);
+        rc = rows(a, st, out);
+    }
+    if (rc == GS_OK) {
+        st = prepare(a, "DELETE FROM reservations WHERE container_id=?");
+        if (st) {
+            text(st, 1, container_id);
+            rc = run(a, st);
+        } else {
+            rc = GS_ERROR;
+        }
+    }
+    for (size_t i = first; rc == GS_OK && i < out->n; i++)
+        rc = dropped_event(a, why, &out->v[i], 0);
+    return finish(a, rc);
+}
+
+/* ---------------------------------------------------------- admit */
+
+static void free_cards(struct card *cards, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(cards[i].uuid);
+    free(cards);
+}
+
+static int load_cards(struct gs_acct *a, struct card **out, size_t *n)
+{
+    sqlite3_stmt *st = prepare(a, "SELECT idx, uuid, total_mib, mig, healthy FROM cards "
+                                  "ORDER BY idx");
+    if (!st)
+        return GS_ERROR;
+    struct card *v = NULL;
+    size_t count = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (count == cap) {
+            cap = cap ? cap * 2 : 8;
+            v = gs_xrealloc(v, cap * sizeof *v);
+        }
+        struct card *c = &v[count++];
+        c->index = sqlite3_column_int64(st, 0);
+        c->uuid = col_text(st, 1);
+        c->total_mib = sqlite3_column_int64(st, 2);
+        c->mig = sqlite3_column_int64(st, 3) != 0;
+        c->healthy = sqlite3_column_int64(st, 4) != 0;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free_cards(v, count);
+        return sql_fail(a);
+    }
+    *out = v;
+    *n = count;
+    return GS_OK;
+}
+
+static int cmp_str(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+static int card_usage(struct gs_acct *a, const struct card *c, struct usage *u)
+{
+    memset(u, 0, sizeof *u);
+    sqlite3_stmt *st = prepare(a, "SELECT container_id, memory_mib, cores, exclusive FROM "
+                                  "reservations WHERE card_uuid=?");
+    if (!st)
+        return GS_ERROR;
+    text(st, 1, c->uuid);
+    char **ids = NULL;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (u->count == cap) {
+            cap = cap ? cap * 2 : 8;
+            ids = gs_xrealloc(ids, cap * sizeof *ids);
+        }
+        const char *id = (const char *)sqlite3_column_text(st, 0);
+        id = id ? id : "";
+        ids[u->count++] = gs_xstrndup(id, gs_utf8_prefix(id, 12));
+        u->reserved_mib += sqlite3_column_int64(st, 1);
+        u->cores += sqlite3_column_int64(st, 2);
+        u->exclusive |= sqlite3_column_int64(st, 3) != 0;
+    }
+    sqlite3_finalize(st);
+    /* ", ".join(sorted({r.container_id[:12] ...})); UTF-8 sorts as code points */
+    if (u->count)
+        qsort(ids, u->count, sizeof *ids, cmp_str);
+    struct gs_str h = {0};
+    for (size_t i = 0; i < u->count; i++) {
+        if (i > 0 && strcmp(ids[i], ids[i - 1]) == 0)
+            continue;
+        if (h.len)
+            gs_str_add(&h, ", ");
+        gs_str_add(&h, ids[i]);
+    }
+    for (size_t i = 0; i < u->count; i++)
+        free(ids[i]);
+    free(ids);
+    u->holders = gs_str_take(&h);
+    return rc == SQLITE_DONE ? GS_OK : sql_fail(a);
+}
+
+static int64_t capacity_mib(const struct gs_acct *a, const struct card *c)
+{
+    return (int64_t)((double)c->total_mib * a->policy.overcommit); /* Python's int(): toward 0 */
+}
+
+static int64_t free_mib(const struct gs_acct *a, const struct card *c, const struct usage *u)
+{
+    if (u->exclusive)
+        return 0;
+    int64_t f = capacity_mib(a, c) - u->reserved_mib;
+    return f > 0 ? f : 0;
+}
+
+/* 0 if req fits on c, else 1 and the one-line reason (naming what to do). */
+static int why_not(const struct gs_acct *a, const struct gs_request *req, const struct card *c,
+                   const struct usage *u, struct gs_str *why)
+{
+    const char *dev = req->device;
+    long long idx = (long long)c->index;
+    if (!c->healthy) {
+        gs_str_addf(why, "%s: card %lld (%s) is unhealthy or gone; it takes no new container",
+                    dev, idx, c->uuid);
+        return 1;
+    }
+    if (u->exclusive) {
+        gs_str_addf(why, "%s: card %lld (%s) is held whole by %s; stop it, or ask for another "
+                    "card", dev, idx, c->uuid, u->holders);
+        return 1;
+    }
+    if (req->exclusive) {
+        if (u->count == 0)
+            return 0;
+        gs_str_addf(why, "%s: card %lld (%s) cannot be held whole: %zu slice(s) hold %lld MiB "
+                    "(%s); stop them first", dev, idx, c->uuid, u->count,
+                    (long long)u->reserved_mib, u->holders);
+        return 1;
+    }
+    if (c->mig) {
+        gs_str_addf(why, "%s: card %lld (%s) is in MIG mode; it is offered whole only, ask for "
+                    "the whole card", dev, idx, c->uuid);
+        return 1;
+    }
+    int64_t free = free_mib(a, c, u);
+    if (req->memory_mib > free) {
+        gs_str_addf(why, "%s: card %lld (%s) has %lld MiB free of %lld MiB, %lld MiB asked; stop "
+                    "a container on it or ask for less", dev, idx, c->uuid, (long long)free,
+                    (long long)capacity_mib(a, c), (long long)req->memory_mib);
+        return 1;
+    }
+    if (req->cores && u->cores + req->cores > a->policy.cores_limit) {
+        gs_str_addf(why, "%s: card %lld (%s) has %lld%% of its compute left, %lld%% asked; stop "
+                    "a capped container on it or ask for less", dev, idx, c->uuid,
+                    (long long)(a->policy.cores_limit - u->cores), (long long)req->cores);
+        return 1;
+    }
+    return 0;
+}
+
+static int card_index_of(struct gs_acct *a, const char *uuid, int64_t *out)
+{
+    sqlite3_stmt *st = prepare(a, "SELECT idx FROM cards WHERE uuid=?");
+    if (!st)
+        return GS_ERROR;
+    text(st, 1, uuid);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? GS_OK : sql_fail(a);
+}
+
+/* The idempotent answer: what this container already holds for req. */
+static int existing(struct gs_acct *a, const struct gs_request *req,
+                    struct gs_reservations *out, int *found)
+{
+    sqlite3_stmt *st = prepare(a, req->n_cards == 1
+        ? "SELECT " RES_COLS " FROM reservations WHERE container_id=? AND device=? AND card_uuid=?"
+        : "SELECT " RES_COLS " FROM reservations WHERE container_id=? AND device=?");
+    if (!st)
+        return GS_ERROR;
+    text(st, 1, req->container_id);
+    text(st, 2, req->device);
+    if (req->n_cards == 1)
+        text(st, 3, req->card_uuids[0]);
+    int rc = sqlite3_step(st);
+    *found = rc == SQLITE_ROW;
+    if (*found)
+        row_reservation(st, push(out));
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return sql_fail(a);
+    return *found ? card_index_of(a, out->v[out->n - 1].card_uuid, &out->v[out->n - 1].card_index)
+                  : GS_OK;
+}
+
+static int wanted(const struct gs_request *req, const char *uuid)
+{
+    if (req->n_cards == 0)
+        return 1;
+    for (size_t i = 0; i < req->n_cards; i++)
+        if (strcmp(req->card_uuids[i], uuid) == 0)
+            return 1;
+    return 0;
+}
+
+static int no_card(const struct gs_request *req)
+{
+    if (req->n_cards == 0)
+        return gs_refuse("%s: the accountant knows no card; run `gpuslice cdi generate`",
+                         req->device);
+    struct gs_str list = {0};
+    for (size_t i = 0; i < req->n_cards; i++) {
+        if (i)
+            gs_str_add(&list, ", ");
+        gs_str_add(&list, req->card_uuids[i]);
+    }
+    int r = gs_refuse("%s: card %s is not known to the accountant; run `gpuslice cdi generate` "
+                      "after a driver or card change", req->device, list.s);
+    gs_str_free(&list);
+    return r;
+}
+
+static int insert(struct gs_acct *a, const struct gs_request *req, const struct card *c,
+                  struct gs_reservations *out)
+{
+    int64_t memory = req->exclusive ? c->total_mib : req->memory_mib;
+    double now = gs_now();
+    sqlite3_stmt *st = prepare(a, "INSERT INTO reservations(container_id, device, card_uuid, "
+                                  "memory_mib, cores, exclusive, pid, pid_start, runtime, "
+                                  "created) VALUES (?,?,?,?,?,?,?,?,?,?)");
+    if (!st)
+        return GS_ERROR;
+    text(st, 1, req->container_id);
+    text(st, 2, req->device);
+    text(st, 3, c->uuid);
+    sqlite3_bind_int64(st, 4, memory);
+    sqlite3_bind_int64(st, 5, req->cores);
+    sqlite3_bind_int64(st, 6, req->exclusive ? 1 : 0);
+    if (req->pid)
+        sqlite3_bind_int64(st, 7, *req->pid);
+    if (req->pid_start)
+        sqlite3_bind_int64(st, 8, *req->pid_start);
+    text(st, 9, req->runtime ? req->runtime : "");
+    sqlite3_bind_double(st, 10, now);
+    if (run(a, st) != GS_OK)
+        return GS_ERROR;
+    struct gs_str d = {0};
+    gs_str_addf(&d, "{\"cores\": %lld, \"device\": ", (long long)req->cores);
+    gs_json_quote(&d, req->device);
+    gs_str_addf(&d, ", \"exclusive\": %s, \"memory_mib\": %lld}",
+                req->exclusive ? "true" : "false", (long long)memory);
+    int rc = event(a, "admit", req->container_id, c->uuid, d.s);
+    gs_str_free(&d);
+    if (rc != GS_OK)
+        return rc;
+    struct gs_reservation *r = push(out);
+    r->container_id = gs_xstrdup(req->container_id);
+    r->device = gs_xstrdup(req->device);
+    r->card_uuid = gs_xstrdup(c->uuid);
+    r->runtime = gs_xstrdup(req->runtime ? req->runtime : "");
+    r->memory_mib = memory;
+    r->cores = req->cores;
+    r->exclusive = req->exclusive;
+    r->has_pid = req->pid != NULL;
+    r->pid = req->pid ? *req->pid : 0;
+    r->has_pid_start = req->pid_start != NULL;
+    r->pid_start = req->pid_start ? *req->pid_start : 0;
+    r->created = now;
+    r->card_index = c->index;
+    return GS_OK;
+}
+
+static int admit_locked(struct gs_acct *a, const struct gs_request *req,
+                        struct gs_reservations *out)
+{
+    if (!req->container_id || !req->container_id[0])
+        return gs_refuse("a container id is needed");
+    int found;
+    int rc = existing(a, req, out, &found);
+    if (rc != GS_OK || found)
+        return rc; /* the hook ran twice: same answer */
+    struct card *cards = NULL;
+    size_t ncards = 0, ncand = 0;
+    if (load_cards(a, &cards, &ncards) != GS_OK)
+        return GS_ERROR;
+    /* Candidates keep the cards' order (by index); usage per candidate. */
+    struct card **cand = gs_xmalloc((ncards ? ncards : 1) * sizeof *cand);
+    struct usage *use = gs_xmalloc((ncards ? ncards : 1) * sizeof *use);
+    for (size_t i = 0; i < ncards; i++)
+        if (wanted(req, cards[i].uuid))
+            cand[ncand++] = &cards[i];
+    size_t nuse = 0;
+    struct gs_str why = {0};
+    if (ncand == 0) {
+        rc = no_card(req);
+        goto out;
+    }
+    for (; nuse < ncand; nuse++)
+        if (card_usage(a, cand[nuse], &use[nuse]) != GS_OK) {
+            free(use[nuse].holders);
+            rc = GS_ERROR;
+            goto out;
+        }
+    /* binpack: the fullest card that fits; spread: the emptiest. Ties:
+     * lowest index; equal keys: the first, as Python's min() and max(). */
+    size_t pick = ncand, best = 0;
+    for (size_t i = 0; i < ncand; i++) {
+        int64_t f = free_mib(a, cand[i], &use[i]);
+        int64_t bf = free_mib(a, cand[best], &use[best]);
+        if (f > bf || (f == bf && cand[i]->index < cand[best]->index))
+            best = i;
+        struct gs_str scratch = {0};
+        int no = why_not(a, req, cand[i], &use[i], &scratch);
+        gs_str_free(&scratch);
+        if (no)
+            continue;
+        if (pick == ncand) {
+            pick = i;
+            continue;
+        }
+        int64_t pf = free_mib(a, cand[pick], &use[pick]);
+        if (a->policy.placement == GS_SPREAD
+                ? (f > pf || (f == pf && cand[i]->index < cand[pick]->index))
+                : (f < pf || (f == pf && cand[i]->index < cand[pick]->index)))
+            pick = i;
+    }
+    if (pick == ncand) {
+        if (ncand > 1)
+            gs_str_add(&why, "no card has room; the likeliest: ");
+        size_t at = why.len;
+        if (!why_not(a, req, cand[best], &use[best], &why) || why.len == at)
+            gs_str_add(&why, "does not fit");
+        rc = gs_refuse("%s", why.s);
+        goto out;
+    }
+    rc = insert(a, req, cand[pick], out);
+out:
+    gs_str_free(&why);
+    for (size_t i = 0; i < nuse; i++)
+        free(use[i].holders);
+    free(use);
+    free(cand);
+    free_cards(cards, ncards);
+    return rc;
+}
+
+int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
+                  struct gs_reservations *out)
+{
+    if (begin(a) != GS_OK)
+        return GS_ERROR;
+    struct gs_reservations dead = {0};
+    int rc = reclaim_dead(a, &dead);
+    gs_reservations_free(&dead);
+    size_t first = out->n;
+    for (size_t i = 0; rc == GS_OK && i < n; i++)
+        rc = admit_locked(a, &reqs[i], out);
+    rc = finish(a, rc);
+    if (rc != GS_OK) { /* nothing was written: nothing is held */
+        for (size_t i = first; i < out->n; i++) {
+            free(out->v[i].container_id);
+            free(out->v[i].device);
+            free(out->v[i].card_uuid);
+            free(out->v[i].runtime);
+        }
+        out->n = first;
+    }
+    return rc;
+}

@@ -1,0 +1,83 @@
+/*
+ * The node accountant's write side, on the SQLite database that
+ * ocihook/accountant.py creates (schema, migrations and card records are
+ * Python's; this side reads and writes rows only, and never creates a
+ * table). The rules: memory
+ * within total x overcommit, whole cards exclusive, compute caps adding up
+ * to cores_limit, no slice of a MIG card, nothing new on an unhealthy card.
+ * Each operation is one BEGIN IMMEDIATE transaction, so hooks that start at
+ * the same moment serialise on the database's write lock.
+ */
+#ifndef GS_ACCOUNTANT_H
+#define GS_ACCOUNTANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Must equal SCHEMA_VERSION in ocihook/accountant.py (a test compares them). */
+#define GS_SCHEMA_VERSION 1
+
+#define GS_BUSY_TIMEOUT_MS 30000
+
+enum gs_placement { GS_BINPACK, GS_SPREAD };
+
+struct gs_policy {
+    double overcommit;    /* 1.0-16.0 */
+    enum gs_placement placement;
+    int64_t cores_limit;  /* 1-100 */
+};
+
+/* What one device of a container asks for (accountant.Request). */
+struct gs_request {
+    const char *container_id;
+    const char *device;
+    int64_t memory_mib;      /* ignored when exclusive: the whole card */
+    int64_t cores;           /* 0: no compute cap */
+    int exclusive;
+    const char *const *card_uuids; /* n_cards == 0: any card, placement picks */
+    size_t n_cards;
+    const int64_t *pid;      /* NULL: unknown */
+    const int64_t *pid_start;
+    const char *runtime;
+};
+
+struct gs_reservation {
+    char *container_id, *device, *card_uuid, *runtime;
+    int64_t memory_mib, cores;
+    int exclusive;
+    int has_pid, has_pid_start;
+    int64_t pid, pid_start;
+    double created;
+    int64_t card_index; /* of card_uuid, for the placement file; -1 unknown */
+};
+
+struct gs_reservations {
+    struct gs_reservation *v;
+    size_t n, cap;
+};
+
+void gs_reservations_free(struct gs_reservations *list);
+
+struct gs_acct;
+
+/* Open an existing database (never create one) and check its schema
+ * version. GS_OK, or GS_ERROR with the message. */
+int gs_acct_open(const char *path, const struct gs_policy *policy, struct gs_acct **out);
+void gs_acct_close(struct gs_acct *a);
+
+/* Reserve every request or none, after reclaiming dead reservations.
+ * GS_OK and one reservation per request in out; GS_NO with the refusal;
+ * GS_ERROR. A request already held (same container, device and, for one
+ * card, card) gives the reservation it holds: the hook ran twice. */
+int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
+                  struct gs_reservations *out);
+
+/* Drop all a container holds, an event of kind `why` for each row
+ * ("release", "undo", "operator-release"); out gets what was held. */
+int gs_acct_release(struct gs_acct *a, const char *container_id, const char *why,
+                    struct gs_reservations *out);
+
+/* Reclaim the reservations whose process is gone; out gets them. */
+int gs_acct_gc(struct gs_acct *a, struct gs_reservations *out);
+
+#endif

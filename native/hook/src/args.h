@@ -1,0 +1,40 @@
+/*
+ * The command line: verbs, options and the rule each value must meet.
+ * Every argument is checked before anything is read or opened; a problem
+ * is one line naming the option, the value and the rule.
+ */
+#ifndef GS_ARGS_H
+#define GS_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accountant.h"
+
+enum verb { V_CREATE = 1, V_RELEASE = 2, V_GC = 4, V_ADMIT = 8 };
+
+enum opt {
+    O_DEVICE, O_DATABASE, O_STATE_DIR, O_CARD, O_EXCLUSIVE, O_MEMORY, O_CORES, O_OVERCOMMIT,
+    O_PLACEMENT, O_CORES_LIMIT, O_PRELOAD, O_ID, O_PID, O_PID_START, O_RUNTIME, O_COUNT
+};
+
+#define REQUEST_VERBS (V_CREATE | V_ADMIT)
+
+struct gs_args {
+    enum verb verb;
+    const char *verb_name;
+    const char *value[O_COUNT]; /* as given, NULL if not; "" for a flag */
+    const char **cards; /* every --card, in order */
+    size_t n_cards;
+    int64_t memory_mib, cores, pid, pid_start;
+    struct gs_policy policy;
+    int preload_file; /* --preload ld.so.preload */
+};
+
+/* GS_OK, or GS_ERROR with the message. a->cards is malloc'ed (free it). */
+int gs_parse_args(int argc, char **argv, struct gs_args *a);
+
+/* The --help text, on stdout. */
+void gs_print_help(void);
+
+#endif

@@ -1,0 +1,258 @@
+/*
+ * gpuslice-hook: the OCI hook that admits a container to a card, and
+ * releases it. The command line, the four verbs, and the one line a
+ * failure prints. The CDI spec passes everything as arguments: no
+ * configuration file is read.
+ *
+ *   create   createContainer: admit, make and mount the state dir
+ *   release  poststop (state on stdin), or an operator's (--id)
+ *   gc       reclaim what dead containers hold
+ *   admit    the accountant alone, for tests and operators
+ *
+ * Exit 0 ok, 1 a refusal ("no": the card is full), 2 bad input or usage.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "accountant.h"
+#include "args.h"
+#include "oci.h"
+#include "procs.h"
+#include "rootfs.h"
+#include "statedir.h"
+#include "util.h"
+
+/* One request per card for --exclusive with several cards (all or none),
+ * else one request whose cards are the candidates. */
+static size_t build_requests(const struct gs_args *a, const char *cid, const int64_t *pid,
+                             const int64_t *pid_start, const char *runtime,
+                             struct gs_request **out)
+{
+    int each = a->value[O_EXCLUSIVE] && a->n_cards > 1;
+    size_t n = each ? a->n_cards : 1;
+    struct gs_request *reqs = gs_xmalloc(n * sizeof *reqs);
+    for (size_t i = 0; i < n; i++) {
+        reqs[i] = (struct gs_request){
+            .container_id = cid,
+            .device = a->value[O_DEVICE],
+            .memory_mib = a->memory_mib,
+            .cores = a->cores,
+            .exclusive = a->value[O_EXCLUSIVE] != NULL,
+            .card_uuids = each ? &a->cards[i] : a->cards,
+            .n_cards = each ? 1 : a->n_cards,
+            .pid = pid,
+            .pid_start = pid_start,
+            .runtime = runtime,
+        };
+    }
+    *out = reqs;
+    return n;
+}
+
+/* "container <id[:12]>: <why>": the refusal, one line. */
+static int refused(const char *cid)
+{
+    char *why = gs_message_take();
+    int n = (int)gs_utf8_prefix(cid, 12);
+    gs_refuse("container %.*s: %s", n, cid, why);
+    free(why);
+    return GS_NO;
+}
+
+static int cmd_admit(const struct gs_args *a)
+{
+    const char *cid = a->value[O_ID];
+    int64_t start = a->pid_start;
+    const int64_t *pid = a->value[O_PID] ? &a->pid : NULL, *pid_start = NULL;
+    if (a->value[O_PID_START])
+        pid_start = &start;
+    else if (pid && gs_start_time(a->pid, &start))
+        pid_start = &start;
+    struct gs_acct *acct;
+    if (gs_acct_open(a->value[O_DATABASE], &a->policy, &acct) != GS_OK)
+        return GS_ERROR;
+    struct gs_request *reqs;
+    size_t n = build_requests(a, cid, pid, pid_start, a->value[O_RUNTIME], &reqs);
+    struct gs_reservations held = {0};
+    int rc = gs_acct_admit(acct, reqs, n, &held);
+    gs_acct_close(acct);
+    free(reqs);
+    if (rc == GS_NO)
+        rc = refused(cid);
+    for (size_t i = 0; rc == GS_OK && i < held.n; i++)
+        printf("%s %lld\n", held.v[i].card_uuid, (long long)held.v[i].memory_mib);
+    gs_reservations_free(&held);
+    return rc;
+}
+
+/* After admission: the state dir, the placement, the mounts, the preload. */
+static int set_up(const struct gs_args *a, const struct gs_state *st, const struct gs_config *cfg,
+                  const struct gs_request *req, size_t nreq, const struct gs_reservations *held)
+{
+    const char *state_dir = a->value[O_STATE_DIR];
+    int dirfd = -1, rc;
+    char *path = NULL, *rootfs = NULL;
+    rc = gs_make_container_dir(state_dir, st->id, cfg->uid, cfg->gid, &dirfd, &path);
+    /* A card the accountant picked (no card, or several to pick from): the
+     * shim shows CUDA only the cards listed in `card`. */
+    if (rc == GS_OK && nreq == 1 && req->n_cards != 1 && held->n == 1) {
+        if (held->v[0].card_index < 0)
+            rc = gs_fail("card %s is not known to the accountant", held->v[0].card_uuid);
+        else
+            rc = gs_write_placement(dirfd, path, held->v[0].card_index, held->v[0].card_uuid);
+    }
+    if (rc == GS_OK)
+        rc = gs_rootfs_of(st->bundle, cfg, &rootfs);
+    /* Everything that can fail on a hostile rootfs, then the mounts. */
+    struct gs_mounts m = {-1, -1, -1, -1, NULL};
+    if (rc == GS_OK)
+        rc = gs_mounts_prepare(dirfd, path, state_dir, rootfs, &m);
+    if (rc == GS_OK && a->preload_file && !req->exclusive)
+        rc = gs_add_to_ld_so_preload(rootfs);
+    if (rc == GS_OK)
+        rc = gs_mounts_bind(&m);
+    gs_mounts_close(&m);
+    if (dirfd >= 0)
+        close(dirfd);
+    free(path);
+    free(rootfs);
+    return rc;
+}
+
+static int cmd_create(const struct gs_args *a)
+{
+    struct gs_state st;
+    struct gs_config cfg = {0};
+    struct gs_acct *acct = NULL;
+    struct gs_request *reqs = NULL;
+    struct gs_reservations held = {0};
+    int rc = gs_read_state(0, &st);
+    if (rc != GS_OK)
+        return rc;
+    if ((rc = gs_read_config(st.bundle, &cfg)) != GS_OK ||
+        (rc = gs_acct_open(a->value[O_DATABASE], &a->policy, &acct)) != GS_OK)
+        goto out;
+    int has_pid;
+    int64_t pid, start;
+    char runtime[33];
+    gs_host_pid(st.has_pid, st.pid, &has_pid, &pid);
+    int has_start = has_pid && pid != 0 && gs_start_time(pid, &start);
+    gs_runtime_of(has_pid, pid, runtime);
+    size_t n = build_requests(a, st.id, has_pid ? &pid : NULL, has_start ? &start : NULL,
+                              runtime, &reqs);
+    rc = gs_acct_admit(acct, reqs, n, &held);
+    if (rc == GS_NO) {
+        rc = refused(st.id);
+        goto out;
+    }
+    if (rc != GS_OK)
+        goto out;
+    rc = set_up(a, &st, &cfg, reqs, n, &held);
+    if (rc != GS_OK) { /* nothing held for a container that cannot start */
+        char *why = gs_message_take();
+        struct gs_reservations undone = {0};
+        int undo = gs_acct_release(acct, st.id, "undo", &undone);
+        gs_reservations_free(&undone);
+        gs_remove_container_dir(a->value[O_STATE_DIR], st.id);
+        if (undo == GS_OK) {
+            gs_fail("%s", why);
+        } else {
+            char *also = gs_message_take();
+            gs_fail("%s; and undoing the admission failed: %s", why, also);
+            free(also);
+        }
+        free(why);
+        rc = GS_ERROR;
+    }
+out:
+    gs_reservations_free(&held);
+    free(reqs);
+    gs_acct_close(acct);
+    gs_config_free(&cfg);
+    gs_state_free(&st);
+    return rc;
+}
+
+static int cmd_release(const struct gs_args *a)
+{
+    const char *db = a->value[O_DATABASE], *state_dir = a->value[O_STATE_DIR];
+    const char *cid = a->value[O_ID];
+    struct gs_state st = {0};
+    if (!cid) { /* poststop: the state on stdin */
+        int rc = gs_read_state(0, &st);
+        if (rc != GS_OK)
+            return rc;
+        cid = st.id;
+    }
+    struct gs_acct *acct;
+    struct gs_reservations held = {0};
+    int rc = gs_acct_open(db, &a->policy, &acct);
+    if (rc == GS_OK) {
+        rc = gs_acct_release(acct, cid, a->value[O_ID] ? "operator-release" : "release", &held);
+        gs_acct_close(acct);
+    }
+    if (rc == GS_OK && a->value[O_ID] && held.n == 0) {
+        rc = gs_refuse("container %s holds nothing", cid);
+    } else if (rc == GS_OK) {
+        gs_remove_container_dir(state_dir, cid);
+        for (size_t i = 0; a->value[O_ID] && i < held.n; i++) {
+            const struct gs_reservation *r = &held.v[i];
+            printf("released %.*s %s: %lld MiB on %s\n", (int)gs_utf8_prefix(r->container_id, 12),
+                   r->container_id, r->device, (long long)r->memory_mib, r->card_uuid);
+        }
+    }
+    gs_reservations_free(&held);
+    gs_state_free(&st);
+    return rc;
+}
+
+static int cmd_gc(const struct gs_args *a)
+{
+    struct gs_acct *acct;
+    struct gs_reservations dead = {0};
+    int rc = gs_acct_open(a->value[O_DATABASE], &a->policy, &acct);
+    if (rc != GS_OK)
+        return rc;
+    rc = gs_acct_gc(acct, &dead);
+    gs_acct_close(acct);
+    for (size_t i = 0; rc == GS_OK && i < dead.n; i++) {
+        const struct gs_reservation *r = &dead.v[i];
+        gs_remove_container_dir(a->value[O_STATE_DIR], r->container_id);
+        char pid[24] = "None";
+        if (r->has_pid)
+            snprintf(pid, sizeof pid, "%lld", (long long)r->pid);
+        printf("reclaimed %.*s %s: %lld MiB on %s (pid %s is gone)\n",
+               (int)gs_utf8_prefix(r->container_id, 12), r->container_id, r->device,
+               (long long)r->memory_mib, r->card_uuid, pid);
+    }
+    gs_reservations_free(&dead);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || (i == 1 && strcmp(argv[i], "-h") == 0)) {
+            gs_print_help();
+            return 0;
+        }
+    struct gs_args a;
+    int rc = gs_parse_args(argc, argv, &a);
+    if (rc == GS_OK) {
+        switch (a.verb) {
+        case V_CREATE: rc = cmd_create(&a); break;
+        case V_RELEASE: rc = cmd_release(&a); break;
+        case V_GC: rc = cmd_gc(&a); break;
+        case V_ADMIT: rc = cmd_admit(&a); break;
+        }
+    }
+    free(a.cards);
+    if (fflush(stdout) != 0 && rc == GS_OK)
+        rc = gs_fail("stdout: %s", strerror(errno));
+    if (rc != GS_OK)
+        fprintf(stderr, "gpuslice-hook: %s%s\n", rc == GS_ERROR ? "error: " : "", gs_message());
+    return rc;
+}

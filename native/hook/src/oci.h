@@ -1,0 +1,44 @@
+/*
+ * The two inputs an OCI runtime gives the hook, both written by whoever
+ * built the container: the state on stdin and the bundle's config.json.
+ * Everything is checked, with hook.py's messages: the id, the pid, the
+ * paths, the sizes, the JSON, the user.
+ */
+#ifndef GS_OCI_H
+#define GS_OCI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GS_STATE_MAX_BYTES (64 * 1024)          /* an OCI state is a few hundred bytes */
+#define GS_CONFIG_MAX_BYTES (16 * 1024 * 1024)  /* config.json; real ones are tens of KiB */
+
+struct gs_state {
+    char *id;
+    int has_pid;
+    int64_t pid;
+    char *bundle;
+};
+
+struct gs_config {
+    uint32_t uid, gid;  /* process.user: the container dir's owner */
+    char *root;         /* root.path as written, or NULL and: */
+    char *root_error;   /* why it is not a path (reported after admission, as hook.py) */
+};
+
+/* 1-128 of [A-Za-z0-9_.-], the first a letter or digit, no "..": it names
+ * a folder and a database row. */
+int gs_container_id_ok(const char *id, size_t len);
+/* GS_ERROR with "container id '...' is not ..." for id (bytes, repr'ed). */
+int gs_container_id_error(const char *id, size_t len);
+
+int gs_read_state(int fd, struct gs_state *out);
+void gs_state_free(struct gs_state *s);
+
+int gs_read_config(const char *bundle, struct gs_config *out);
+void gs_config_free(struct gs_config *c);
+
+/* The rootfs path: root.path, under the bundle when relative. */
+int gs_rootfs_of(const char *bundle, const struct gs_config *cfg, char **out);
+
+#endif
