@@ -42,11 +42,14 @@ def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     config = out / "config.yaml"
-    shim, hook = out / "libgpuslice.so", out / "gpuslice-hook"
+    shim = out / "libgpuslice.so"
     shim.write_bytes(b"")
-    hook.write_text("#!/bin/sh\nexit 0\n")
-    hook.chmod(0o755)
-    config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n")
+    hook = Path(os.environ.get("GPUSLICE_HOOK", "")).resolve() if os.environ.get(
+        "GPUSLICE_HOOK") else REPO / "native" / "hook" / "build" / "gpuslice-hook"
+    if "GPUSLICE_HOOK" not in os.environ:
+        subprocess.run(["make", "-s", "-C", str(REPO / "native" / "hook")], check=True)
+    config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n"
+                      f"database: {out}/state.db\nstate_dir: {out}/state\n")
     env = dict(os.environ, GPUSLICE_CONFIG=str(config))
 
     times = []
@@ -139,6 +142,7 @@ def main() -> int:
         check("official CDI schema", 0, len(errs), not errs)
     check("no unversioned .so mounted", 0, [n for n in mounts if n.endswith(".so")],
           not [n for n in mounts if n.endswith(".so")])
+    check_hook(out, hook, devices, cards)
     floor = []
     for _ in range(5):
         start = time.perf_counter()
@@ -149,6 +153,57 @@ def main() -> int:
     measured("NVML-only process, median of 5 (ms)", f"{flo:.0f}")
     measured("ratio generate / NVML-only", f"{gen / flo:.2f}x")
     return report()
+
+
+def check_hook(out: Path, hook: Path, devices: Dict, cards: List[Dict[str, str]]) -> None:
+    """gpuslice-hook against the cards `cdi generate` recorded from the real NVML:
+    a card-less slice placed on card 0, a slice too big refused, a release."""
+    from ocihook import accountant
+
+    bundle = out / "bundle"
+    (bundle / "rootfs").mkdir(parents=True, exist_ok=True)
+    (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"},
+                                                   "process": {"user": {"uid": 0, "gid": 0}}}))
+
+    def hook_run(args: List[str], cid: str) -> subprocess.CompletedProcess:
+        state = json.dumps({"ociVersion": "1.0.2", "id": cid, "status": "creating",
+                            "bundle": str(bundle)})
+        return subprocess.run(["unshare", "--mount", "--propagation", "private", str(hook),
+                               *args], input=state, capture_output=True, text=True, timeout=60)
+
+    [create] = [h["args"][1:] for h in devices["4g"]["hooks"] if h["hookName"] == "createContainer"]
+    [release] = [h["args"][1:] for h in devices["4g"]["hooks"] if h["hookName"] == "poststop"]
+    books = accountant.Accountant(str(out / "state.db"))
+    recorded = {c.uuid: c.total_mib for c in books.cards()}
+    check("accountant's cards = nvidia-smi", {c["uuid"]: int(c["memory_mib"]) for c in cards},
+          recorded, recorded == {c["uuid"]: int(c["memory_mib"]) for c in cards})
+    res = hook_run(create, "gpu-check-a")
+    placed = (out / "state" / "containers" / "gpu-check-a" / "card")
+    got = placed.read_text().strip() if placed.exists() else res.stderr.strip()
+    check("hook create 4g: placed on card 0", f"0 {cards[0]['uuid']}", got,
+          res.returncode == 0 and got == f"0 {cards[0]['uuid']}")
+    total = int(cards[0]["memory_mib"])
+    big = list(create)
+    big[big.index("--memory-mib") + 1] = str(total)
+    res = hook_run(big, "gpu-check-b")
+    want = f"has {total - 4096} MiB free of {total} MiB, {total} MiB asked"
+    check("hook: a slice of the whole card beside it refused", "exit 1, " + want,
+          f"exit {res.returncode}, {res.stderr.strip()[-90:]}",
+          res.returncode == 1 and want in res.stderr)
+    res = hook_run(release, "gpu-check-a")
+    held = [r.container_id for u in books.usage() for r in u.reservations]
+    check("hook release: nothing held, dir gone", "[] False", f"{held} {placed.parent.exists()}",
+          res.returncode == 0 and held == [] and not placed.parent.exists())
+    books.close()
+    times = []
+    for i in range(10):
+        start = time.perf_counter()
+        a, b = hook_run(create, f"gpu-time-{i}"), hook_run(release, f"gpu-time-{i}")
+        times.append((time.perf_counter() - start) * 1000)
+        if a.returncode or b.returncode:
+            check("hook create + release", 0, a.stderr + b.stderr, False)
+            return
+    measured("hook create + release, median of 10 (ms)", f"{statistics.median(times):.1f}")
 
 
 NVML_ONLY = """
