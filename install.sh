@@ -31,6 +31,7 @@ if [ "$with_tests" = 1 ]; then
   # rootless use and images, which the tests do not need.
   apt-get install -y -q --no-install-recommends \
     podman runc crun conmon containernetworking-plugins busybox-static uidmap \
+    docker.io containerd \
     gcc make libc6-dev libsqlite3-dev python3 python3-pip python3-dev \
     ca-certificates util-linux mount procps </dev/null
 fi
@@ -48,10 +49,10 @@ if [ "$with_tests" = 1 ]; then
   # where the configuration's default shim_path looks.
   make -s -C native/shim
   install -D -m 0644 native/shim/build/libgpuslice.so /usr/lib/gpuslice/libgpuslice.so
-  # An editable install leaves out data files: put the hook (built by
-  # setup.py) beside the `gpuslice` command, as `pip install .` does.
-  install -m 0755 native/hook/build/gpuslice-hook \
-    "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/gpuslice-hook"
+  # An editable install leaves out data files: put the hook and the runtime
+  # wrapper (built by setup.py) beside the `gpuslice` command, as `pip install .` does.
+  scripts=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+  install -m 0755 native/hook/build/gpuslice-hook native/hook/build/gpuslice-runtime "$scripts/"
 else
   python3 -m pip install "${pip_args[@]}" . </dev/null  # builds and ships the shim
 fi

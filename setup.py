@@ -2,8 +2,8 @@
 headers; no CUDA toolkit): `pip install .` compiles libgpuslice.so, the
 preloaded shim, and ships it with the shared-region header that
 ocihook.region reads in ocihook/native/; it compiles gpuslice-hook, the OCI
-hook (C: it runs on every container start), and installs it in <prefix>/bin,
-beside the `gpuslice` command. Metadata lives in pyproject.toml.
+hook, and gpuslice-runtime, the runtime wrapper (C: they run on every container
+start), and installs them in <prefix>/bin, beside the `gpuslice` command. Metadata lives in pyproject.toml.
 """
 import shutil
 import subprocess
@@ -32,4 +32,5 @@ class BuildWithShim(build_py):
 # files beside the `gpuslice` command, where the configuration looks for it.
 subprocess.run(["make", "-s", "-C", str(HOOK)], check=True)
 setup(cmdclass={"build_py": BuildWithShim},
-      data_files=[("bin", [str((HOOK / "build" / "gpuslice-hook").relative_to(HERE))])])
+      data_files=[("bin", [str((HOOK / "build" / name).relative_to(HERE))
+                           for name in ("gpuslice-hook", "gpuslice-runtime")])])

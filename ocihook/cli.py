@@ -140,6 +140,61 @@ def cdi_validate(files: List[str]) -> None:
     sys.exit(status)
 
 
+# -- setup ------------------------------------------------------------------
+
+@cli.group("setup")
+def setup_group() -> None:
+    """Point Docker, containerd or Podman at gpuslice (edits their configuration).
+
+    Each prints the change as a unified diff on stdout and writes it, keeping
+    the old file as FILE.gpuslice-backup; --dry-run writes nothing. A second
+    run changes nothing.
+    """
+
+
+@setup_group.command("docker")
+@click.option("--daemon-json", metavar="PATH", default="/etc/docker/daemon.json",
+              show_default=True, help="dockerd's configuration file")
+@click.option("--name", default="gpuslice", show_default=True,
+              help="runtime name, for docker run --runtime NAME")
+@click.option("--real-runtime", metavar="PATH",
+              help="the OCI runtime gpuslice-runtime runs [default: runc from PATH]")
+@click.option("--dry-run", is_flag=True, help="print the diff; write nothing")
+@click.pass_obj
+def setup_docker(state: State, daemon_json: str, name: str, real_runtime: Optional[str],
+                 dry_run: bool) -> None:
+    """Add gpuslice-runtime to daemon.json's runtimes (Docker 20-24)."""
+    from ocihook import setup_cmd
+
+    sys.exit(setup_cmd.docker(state.config, daemon_json, name, real_runtime, dry_run))
+
+
+@setup_group.command("containerd")
+@click.option("--config", "config_toml", metavar="PATH", default="/etc/containerd/config.toml",
+              show_default=True, help="containerd's configuration file (version 2)")
+@click.option("--name", default="gpuslice", show_default=True,
+              help="runtime name, for CRI clients")
+@click.option("--dry-run", is_flag=True, help="print the diff; write nothing")
+@click.pass_obj
+def setup_containerd(state: State, config_toml: str, name: str, dry_run: bool) -> None:
+    """Add a CRI runtime that runs gpuslice-runtime (containerd 1.6)."""
+    from ocihook import setup_cmd
+
+    sys.exit(setup_cmd.containerd(state.config, config_toml, name, dry_run))
+
+
+@setup_group.command("podman")
+@click.option("--containers-conf", metavar="PATH", default="/etc/containers/containers.conf",
+              show_default=True, help="Podman's configuration file")
+@click.option("--dry-run", is_flag=True, help="print the diff; write nothing")
+@click.pass_obj
+def setup_podman(state: State, containers_conf: str, dry_run: bool) -> None:
+    """Make sure Podman reads the CDI spec dir (it reads CDI itself)."""
+    from ocihook import setup_cmd
+
+    sys.exit(setup_cmd.podman(state.config, containers_conf, dry_run))
+
+
 def main() -> None:
     cli(prog_name="gpuslice")
 

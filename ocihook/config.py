@@ -45,6 +45,13 @@ def _default_hook_path() -> str:
     return os.path.join(sysconfig.get_path("scripts"), "gpuslice-hook")
 
 
+def _default_runtime_path() -> str:
+    # The OCI runtime wrapper, beside the `gpuslice` command as the hook is.
+    import sysconfig
+
+    return os.path.join(sysconfig.get_path("scripts"), "gpuslice-runtime")
+
+
 class ConfigError(ValueError):
     """A configuration that cannot be used; one line naming key, value and rule."""
 
@@ -63,6 +70,7 @@ class Config:
     memory_overcommit: float = 1.0
     shim_path: str = field(default_factory=_default_shim_path)
     hook_path: str = field(default_factory=_default_hook_path)
+    runtime_path: str = field(default_factory=_default_runtime_path)
     source: Optional[str] = None  # the file it came from; None for built-in defaults
 
     def card_dir(self) -> str:
@@ -96,6 +104,7 @@ class Config:
             "memory_overcommit": self.memory_overcommit,
             "shim_path": self.shim_path,
             "hook_path": self.hook_path,
+            "runtime_path": self.runtime_path,
         }
 
 
@@ -142,7 +151,7 @@ def from_document(doc: Any, source: str) -> Config:
         raise ConfigError(problem)
     cfg = Config(source=source)
     for key in ("cdi_kind", "spec_dir", "driver_root", "dev_root", "state_dir", "database",
-                "placement", "preload", "shim_path", "hook_path"):
+                "placement", "preload", "shim_path", "hook_path", "runtime_path"):
         if key in doc:
             setattr(cfg, key, doc[key])
     if "memory_overcommit" in doc:

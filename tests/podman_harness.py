@@ -172,6 +172,8 @@ class Podman:
     def __init__(self, workdir: Path, cdi_spec_dirs: Optional[Sequence[Path]] = None, *,
                  rootfs: Optional[Path] = None) -> None:
         self.podman_bin = _which("podman")
+        self.runtime = "runc"  # or the path of another OCI runtime (a wrapper)
+        self.extra_env: Dict[str, str] = {}  # reaches conmon and the runtime
         self.unshare_bin = _which("unshare")
         _which("runc")
         _which("mount")
@@ -260,6 +262,7 @@ class Podman:
             "CONTAINERS_CONF": str(self.containers_conf),
             "CONTAINERS_STORAGE_CONF": str(self.storage_conf),
             "CONTAINERS_REGISTRIES_CONF": str(self.registries_conf),
+            **self.extra_env,
         }
 
     def _spec_dir_for_mount(self) -> Path:
@@ -289,7 +292,7 @@ class Podman:
             "--runroot", str(self.runroot),
             "--tmpdir", str(self.tmpdir),
             "--cgroup-manager=cgroupfs",
-            "--runtime", "runc",
+            "--runtime", self.runtime,
             "--events-backend", "none",
         ]
 

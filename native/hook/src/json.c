@@ -527,6 +527,13 @@ char *gs_json_string(const struct gs_json *v, size_t *len)
     return s;
 }
 
+size_t gs_json_string_into(const struct gs_json *v, char *out, size_t cap)
+{
+    if (v->type != GS_JSON_STRING)
+        return 0;
+    return decode(v->p, v->len, out, cap);
+}
+
 int gs_json_int64(const struct gs_json *v, int64_t *out)
 {
     if (v->type != GS_JSON_NUMBER || memchr(v->p, '.', v->len) || memchr(v->p, 'e', v->len) ||

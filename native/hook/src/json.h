@@ -57,6 +57,11 @@ int gs_json_path(const struct gs_json *root, const char *path, struct gs_json *o
  * *len). Lone surrogates are kept, 3 bytes each, as Python keeps them. */
 char *gs_json_string(const struct gs_json *v, size_t *len);
 
+/* The same without an allocation: the first cap bytes of the decoded string
+ * into out (no NUL added); returns the whole decoded length, which may be
+ * more than cap. 0 if v is not a string. For prefix tests on hot paths. */
+size_t gs_json_string_into(const struct gs_json *v, char *out, size_t cap);
+
 /* An integer literal (no fraction, no exponent: Python's int) in *out.
  * 1: it fits int64; 0: an integer too large for int64; -1: not an integer. */
 int gs_json_int64(const struct gs_json *v, int64_t *out);

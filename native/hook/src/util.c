@@ -10,15 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+const char *gs_program = "gpuslice-hook";
 
 static void out_of_memory(void)
 {
     /* Nothing sensible is left to do; the caller's transaction rolls back
-     * when the process dies. */
-    static const char msg[] = "gpuslice-hook: error: out of memory\n";
-    ssize_t r = write(2, msg, sizeof msg - 1);
+     * when the process dies. No stdio: it may want memory itself. */
+    static const char msg[] = ": error: out of memory\n";
+    struct iovec v[2] = {{(void *)gs_program, strlen(gs_program)},
+                         {(void *)msg, sizeof msg - 1}};
+    ssize_t r = writev(2, v, 2);
     (void)r;
     _exit(GS_ERROR);
 }

@@ -21,6 +21,10 @@ struct gs_str {
     size_t len, cap;
 };
 
+/* The program's name for the one message util.c prints itself (out of
+ * memory): "gpuslice-hook" unless main() says otherwise. */
+extern const char *gs_program;
+
 void *gs_xmalloc(size_t n);
 void *gs_xrealloc(void *p, size_t n);
 char *gs_xstrdup(const char *s);

@@ -1,0 +1,527 @@
+/*
+ * gpuslice-runtime: the OCI runtime wrapper for engines that cannot read
+ * CDI (Docker 20-24 --runtime, containerd 1.6 ctr --runc-binary, Nomad).
+ * The engine runs it instead of runc for every container operation; it
+ * hands each one to the real runtime with execv, unchanged, except that
+ * before a `create` or `run` whose config.json asks for gpuslice it runs
+ * the CDI applier (gpuslice-runtime-apply --bundle DIR), which rewrites
+ * config.json, and gives up if the applier fails.
+ *
+ * It sits on every `state`, `kill`, `delete`...: that path reads no file,
+ * allocates nothing and makes a handful of system calls before the exec.
+ * Only create/run read the bundle's config.json, and a config.json that
+ * asks for nothing (or that cannot be read or parsed: the real runtime will
+ * say so) is never written and never stops the container.
+ *
+ * Exit status: the real runtime's (it replaces this process); 1 when the
+ * applier refused or failed (the real runtime is not run); 2 for the
+ * wrapper's own errors (no real runtime, one of its options without a value).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "runtime_args.h"
+#include "util.h"
+
+extern char **environ;
+
+#define PROGRAM "gpuslice-runtime"
+#define APPLIER "gpuslice-runtime-apply"
+#define CONFIG_MAX ((size_t)64 << 20) /* a config.json is a few KB; bounded all the same */
+#define LAST_LINE_MAX 2048            /* of the applier's stderr, for the log line */
+/* Where to look when PATH is unset: a shim started with a bare environment
+ * still finds a distribution's runc in /usr/sbin or /usr/bin. */
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+enum { EXIT_APPLY = 1, EXIT_OWN = 2 };
+
+/* The global flags, for the log line an error also leaves. */
+static const struct gs_rt_globals *globals;
+
+/* ------------------------------------------------------------ reporting */
+
+static void write_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* nowhere left to say it */
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static void json_escape(struct gs_str *b, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            gs_str_addc(b, '\\');
+            gs_str_addc(b, (char)c);
+        } else if (c == '\n') {
+            gs_str_add(b, "\\n");
+        } else if (c == '\t') {
+            gs_str_add(b, "\\t");
+        } else if (c < 0x20 || c == 0x7f) {
+            gs_str_addf(b, "\\u%04x", c);
+        } else {
+            gs_str_addc(b, (char)c); /* UTF-8 as it is; Go's decoder mends bad bytes */
+        }
+    }
+}
+
+/*
+ * With --log FILE --log-format json, append the error as runc logs its own:
+ * containerd's shim reports the last "error" entry of that file as the
+ * reason a create failed (stderr alone would be lost there).
+ */
+static void log_error(const char *line, size_t n)
+{
+    if (!globals || !globals->log || !*globals->log || !globals->log_format ||
+        strcmp(globals->log_format, "json") != 0)
+        return;
+    struct gs_str b = {0};
+    gs_str_add(&b, "{\"level\":\"error\",\"msg\":\"");
+    json_escape(&b, line, n);
+    /* RFC 3339 in UTC: localtime would read /etc/localtime for nothing. */
+    char when[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    gs_str_addf(&b, "\",\"time\":\"%s\"}\n", when);
+    int fd = open(globals->log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
+    if (fd >= 0) {
+        write_all(fd, b.s, b.len);
+        close(fd);
+    }
+    gs_str_free(&b);
+}
+
+/* "gpuslice-runtime: error: ..." on stderr (and in the JSON log); exit. */
+__attribute__((noreturn, format(printf, 2, 3))) static void die(int code, const char *fmt, ...)
+{
+    struct gs_str b = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    char small[512];
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    gs_str_add(&b, PROGRAM ": error: ");
+    if (n >= 0 && (size_t)n < sizeof small) {
+        gs_str_add(&b, small);
+    } else { /* a long path in it: format again at length */
+        va_start(ap, fmt);
+        char *big = NULL;
+        if (vasprintf(&big, fmt, ap) >= 0)
+            gs_str_add(&b, big);
+        free(big);
+        va_end(ap);
+    }
+    log_error(b.s, b.len);
+    gs_str_addc(&b, '\n');
+    write_all(2, b.s, b.len);
+    exit(code);
+}
+
+/* ------------------------------------------------------- finding programs */
+
+/* Our own executable's identity, looked up once and only when needed. */
+static int is_self(const struct stat *st)
+{
+    static int known = -1;
+    static struct stat self;
+    if (known < 0)
+        known = stat("/proc/self/exe", &self) == 0;
+    return known && self.st_dev == st->st_dev && self.st_ino == st->st_ino;
+}
+
+static int executable_file(const char *path, struct stat *st)
+{
+    return stat(path, st) == 0 && S_ISREG(st->st_mode) && access(path, X_OK) == 0;
+}
+
+static const char *search_path_value(void)
+{
+    const char *path = getenv("PATH");
+    return path ? path : DEFAULT_PATH;
+}
+
+/*
+ * execvp's search for name in PATH (an empty entry is the current folder),
+ * into out. skip_self: pass over our own executable (a link to it named
+ * runc, or a copy hard-linked there), remembering the first one in *self.
+ * 1 if found.
+ */
+static int search_path(const char *name, int skip_self, char *out, size_t cap, char *self,
+                       size_t self_cap)
+{
+    const char *p = search_path_value();
+    for (;;) {
+        const char *end = strchrnul(p, ':');
+        int dl = (int)(end - p);
+        int n = dl ? snprintf(out, cap, "%.*s/%s", dl, p, name) : snprintf(out, cap, "%s", name);
+        struct stat st;
+        if (n > 0 && (size_t)n < cap && executable_file(out, &st)) {
+            if (!skip_self || !is_self(&st))
+                return 1;
+            if (self && !*self)
+                snprintf(self, self_cap, "%s", out);
+        }
+        if (!*end)
+            return 0;
+        p = end + 1;
+    }
+}
+
+/* The real runtime's path, into buf (or a pointer to the given one). */
+static const char *real_runtime(const char *given, char *buf, size_t cap)
+{
+    const char *how = "--gpuslice-runtime";
+    if (!given || !*given) {
+        given = getenv("GPUSLICE_RUNTIME_BINARY");
+        how = "GPUSLICE_RUNTIME_BINARY";
+    }
+    if (given && *given) {
+        struct stat st;
+        if (strchr(given, '/')) {
+            /* Two stats, to fail rather than exec ourselves for ever. */
+            if (stat(given, &st) == 0 && is_self(&st))
+                die(EXIT_OWN, "%s names gpuslice-runtime itself (%s); name the real runtime",
+                    how, given);
+            return given;
+        }
+        if (search_path(given, 1, buf, cap, NULL, 0))
+            return buf;
+        die(EXIT_OWN, "the real runtime %s (%s) is not in PATH (%s)", given, how,
+            search_path_value());
+    }
+    char self[PATH_MAX] = "";
+    if (search_path("runc", 1, buf, cap, self, sizeof self))
+        return buf;
+    die(EXIT_OWN,
+        "no runc in PATH (%s%s%s); name the real runtime with --gpuslice-runtime PATH or "
+        "GPUSLICE_RUNTIME_BINARY",
+        search_path_value(), *self ? "; this wrapper is " : "", self);
+}
+
+/* The applier: --gpuslice-apply, GPUSLICE_RUNTIME_APPLY, next to our own
+ * executable, in PATH. NULL (with the name tried in *tried) if not found. */
+static const char *find_applier(const char *given, char *buf, size_t cap, const char **tried)
+{
+    if (!given || !*given)
+        given = getenv("GPUSLICE_RUNTIME_APPLY");
+    if (given && *given) {
+        *tried = given;
+        if (strchr(given, '/'))
+            return given;
+        return search_path(given, 0, buf, cap, NULL, 0) ? buf : NULL;
+    }
+    *tried = APPLIER;
+    struct stat st;
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+    if (n > 0) {
+        buf[n] = '\0';
+        char *slash = strrchr(buf, '/');
+        if (slash && (size_t)(slash + 1 - buf) + sizeof APPLIER <= cap) {
+            memcpy(slash + 1, APPLIER, sizeof APPLIER);
+            if (executable_file(buf, &st))
+                return buf;
+        }
+    }
+    return search_path(APPLIER, 0, buf, cap, NULL, 0) ? buf : NULL;
+}
+
+/* ------------------------------------------------------------ the request */
+
+/* Does the JSON string v, decoded, start with prefix? *whole: its decoded
+ * length. Nothing allocated: only the first bytes are kept. */
+static int string_starts(const struct gs_json *v, const char *prefix, size_t *whole)
+{
+    char head[32];
+    size_t n = strlen(prefix);
+    if (v->type != GS_JSON_STRING || n > sizeof head)
+        return 0;
+    *whole = gs_json_string_into(v, head, sizeof head);
+    return *whole >= n && memcmp(head, prefix, n) == 0;
+}
+
+static int string_is(const struct gs_json *v, const char *want)
+{
+    size_t len;
+    return string_starts(v, want, &len) && len == strlen(want);
+}
+
+/*
+ * A request: process.env has GPUSLICE=<something>, or an annotation
+ * gpuslice.io/request, or any cdi.k8s.io/ annotation (CDI devices asked the
+ * way Kubernetes asks them, which only the applier can honour here).
+ * config.json is walked once at the top (the accessors rescan what they
+ * walk, and this runs on every create); a repeated member counts as its
+ * last one, as for runc's Go decoder.
+ */
+static int asks_for_gpuslice(const struct gs_json *root)
+{
+    static const char env_name[] = "GPUSLICE=", cdi[] = "cdi.k8s.io/";
+    struct gs_json k, v, process = {0}, anns = {0}, env;
+    size_t cursor = 0, len;
+    while (gs_json_next(root, &cursor, &k, &v)) {
+        if (string_is(&k, "process"))
+            process = v;
+        else if (string_is(&k, "annotations"))
+            anns = v;
+    }
+    cursor = 0;
+    /* Only the shapes runc accepts: anything else is runc's error to report. */
+    if (process.p && gs_json_member(&process, "env", &env) && env.type == GS_JSON_ARRAY)
+        while (gs_json_next(&env, &cursor, NULL, &v))
+            if (string_starts(&v, env_name, &len) && len > sizeof env_name - 1)
+                return 1;
+    cursor = 0;
+    if (anns.p && anns.type == GS_JSON_OBJECT)
+        while (gs_json_next(&anns, &cursor, &k, &v))
+            if (string_is(&k, "gpuslice.io/request") || string_starts(&k, cdi, &len))
+                return 1;
+    return 0;
+}
+
+/* 1 if <bundle>/config.json can be read, parses, and asks for gpuslice.
+ * Anything wrong with it is 0: the real runtime reports it, not us. */
+static int bundle_asks(const char *bundle)
+{
+    struct gs_str path = {0};
+    gs_str_add(&path, bundle);
+    gs_str_add(&path, "/config.json");
+    /* O_NONBLOCK: a FIFO planted there must not hang the wrapper. */
+    int fd = open(path.s, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    gs_str_free(&path);
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    char *text = NULL;
+    size_t len = 0;
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+             gs_read_bounded(fd, CONFIG_MAX, &text, &len) == 0 && len <= CONFIG_MAX;
+    close(fd);
+    int asks = 0;
+    struct gs_json root;
+    struct gs_str err = {0};
+    if (ok && gs_json_parse(text, len, &root, &err) == 0)
+        asks = asks_for_gpuslice(&root);
+    gs_str_free(&err);
+    free(text);
+    return asks;
+}
+
+/* The bundle as an absolute path (malloc'ed), as runc resolves it: against
+ * the current folder, links left alone. */
+static char *absolute_bundle(const char *bundle)
+{
+    if (bundle[0] == '/')
+        return gs_xstrdup(bundle);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        die(EXIT_APPLY, "cannot find the current folder: %s", strerror(errno));
+    struct gs_str b = {0};
+    gs_str_add(&b, cwd);
+    if (strcmp(bundle, ".") != 0) {
+        if (strcmp(cwd, "/") != 0)
+            gs_str_addc(&b, '/');
+        gs_str_add(&b, bundle);
+    }
+    return gs_str_take(&b);
+}
+
+/* ------------------------------------------------------------ the applier */
+
+/* A pipe end at fd 3 or above: with 0-2 closed by our caller, a pipe could
+ * land there and then be dup2'ed over by the redirections. */
+static int above_stdio(int fd)
+{
+    if (fd >= 3 || fd < 0)
+        return fd;
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    close(fd);
+    return high;
+}
+
+/* The last non-blank line seen, from the applier's stderr as it comes. */
+struct last_line {
+    char cur[LAST_LINE_MAX], last[LAST_LINE_MAX];
+    size_t cur_len, last_len;
+    int cur_blank;
+};
+
+static void line_end(struct last_line *l)
+{
+    if (!l->cur_blank) {
+        size_t n = l->cur_len;
+        while (n && (l->cur[n - 1] == '\r' || l->cur[n - 1] == ' ' || l->cur[n - 1] == '\t'))
+            n--;
+        memcpy(l->last, l->cur, n);
+        l->last_len = n;
+    }
+    l->cur_len = 0;
+    l->cur_blank = 1;
+}
+
+static void line_feed(struct last_line *l, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '\n') {
+            line_end(l);
+            continue;
+        }
+        if (l->cur_len < sizeof l->cur)
+            l->cur[l->cur_len++] = c;
+        if (c != ' ' && c != '\t' && c != '\r')
+            l->cur_blank = 0;
+    }
+}
+
+/* Drop a UTF-8 sequence the bound cut in two: the log line stays valid. */
+static size_t utf8_whole(const char *s, size_t n)
+{
+    size_t k = n;
+    while (k && ((unsigned char)s[k - 1] & 0xC0) == 0x80 && n - k < 3)
+        k--;
+    if (k && (unsigned char)s[k - 1] >= 0xC0) {
+        unsigned char lead = (unsigned char)s[k - 1];
+        size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+        if (n - (k - 1) < need)
+            return k - 1;
+    }
+    return n;
+}
+
+/*
+ * Run APPLIER --bundle DIR and wait: stdin /dev/null, stdout onto our
+ * stderr (our stdout may be a container's console or a pipe the engine
+ * parses), stderr through a pipe that is copied to our stderr as it comes
+ * and whose last line becomes the log line. Returns only if it succeeded.
+ */
+static void run_applier(const char *applier, const char *bundle)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0 || (p[0] = above_stdio(p[0])) < 0 ||
+        (p[1] = above_stdio(p[1])) < 0)
+        die(EXIT_APPLY, "cannot run the CDI applier %s: %s", applier, strerror(errno));
+
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    /* The fds our caller passed on (--preserve-fds, sockets) are for the
+     * real runtime; the applier has no use for them and must not hold a
+     * pipe the engine waits on. (Ours are O_CLOEXEC anyway.) */
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+#endif
+    /* An ignored SIGCHLD (inherited from whoever started us) would reap the
+     * applier before waitpid could see its status. */
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, ign = {.sa_handler = SIG_IGN}, old_chld,
+                     old_pipe;
+    sigemptyset(&dfl.sa_mask);
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGCHLD, &dfl, &old_chld);
+
+    char *args[] = {(char *)applier, "--bundle", (char *)bundle, NULL};
+    pid_t pid;
+    int e = posix_spawn(&pid, applier, &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(p[1]);
+    if (e != 0) {
+        close(p[0]);
+        die(EXIT_APPLY, "cannot run the CDI applier %s: %s", applier, strerror(e));
+    }
+
+    /* A closed stderr must not kill us with SIGPIPE halfway: the exit
+     * status is what matters. Both dispositions are put back before the
+     * real runtime inherits them. */
+    sigaction(SIGPIPE, &ign, &old_pipe);
+    static struct last_line line;
+    line.cur_blank = 1;
+    char buf[4096];
+    for (;;) {
+        ssize_t r = read(p[0], buf, sizeof buf);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        write_all(2, buf, (size_t)r);
+        line_feed(&line, buf, (size_t)r);
+    }
+    line_end(&line);
+    close(p[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR)
+            die(EXIT_APPLY, "the CDI applier %s: waitpid: %s", applier, strerror(errno));
+    }
+    sigaction(SIGPIPE, &old_pipe, NULL);
+    sigaction(SIGCHLD, &old_chld, NULL);
+
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return;
+    if (WIFSIGNALED(status))
+        die(EXIT_APPLY, "the CDI applier %s was killed by signal %d (%s)", applier,
+            WTERMSIG(status), strsignal(WTERMSIG(status)));
+    if (!line.last_len)
+        die(EXIT_APPLY, "the CDI applier %s failed (exit status %d) and said nothing", applier,
+            WEXITSTATUS(status));
+    /* It said why on stderr already; the log gets the same line. */
+    log_error(line.last, utf8_whole(line.last, line.last_len));
+    exit(EXIT_APPLY);
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv)
+{
+    gs_program = PROGRAM;
+    struct gs_rt_globals g;
+    gs_rt_parse_globals(&argc, argv, &g);
+    globals = &g;
+    if (g.bad_option)
+        die(EXIT_OWN, "%s needs a value (a path)", g.bad_option);
+
+    char runtime_buf[PATH_MAX];
+    const char *runtime = real_runtime(g.runtime, runtime_buf, sizeof runtime_buf);
+    argv[0] = (char *)runtime;
+
+    const char *cmd = g.command ? argv[g.command] : NULL;
+    if (cmd && !g.help_or_version && (strcmp(cmd, "create") == 0 || strcmp(cmd, "run") == 0)) {
+        struct gs_rt_create c;
+        gs_rt_parse_create(argc, argv, g.command + 1, &c);
+        /* --help, or not exactly one container id: runc creates nothing. */
+        const char *bundle = c.bundle && *c.bundle ? c.bundle : ".";
+        if (!c.help && c.positional == 1 && bundle_asks(bundle)) {
+            char applier_buf[PATH_MAX];
+            const char *tried;
+            const char *applier = find_applier(g.apply, applier_buf, sizeof applier_buf, &tried);
+            if (!applier)
+                die(EXIT_APPLY, "cannot run the CDI applier %s: %s", tried, strerror(ENOENT));
+            char *abs = absolute_bundle(bundle);
+            run_applier(applier, abs);
+            free(abs);
+        }
+    }
+    execv(runtime, argv);
+    die(EXIT_OWN, "cannot run the real runtime %s: %s", runtime, strerror(errno));
+}

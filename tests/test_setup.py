@@ -1,0 +1,610 @@
+"""`gpuslice setup docker|containerd|podman`: each edits one engine's
+configuration file, shows the edit as a diff, keeps a backup, and a second run
+changes nothing. Every file here lives in tmp_path; none is the host's own."""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+from ocihook import config as config_mod
+from ocihook import setup_cmd
+
+try:
+    import tomllib  # Python 3.11: CI's
+except ImportError:  # pragma: no cover - Python 3.9 and 3.10
+    tomllib = None
+
+BACKUP = setup_cmd.BACKUP_SUFFIX
+CRI = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
+
+
+class Setup:
+    """A configuration file naming a spec dir and a runtime wrapper in tmp_path,
+    and `gpuslice --config` run on it as a user runs it."""
+
+    def __init__(self, tmp: Path, spec_dir: Optional[str] = None) -> None:
+        self.tmp = tmp
+        self.runtime = tmp / "bin" / "gpuslice-runtime"
+        self.runtime.parent.mkdir(exist_ok=True)
+        self.runtime.write_text("#!/bin/sh\nexec runc \"$@\"\n")
+        self.runtime.chmod(0o755)
+        self.spec_dir = spec_dir or str(tmp / "cdi")
+        self.config = tmp / "config.yaml"
+        self.config.write_text(f"spec_dir: {self.spec_dir}\nruntime_path: {self.runtime}\n"
+                               f"state_dir: {tmp / 'state'}\ndatabase: {tmp / 'state.db'}\n")
+
+    def cfg(self) -> config_mod.Config:
+        return config_mod.load(str(self.config))
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["gpuslice", "--config", str(self.config), "setup", *args],
+                              capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    return Setup(tmp_path)
+
+
+def added_lines(old: str, new: str) -> List[str]:
+    """The lines new adds to old; fails if it removes or changes any."""
+    ops = list(difflib.ndiff(old.splitlines(), new.splitlines()))
+    assert not [line for line in ops if line.startswith("- ")], "\n".join(ops)
+    return [line[2:] for line in ops if line.startswith("+ ")]
+
+
+def one_error_line(res: subprocess.CompletedProcess, *words: str) -> str:
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuslice: error: "), res.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def snapshot(path: Path) -> tuple:
+    st = path.stat()
+    return path.read_bytes(), st.st_mtime_ns, st.st_ino
+
+
+# -- docker -------------------------------------------------------------------------
+
+DAEMON_JSON = """{
+    "log-level": "warn",
+    "runtimes": {
+        "other": {"path": "/usr/sbin/runc", "runtimeArgs": ["--debug"]}
+    },
+    "storage-driver": "overlay2"
+}
+"""
+
+
+def test_docker_merges_into_daemon_json_keeping_other_keys_and_runtimes(setup: Setup) -> None:
+    daemon = setup.tmp / "daemon.json"
+    daemon.write_text(DAEMON_JSON)
+    res = setup.run("docker", "--daemon-json", str(daemon))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(daemon.read_text())
+    assert list(doc) == ["log-level", "runtimes", "storage-driver"]
+    assert doc["log-level"] == "warn" and doc["storage-driver"] == "overlay2"
+    assert doc["runtimes"] == {
+        "other": {"path": "/usr/sbin/runc", "runtimeArgs": ["--debug"]},
+        "gpuslice": {"path": str(setup.runtime)},
+    }
+    # Only lines added, in the file's own layout: the other runtime's line
+    # gains its comma, and nothing else is rewritten.
+    old_lines = DAEMON_JSON.splitlines()
+    new_lines = daemon.read_text().splitlines()
+    assert new_lines[:3] == old_lines[:3] and new_lines[-2:] == old_lines[-2:]
+    assert new_lines[3] == old_lines[3] + ","
+    assert new_lines[4] == '        "gpuslice": {'
+    # The diff on stdout is what was done: applying it to the old file gives the new.
+    assert res.stdout.startswith(f"--- {daemon}\n+++ {daemon}\n@@ ")
+    assert f'+            "path": "{setup.runtime}"' in res.stdout.splitlines()
+    assert (setup.tmp / f"daemon.json{BACKUP}").read_text() == DAEMON_JSON
+    assert "systemctl reload docker" in res.stderr
+    assert "docker run --runtime gpuslice -e GPUSLICE=0-4g" in res.stderr
+
+
+def test_docker_dry_run_writes_nothing(setup: Setup) -> None:
+    daemon = setup.tmp / "daemon.json"
+    daemon.write_text(DAEMON_JSON)
+    before = snapshot(daemon)
+    res = setup.run("docker", "--daemon-json", str(daemon), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert '+        "gpuslice": {' in res.stdout.splitlines()
+    assert "dry run" in res.stderr
+    assert snapshot(daemon) == before
+    assert sorted(os.listdir(setup.tmp)) == ["bin", "config.yaml", "daemon.json"]
+    # Nor is a missing file created.
+    missing = setup.tmp / "docker" / "daemon.json"
+    res = setup.run("docker", "--daemon-json", str(missing), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"--- /dev/null\n+++ {missing}\n")
+    assert not missing.parent.exists()
+
+
+def test_docker_second_run_changes_nothing_and_backs_up_once(setup: Setup) -> None:
+    daemon = setup.tmp / "daemon.json"
+    backup = setup.tmp / f"daemon.json{BACKUP}"
+    daemon.write_text(DAEMON_JSON)
+    args = ("docker", "--daemon-json", str(daemon), "--real-runtime", str(setup.runtime))
+    assert setup.run(*args).returncode == 0
+    after_first, backup_first = snapshot(daemon), snapshot(backup)
+    res = setup.run(*args)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ""
+    assert "already set up; nothing changed" in res.stderr
+    assert "systemctl reload" not in res.stderr
+    assert snapshot(daemon) == after_first and snapshot(backup) == backup_first
+    assert backup.read_text() == DAEMON_JSON
+
+    # A run that does change the file again keeps the file as it was just
+    # before, so that the backup undoes the latest change.
+    assert setup.run("docker", "--daemon-json", str(daemon), "--name", "slices").returncode == 0
+    assert backup.read_bytes() == after_first[0]
+    assert set(json.loads(daemon.read_text())["runtimes"]) == {"other", "gpuslice", "slices"}
+
+
+def test_docker_replaces_an_entry_of_the_same_name_that_differs(setup: Setup) -> None:
+    daemon = setup.tmp / "daemon.json"
+    daemon.write_text('{"runtimes": {"gpuslice": {"path": "/opt/old/gpuslice-runtime"}, '
+                      '"other": {"path": "/usr/sbin/runc"}}}\n')
+    res = setup.run("docker", "--daemon-json", str(daemon), "--real-runtime", "/usr/sbin/runc")
+    assert res.returncode == 0, res.stderr
+    assert '-{"runtimes": {"gpuslice": {"path": "/opt/old/gpuslice-runtime"}, ' in res.stdout
+    doc = json.loads(daemon.read_text())
+    assert list(doc["runtimes"]) == ["gpuslice", "other"]
+    assert doc["runtimes"]["gpuslice"] == {
+        "path": str(setup.runtime), "runtimeArgs": ["--gpuslice-runtime", "/usr/sbin/runc"]}
+
+
+def test_docker_creates_a_missing_file(setup: Setup) -> None:
+    daemon = setup.tmp / "etc-docker" / "daemon.json"
+    res = setup.run("docker", "--daemon-json", str(daemon), "--name", "gs")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(daemon.read_text()) == {"runtimes": {"gs": {"path": str(setup.runtime)}}}
+    assert daemon.stat().st_mode & 0o777 == 0o644
+    assert not (daemon.parent / f"daemon.json{BACKUP}").exists()
+    assert f"created {daemon}" in res.stderr
+    assert "docker run --runtime gs " in res.stderr
+
+
+def test_docker_refuses_invalid_json_and_leaves_it(setup: Setup) -> None:
+    daemon = setup.tmp / "daemon.json"
+    daemon.write_text('{\n  "log-level": "warn"\n  "debug": true\n}\n')
+    before = snapshot(daemon)
+    line = one_error_line(setup.run("docker", "--daemon-json", str(daemon)),
+                          str(daemon), "line 3, column 3", "delimiter", "nothing written")
+    assert line.startswith(f"gpuslice: error: {daemon}: ")
+    assert snapshot(daemon) == before
+    assert not (setup.tmp / f"daemon.json{BACKUP}").exists()
+    # Valid JSON that is no daemon.json either.
+    daemon.write_text('{"runtimes": ["gpuslice"]}')
+    one_error_line(setup.run("docker", "--daemon-json", str(daemon)), '"runtimes" is an array')
+    daemon.write_text('[]')
+    one_error_line(setup.run("docker", "--daemon-json", str(daemon)), "top level is an array")
+
+
+def test_docker_checks_its_options(setup: Setup) -> None:
+    daemon = setup.tmp / "daemon.json"
+    one_error_line(setup.run("docker", "--daemon-json", str(setup.tmp)), "a folder, not a file")
+    one_error_line(setup.run("docker", "--daemon-json", str(setup.config / "daemon.json")),
+                   f"{setup.config} is not a folder")
+    one_error_line(setup.run("docker", "--daemon-json", str(daemon), "--real-runtime", "runc"),
+                   "--real-runtime runc", "absolute path")
+    one_error_line(setup.run("docker", "--daemon-json", str(daemon), "--real-runtime",
+                             str(setup.tmp / "nope")), "no such file")
+    one_error_line(setup.run("docker", "--daemon-json", str(daemon), "--real-runtime",
+                             str(setup.config)), "not executable")
+    one_error_line(setup.run("docker", "--daemon-json", str(daemon), "--name", "runc"),
+                   "reserves")
+    one_error_line(setup.run("docker", "--daemon-json", str(daemon), "--name", "a b"),
+                   "--name 'a b'")
+    assert not daemon.exists()
+
+
+def test_docker_keeps_mode_and_writes_through_a_symlink(setup: Setup) -> None:
+    real = setup.tmp / "real.json"
+    real.write_text("{}\n")
+    real.chmod(0o600)
+    link = setup.tmp / "daemon.json"
+    link.symlink_to(real)
+    res = setup.run("docker", "--daemon-json", str(link))
+    assert res.returncode == 0, res.stderr
+    assert link.is_symlink()
+    assert json.loads(real.read_text())["runtimes"] == {"gpuslice": {"path": str(setup.runtime)}}
+    assert real.stat().st_mode & 0o777 == 0o600
+    backup = setup.tmp / f"real.json{BACKUP}"
+    assert backup.read_text() == "{}\n" and backup.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("text", [
+    '{"debug":true}',
+    '{\n\t"debug": true\n}\n',
+    '{"runtimes": {}}\n',
+    '{\n  "runtimes": {\n  }\n}\n',
+    '{\n  "runtimes": {\n    "gpuslice": {\n      "path": "/old"\n    }\n  },\n  "x": [1, 2]\n}\n',
+    '  \n',
+])
+def test_docker_edit_in_any_layout(text: str) -> None:
+    entry = setup_cmd.docker_entry("/usr/bin/gpuslice-runtime", "/usr/bin/crun")
+    new = setup_cmd.docker_edit(text, "daemon.json", "gpuslice", entry)
+    doc = json.loads(new)
+    assert doc["runtimes"]["gpuslice"] == {
+        "path": "/usr/bin/gpuslice-runtime", "runtimeArgs": ["--gpuslice-runtime", "/usr/bin/crun"]}
+    old = json.loads(text) if text.strip() else {}
+    assert {k: v for k, v in doc.items() if k != "runtimes"} == \
+        {k: v for k, v in old.items() if k != "runtimes"}
+    assert setup_cmd.docker_edit(new, "daemon.json", "gpuslice", entry) == new
+
+
+# A real dockerd 20.10 starts with what `gpuslice setup docker` writes and runs
+# containers through it: tests/test_runtime_e2e.py (Docker 20 has no --validate).
+
+
+# -- containerd ---------------------------------------------------------------------
+
+# The shape of `containerd config default` (1.6), cut short: other plugins,
+# the CRI plugin with its runc runtime.
+CONTAINERD_TOML = """\
+disabled_plugins = []
+root = "/var/lib/containerd"
+version = 2
+
+[grpc]
+  address = "/run/containerd/containerd.sock"
+
+[plugins]
+
+  [plugins."io.containerd.gc.v1.scheduler"]
+    deletion_threshold = 0
+    pause_threshold = 0.02
+
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.6"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes]
+
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+          runtime_type = "io.containerd.runc.v2"
+
+          [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+            BinaryName = ""
+            SystemdCgroup = false
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.untrusted_workload_runtime]
+        runtime_type = ""
+
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/opt/containerd"
+"""
+
+
+def read_toml(path: Path) -> Optional[dict]:
+    """The file as Python 3.11's tomllib reads it; None on an older Python."""
+    if tomllib is None:
+        return None
+    return tomllib.loads(path.read_text())
+
+
+def runtime_of(doc: dict, name: str = "gpuslice") -> dict:
+    return doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"][name]
+
+
+@pytest.fixture(params=["parser", "scanner"])
+def toml_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The TOML edits with tomllib's checks where present, and with the line
+    scanner alone (as on Python 3.9): both must give the same text."""
+    if request.param == "scanner":
+        monkeypatch.setattr(setup_cmd, "_toml_parser", lambda: None)
+    elif setup_cmd._toml_parser() is None:
+        pytest.skip("no TOML parser in this Python (tomllib is 3.11's)")
+    return request.param
+
+
+def test_containerd_new_file(setup: Setup) -> None:
+    conf = setup.tmp / "containerd" / "config.toml"
+    res = setup.run("containerd", "--config", str(conf))
+    assert res.returncode == 0, res.stderr
+    assert conf.read_text() == (
+        "version = 2\n"
+        "\n"
+        f"{CRI}.gpuslice]\n"
+        f'  runtime_type = "io.containerd.runc.v2"\n'
+        f"  {CRI}.gpuslice.options]\n"
+        f'    BinaryName = "{setup.runtime}"\n')
+    doc = read_toml(conf)
+    if doc is not None:
+        assert doc["version"] == 2
+        assert runtime_of(doc) == {"runtime_type": "io.containerd.runc.v2",
+                                   "options": {"BinaryName": str(setup.runtime)}}
+    assert "systemctl restart containerd" in res.stderr
+    assert f"ctr run --runc-binary {setup.runtime} " in res.stderr
+
+
+def test_containerd_existing_file_with_other_plugins(setup: Setup) -> None:
+    conf = setup.tmp / "config.toml"
+    conf.write_text(CONTAINERD_TOML)
+    res = setup.run("containerd", "--config", str(conf), "--name", "gs")
+    assert res.returncode == 0, res.stderr
+    new = conf.read_text()
+    # Added after the runc runtime, indented as its neighbours, nothing else touched.
+    assert sorted(added_lines(CONTAINERD_TOML, new)) == sorted([
+        "",
+        f'        {CRI}.gs]',
+        '          runtime_type = "io.containerd.runc.v2"',
+        f'          {CRI}.gs.options]',
+        f'            BinaryName = "{setup.runtime}"',
+    ])
+    assert new.index(".runtimes.runc.options]") < new.index(".runtimes.gs]") \
+        < new.index("untrusted_workload_runtime]")
+    assert (setup.tmp / f"config.toml{BACKUP}").read_text() == CONTAINERD_TOML
+    doc = read_toml(conf)
+    if doc is not None:
+        assert runtime_of(doc, "gs")["options"] == {"BinaryName": str(setup.runtime)}
+        assert runtime_of(doc, "runc")["options"] == {"BinaryName": "", "SystemdCgroup": False}
+        assert doc["plugins"]["io.containerd.gc.v1.scheduler"]["pause_threshold"] == 0.02
+    # Twice: nothing more.
+    res = setup.run("containerd", "--config", str(conf), "--name", "gs")
+    assert res.returncode == 0 and res.stdout == "" and "already set up" in res.stderr
+    assert conf.read_text() == new
+
+
+def test_containerd_existing_block_updated(setup: Setup) -> None:
+    conf = setup.tmp / "config.toml"
+    text = (CONTAINERD_TOML.replace(
+        "      [plugins.\"io.containerd.grpc.v1.cri\".containerd.untrusted_workload_runtime]",
+        f"        {CRI}.gpuslice]\n"
+        '          runtime_type = "io.containerd.runc.v2"\n'
+        f"          {CRI}.gpuslice.options]\n"
+        "            BinaryName = '/opt/old/gpuslice-runtime'  # from an older install\n"
+        "            SystemdCgroup = true\n\n"
+        "      [plugins.\"io.containerd.grpc.v1.cri\".containerd.untrusted_workload_runtime]"))
+    conf.write_text(text)
+    res = setup.run("containerd", "--config", str(conf))
+    assert res.returncode == 0, res.stderr
+    changed = [line for line in res.stdout.splitlines()
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert changed == [
+        "-            BinaryName = '/opt/old/gpuslice-runtime'  # from an older install",
+        f'+            BinaryName = "{setup.runtime}"  # from an older install',
+    ]
+    doc = read_toml(conf)
+    if doc is not None:
+        assert runtime_of(doc)["options"] == {"BinaryName": str(setup.runtime),
+                                              "SystemdCgroup": True}
+
+
+@pytest.mark.parametrize("text", [
+    # The runtime's table without its options.
+    f'version = 2\n{CRI}.gpuslice]\n  runtime_type = "io.containerd.runsc.v1"\n',
+    # The options without the runtime's own table, nor its type.
+    f'version = 2\n{CRI}.gpuslice.options]\n  BinaryName = "/x"\n',
+    # An empty file, and one of comments only.
+    "",
+    "# containerd\n",
+])
+def test_containerd_edit_partial_blocks(text: str, toml_reader: str) -> None:
+    new = setup_cmd.containerd_edit(text, "config.toml", "gpuslice", "/usr/bin/gpuslice-runtime")
+    assert setup_cmd.containerd_edit(new, "config.toml", "gpuslice",
+                                     "/usr/bin/gpuslice-runtime") == new
+    if tomllib is not None:
+        doc = tomllib.loads(new)
+        assert doc["version"] == 2
+        assert runtime_of(doc) == {"runtime_type": "io.containerd.runc.v2",
+                                   "options": {"BinaryName": "/usr/bin/gpuslice-runtime"}}
+
+
+# A `[` in a list or a multi-line string is no table header; quoted keys and
+# spaces in a header; no newline at the end.
+TRICKY_TOML = "".join([
+    'version = 2\n',
+    '[plugins."io.containerd.grpc.v1.cri"]\n',
+    '  pod_annotations = [\n',
+    '    "[not.a.header]",\n',
+    '  ]\n',
+    '  note = """\n',
+    '[also.not.a.header]\n',
+    '"""\n',
+    f'{CRI}.gpuslice]\n',
+    '  runtime_type = "io.containerd.runc.v2"  # [x]\n',
+    "  [plugins.'io.containerd.grpc.v1.cri' . containerd.runtimes.gpuslice.options]\n",
+    '    BinaryName = "/g"',
+])
+
+
+@pytest.mark.parametrize("text", [CONTAINERD_TOML, TRICKY_TOML], ids=["default", "tricky"])
+def test_containerd_scanner_and_parser_agree(text: str, toml_reader: str) -> None:
+    new = setup_cmd.containerd_edit(text, "config.toml", "gpuslice", "/g")
+    assert new.count('BinaryName = "/g"') == 1
+    if tomllib is not None:
+        assert runtime_of(tomllib.loads(new))["options"]["BinaryName"] == "/g"
+    if text == TRICKY_TOML:
+        assert new == text  # already set up, no final newline: left as it is
+        assert tomllib is None or tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"][
+            "pod_annotations"] == ["[not.a.header]"]
+        new = setup_cmd.containerd_edit(text, "config.toml", "gpuslice", "/h")
+        assert new == text.replace('"/g"', '"/h"') + "\n"  # that line alone
+
+
+@pytest.mark.parametrize("text, words", [
+    ('[plugins.cri.containerd]\n  snapshotter = "overlayfs"\n', ["no `version = 2` line",
+                                                                 "version 1"]),
+    ('version = 1\n[plugins.cri]\n', ["version = 1", "version 2 files only"]),
+    ('version = 3\n', ["containerd 2", "enable_cdi"]),
+    ('version = 2\n[plugins\n', ["line 2"]),
+    ('version = "2"\n', ["line 1", "not a number"]),
+])
+def test_containerd_refuses_what_it_cannot_edit(setup: Setup, text: str, words: List[str]) -> None:
+    conf = setup.tmp / "config.toml"
+    conf.write_text(text)
+    before = snapshot(conf)
+    one_error_line(setup.run("containerd", "--config", str(conf)), str(conf), *words)
+    assert snapshot(conf) == before
+    assert not (setup.tmp / f"config.toml{BACKUP}").exists()
+
+
+def test_containerd_checks_its_options(setup: Setup) -> None:
+    conf = setup.tmp / "config.toml"
+    one_error_line(setup.run("containerd", "--config", str(conf), "--name", "a.b"), "--name 'a.b'")
+    one_error_line(setup.run("containerd", "--config", str(conf), "--name", "runc"),
+                   "default runtime")
+    one_error_line(setup.run("containerd", "--config", str(setup.tmp)), "a folder, not a file")
+    assert not conf.exists()
+
+
+def test_containerd_warns_when_cri_is_disabled(setup: Setup) -> None:
+    conf = setup.tmp / "config.toml"
+    conf.write_text('version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
+    res = setup.run("containerd", "--config", str(conf), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "disables the CRI plugin" in res.stderr
+    assert conf.read_text() == 'version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
+
+
+def test_containerd_reads_the_result(setup: Setup) -> None:
+    conf = setup.tmp / "config.toml"
+    conf.write_text(CONTAINERD_TOML)
+    assert setup.run("containerd", "--config", str(conf)).returncode == 0
+    containerd = shutil.which("containerd")
+    if containerd is None:
+        pytest.skip("containerd is not installed: the file was not read by containerd")
+    res = subprocess.run([containerd, "--config", str(conf), "config", "dump"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert f'BinaryName = "{setup.runtime}"' in res.stdout
+
+
+# -- podman ---------------------------------------------------------------------------
+
+def test_podman_adds_the_spec_dir(setup: Setup) -> None:
+    conf = setup.tmp / "containers.conf"
+    res = setup.run("podman", "--containers-conf", str(conf))
+    assert res.returncode == 0, res.stderr
+    assert conf.read_text() == (
+        f'[engine]\ncdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "{setup.spec_dir}"]\n')
+    assert "podman run --device gpuslice.io/gpu=0-4g" in res.stderr
+    res = setup.run("podman", "--containers-conf", str(conf))
+    assert res.returncode == 0 and res.stdout == ""
+    assert "already reads" in res.stderr
+
+
+@pytest.mark.parametrize("spec_dir", ["/etc/cdi", "/var/run/cdi", "/etc/cdi/"])
+def test_podman_not_needed(tmp_path: Path, spec_dir: str) -> None:
+    setup = Setup(tmp_path, spec_dir=spec_dir)
+    conf = tmp_path / "containers.conf"
+    res = setup.run("podman", "--containers-conf", str(conf))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ""
+    assert f"podman already reads {spec_dir}" in res.stderr
+    assert not conf.exists()
+
+
+def test_podman_engine_table_added_beside_other_tables(setup: Setup) -> None:
+    conf = setup.tmp / "containers.conf"
+    text = ('[containers]\nulimits = ["nofile=1024:1024"]\n\n'
+            '[engine.runtimes]\nrunc = ["/usr/sbin/runc"]\n')
+    conf.write_text(text)
+    res = setup.run("podman", "--containers-conf", str(conf))
+    assert res.returncode == 0, res.stderr
+    assert added_lines(text, conf.read_text()) == [
+        "[engine]", f'cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "{setup.spec_dir}"]', ""]
+    doc = read_toml(conf)
+    if doc is not None:
+        assert doc["engine"]["runtimes"] == {"runc": ["/usr/sbin/runc"]}
+        assert doc["engine"]["cdi_spec_dirs"][-1] == setup.spec_dir
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('[engine]\ncgroup_manager = "cgroupfs"\ncdi_spec_dirs = ["/opt/cdi"]  # site\n',
+     '[engine]\ncgroup_manager = "cgroupfs"\ncdi_spec_dirs = ["/opt/cdi", "{d}"]  # site\n'),
+    ("[engine]\ncdi_spec_dirs = [\n    '/opt/cdi',\n    \"/etc/cdi\"\n]\nnum_locks = 2048\n",
+     '[engine]\ncdi_spec_dirs = [\n    "/opt/cdi",\n    "/etc/cdi",\n    "{d}",\n]\n'
+     'num_locks = 2048\n'),
+])
+def test_podman_existing_cdi_spec_dirs_extended(setup: Setup, text: str, expected: str) -> None:
+    conf = setup.tmp / "containers.conf"
+    conf.write_text(text)
+    res = setup.run("podman", "--containers-conf", str(conf))
+    assert res.returncode == 0, res.stderr
+    assert conf.read_text() == expected.replace("{d}", setup.spec_dir)
+    assert (setup.tmp / f"containers.conf{BACKUP}").read_text() == text
+    doc = read_toml(conf)
+    if doc is not None:
+        assert setup.spec_dir in doc["engine"]["cdi_spec_dirs"]
+
+
+def test_podman_cdi_spec_dirs_without_the_default_dir(tmp_path: Path) -> None:
+    """A cdi_spec_dirs that leaves /etc/cdi out hides it from Podman: ours is added."""
+    setup = Setup(tmp_path, spec_dir="/etc/cdi")
+    conf = tmp_path / "containers.conf"
+    conf.write_text('[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n')
+    res = setup.run("podman", "--containers-conf", str(conf), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert '+cdi_spec_dirs = ["/opt/cdi", "/etc/cdi"]' in res.stdout.splitlines()
+    assert conf.read_text() == '[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n'
+
+
+def test_podman_refuses_an_unreadable_file(setup: Setup) -> None:
+    conf = setup.tmp / "containers.conf"
+    conf.write_text('[engine]\ncdi_spec_dirs = "/opt/cdi"\n[engine\n')
+    before = snapshot(conf)
+    one_error_line(setup.run("podman", "--containers-conf", str(conf)), str(conf), "line 3")
+    assert snapshot(conf) == before
+
+
+@pytest.mark.parametrize("text", [
+    "", "[containers]\n", '[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n',
+    '[engine]\n  cdi_spec_dirs = [\n    "/opt/cdi",  # site\n  ]\n',
+])
+def test_podman_scanner_and_parser_agree(text: str, toml_reader: str) -> None:
+    new = setup_cmd.podman_edit(text, "containers.conf", "/srv/cdi")
+    assert setup_cmd.podman_edit(new, "containers.conf", "/srv/cdi") == new
+    assert setup_cmd.podman_spec_dirs(new, "containers.conf")[0][-1] == "/srv/cdi"
+
+
+# -- the command line -------------------------------------------------------------------
+
+def test_help_shows_the_default_files() -> None:
+    for engine, default in (("docker", setup_cmd.DOCKER_DAEMON_JSON),
+                            ("containerd", setup_cmd.CONTAINERD_CONFIG),
+                            ("podman", setup_cmd.PODMAN_CONTAINERS_CONF)):
+        res = subprocess.run(["gpuslice", "setup", engine, "--help"], capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert default in " ".join(res.stdout.split()), res.stdout
+
+
+def test_functions_return_the_status(setup: Setup, capsys: pytest.CaptureFixture) -> None:
+    conf = setup.tmp / "config.toml"
+    assert setup_cmd.containerd(setup.cfg(), str(conf), dry_run=True) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith(f"--- /dev/null\n+++ {conf}\n") and not conf.exists()
+    with pytest.raises(SystemExit) as exc:
+        setup_cmd.docker(setup.cfg(), str(setup.tmp / "d.json"), name="runc")
+    assert exc.value.code == 2
+
+
+def test_config_runtime_path_default_and_key(tmp_path: Path) -> None:
+    import sysconfig
+
+    assert config_mod.Config().runtime_path == os.path.join(sysconfig.get_path("scripts"),
+                                                            "gpuslice-runtime")
+    path = tmp_path / "c.yaml"
+    path.write_text("runtime_path: relative/gpuslice-runtime\n")
+    with pytest.raises(config_mod.ConfigError, match="runtime_path"):
+        config_mod.check_file(str(path))
+    path.write_text("runtime_path: /opt/gpuslice-runtime\n")
+    assert config_mod.check_file(str(path)).to_dict()["runtime_path"] == "/opt/gpuslice-runtime"
