@@ -1,0 +1,153 @@
+"""gpuslice-runtime's own behaviour (native/hook/src/runtime_*.c), with a
+recording stand-in for runc and for the applier: what is passed through,
+byte for byte; where the bundle is found; when the applier runs; what a
+failure says, on stderr and in runc's JSON log; the lookups of the real
+runtime. The real engines are in test_runtime_e2e.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from fakehost import build_runtime
+
+
+class Rig:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.wrapper = build_runtime()
+        self.calls = tmp / "calls"
+        self.calls.mkdir()
+        # The stand-in runtime records its argv (one per line) and cwd.
+        self.runc = tmp / "fake-runc"
+        self.runc.write_text(f'#!/bin/sh\n{{ pwd; for a in "$@"; do echo "$a"; done; }} '
+                             f'> {self.calls}/runc\nexit 7\n')
+        self.runc.chmod(0o755)
+        self.applier = tmp / "fake-apply"
+        self.set_applier(0)
+        self.bundle = tmp / "bundle"
+        self.bundle.mkdir()
+
+    def set_applier(self, code: int, say: str = "") -> None:
+        self.applier.write_text(
+            f'#!/bin/sh\necho "$@" > {self.calls}/apply\n'
+            + (f'echo "{say}" >&2\n' if say else "") + f"exit {code}\n")
+        self.applier.chmod(0o755)
+
+    def config(self, doc: object) -> bytes:
+        data = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+        (self.bundle / "config.json").write_bytes(data)
+        return data
+
+    def run(self, args: List[str], env: Optional[Dict[str, str]] = None,
+            own: bool = True, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+        for f in self.calls.iterdir():
+            f.unlink()
+        pre = ["--gpuslice-runtime", str(self.runc), "--gpuslice-apply", str(self.applier)] \
+            if own else []
+        return subprocess.run([str(self.wrapper), *pre, *args], capture_output=True, text=True,
+                              env=env if env is not None else dict(os.environ),
+                              cwd=str(cwd or self.tmp), timeout=60)
+
+    def runc_argv(self) -> Optional[List[str]]:
+        path = self.calls / "runc"
+        return path.read_text().splitlines()[1:] if path.exists() else None
+
+    def applied(self) -> Optional[str]:
+        path = self.calls / "apply"
+        return path.read_text().strip() if path.exists() else None
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Rig:
+    return Rig(tmp_path)
+
+
+ASKS = {"process": {"env": ["PATH=/bin", "GPUSLICE=0-4g"]}}
+ASKS_NOTHING = {"process": {"env": ["PATH=/bin", "GPUSLICE_MEMORY_LIMIT=1g", "GPUSLICEX=1"]},
+                "annotations": {"io.other/x": "1"}}
+
+
+def test_other_commands_pass_through_unchanged(rig: Rig) -> None:
+    for args in (["state", "c1"], ["--root", "/r", "--log", "/l", "kill", "c1", "KILL"],
+                 ["delete", "--force", "c1"], ["--version"], ["start", "c1"]):
+        res = rig.run(args)
+        assert res.returncode == 7, res.stderr  # the stand-in's status: it was exec'ed
+        assert rig.runc_argv() == args  # our own options gone, the rest as given
+        assert rig.applied() is None
+
+
+def test_no_request_leaves_config_alone(rig: Rig) -> None:
+    for doc in (ASKS_NOTHING, b"not json at all", b"[1, 2]"):
+        before = rig.config(doc)
+        res = rig.run(["create", "--bundle", str(rig.bundle), "c1"])
+        assert res.returncode == 7 and rig.applied() is None, res.stderr
+        assert (rig.bundle / "config.json").read_bytes() == before
+    (rig.bundle / "config.json").unlink()  # missing: runc's to report
+    assert rig.run(["create", "-b", str(rig.bundle), "c1"]).returncode == 7
+
+
+@pytest.mark.parametrize("spelling", [
+    ["--bundle", "B"], ["--bundle=B"], ["-b", "B"], ["-b=B"], ["-bundle", "B"]])
+def test_bundle_spellings(rig: Rig, spelling: List[str]) -> None:
+    rig.config(ASKS)
+    args = ["--log", "/dev/null", "create", "--pid-file", "/p", *[
+        a.replace("B", str(rig.bundle)) for a in spelling], "--console-socket", "/s", "c1"]
+    res = rig.run(args)
+    assert res.returncode == 7, res.stderr
+    assert rig.applied() == f"--bundle {rig.bundle}"
+    assert rig.runc_argv() == args
+
+
+def test_bundle_defaults_to_the_current_folder_and_run_counts(rig: Rig) -> None:
+    rig.config({"annotations": {"cdi.k8s.io/x": "v.com/c=1"}})
+    res = rig.run(["run", "--detach", "c1"], cwd=rig.bundle)
+    assert res.returncode == 7 and rig.applied() == f"--bundle {rig.bundle}", res.stderr
+    rig.config({"annotations": {"gpuslice.io/request": "4g"}})
+    assert rig.run(["create", "c2"], cwd=rig.bundle).returncode == 7
+    assert rig.applied() == f"--bundle {rig.bundle}"
+
+
+def test_a_refused_request_never_reaches_runc_and_is_logged(rig: Rig) -> None:
+    rig.config(ASKS)
+    rig.set_applier(2, "gpuslice-runtime: error: unknown CDI device gpuslice.io/gpu=0-4g")
+    log = rig.tmp / "runc.log"
+    res = rig.run(["--log", str(log), "--log-format", "json", "create", "--bundle",
+                   str(rig.bundle), "c1"])
+    assert res.returncode == 1
+    assert "unknown CDI device gpuslice.io/gpu=0-4g" in res.stderr
+    assert rig.runc_argv() is None
+    entry = json.loads(log.read_text().splitlines()[-1])
+    assert entry["level"] == "error"
+    assert entry["msg"] == "gpuslice-runtime: error: unknown CDI device gpuslice.io/gpu=0-4g"
+    rig.set_applier(3)  # fails without a word
+    res = rig.run(["create", "--bundle", str(rig.bundle), "c1"])
+    assert res.returncode == 1 and "said nothing" in res.stderr and rig.runc_argv() is None
+
+
+def test_lookups_and_their_errors(rig: Rig) -> None:
+    rig.config(ASKS_NOTHING)
+    env = dict(os.environ, PATH=str(rig.tmp / "nothing"))
+    res = rig.run(["state", "c1"], env=env, own=False)
+    assert res.returncode == 2
+    assert "no runc in PATH" in res.stderr and "--gpuslice-runtime PATH" in res.stderr
+    res = rig.run(["state", "c1"], env=dict(env, GPUSLICE_RUNTIME_BINARY=str(rig.runc)),
+                  own=False)
+    assert res.returncode == 7 and rig.runc_argv() == ["state", "c1"]
+    # A runc in PATH that is the wrapper itself is passed over, never exec'ed for ever.
+    (rig.tmp / "bin1").mkdir()
+    (rig.tmp / "bin2").mkdir()
+    os.symlink(rig.wrapper, rig.tmp / "bin1" / "runc")
+    os.symlink(rig.runc, rig.tmp / "bin2" / "runc")
+    res = rig.run(["state", "c1"], env=dict(os.environ, PATH=f"{rig.tmp}/bin1:{rig.tmp}/bin2"),
+                  own=False)
+    assert res.returncode == 7 and rig.runc_argv() == ["state", "c1"]
+    res = rig.run(["--gpuslice-runtime", str(rig.wrapper), "state", "c1"], own=False)
+    assert res.returncode == 2
+    res = rig.run(["--gpuslice-runtime"], own=False)
+    assert res.returncode == 2 and "--gpuslice-runtime" in res.stderr
