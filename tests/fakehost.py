@@ -42,10 +42,12 @@ def build_hook(asan: bool = False) -> Path:
     return HOOK_DIR / ("build-asan" if asan else "build") / "gpuslice-hook"
 
 
-def build_runtime() -> Path:
-    """native/hook's gpuslice-runtime, built (make: only what changed)."""
-    subprocess.run(["make", "-s", "-C", str(HOOK_DIR)], check=True)
-    return HOOK_DIR / "build" / "gpuslice-runtime"
+def build_runtime(asan: bool = False) -> Path:
+    """native/hook's gpuslice-runtime, built (make: only what changed); with asan,
+    the AddressSanitizer and UBSan build."""
+    subprocess.run(["make", "-s", "-C", str(HOOK_DIR), *(["asan"] if asan else [])],
+                   check=True)
+    return HOOK_DIR / ("build-asan" if asan else "build") / "gpuslice-runtime"
 
 
 def fake_gpu(index: int, **overrides: Any) -> Dict[str, Any]:

@@ -18,9 +18,9 @@ from fakehost import build_runtime
 
 
 class Rig:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, asan: bool) -> None:
         self.tmp = tmp
-        self.wrapper = build_runtime()
+        self.wrapper = build_runtime(asan)
         self.calls = tmp / "calls"
         self.calls.mkdir()
         # The stand-in runtime records its argv (one per line) and cwd.
@@ -63,9 +63,11 @@ class Rig:
         return path.read_text().strip() if path.exists() else None
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Rig:
-    return Rig(tmp_path)
+@pytest.fixture(params=[False, True], ids=["plain", "asan"])
+def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
+    """Each test runs the plain build and the ASan/UBSan one (an error there aborts
+    it with a report, so the test sees a wrong status)."""
+    return Rig(tmp_path, request.param)
 
 
 ASKS = {"process": {"env": ["PATH=/bin", "GPUSLICE=0-4g"]}}
