@@ -33,7 +33,9 @@ if [ "$with_tests" = 1 ]; then
     podman runc crun conmon containernetworking-plugins busybox-static uidmap \
     docker.io containerd \
     gcc make libc6-dev libsqlite3-dev python3 python3-pip python3-dev \
-    ca-certificates util-linux mount procps </dev/null
+    ca-certificates util-linux mount procps \
+    git cpio build-essential debhelper dh-python python3-all python3-setuptools \
+    pybuild-plugin-pyproject python3-yaml python3-click python3-cffi rpm lintian rpmlint </dev/null
 fi
 
 pip_args=(-q)
