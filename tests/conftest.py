@@ -45,3 +45,12 @@ def driver_root(tmp_path_factory: pytest.TempPathFactory, fakedriver: Path) -> P
     from fakehost import make_driver_root
 
     return make_driver_root(tmp_path_factory.mktemp("driver") / "root", fakedriver)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    """What tests kept for the log (tests/ci_log.py), after the results."""
+    from ci_log import KEPT
+
+    for name, text in KEPT:
+        terminalreporter.write_sep("=", name)
+        terminalreporter.write_line(text.rstrip())

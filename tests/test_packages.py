@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import pytest
 import yaml
 
+import ci_log
 from fakehost import Host, fake_gpu
 from podman_harness import Podman
 
@@ -101,6 +102,7 @@ def report(name: str, text: str, *dirs: Path) -> None:
     """Into the CI log (stderr, shown for a failing test; -s shows it always)
     and into dist/NAME of this tree and of each of dirs."""
     sys.stderr.write("===== %s\n%s\n" % (name, text.rstrip()))
+    ci_log.keep(name, text)
     for d in (REPO / "dist", *dirs):
         d.mkdir(parents=True, exist_ok=True)
         (d / name).write_text(text)
