@@ -173,12 +173,14 @@ void *gs_wrapper_for(void *real)
     return real;
 }
 
-/* A driver whose own exports are interposed (built without -Bsymbolic, as
- * the test fake is) hands out our wrappers directly: nothing to map. */
-static int is_wrapper(void *p)
+/* A pointer we know: one of our wrappers (a driver whose own exports are
+ * interposed, built without -Bsymbolic as the test fake is, hands those out
+ * directly), or a driver export we resolved (handed out as it is when we
+ * choose so: an uncapped process's launch functions). */
+static int is_known(void *p)
 {
     for (int i = 0; i < GS_FN_COUNT; i++)
-        if (fn_wrappers[i] == p)
+        if (fn_wrappers[i] == p || (fn_wrappers[i] && gs_real[i] == p))
             return 1;
     return 0;
 }
@@ -202,7 +204,7 @@ static void map_proc(const char *symbol, void **pfn)
     if (!pfn || !*pfn || gs_cfg.disabled)
         return;
     void *w = gs_wrapper_for(*pfn);
-    if (w == *pfn && !is_wrapper(w) && symbol && names_hooked_family(symbol)) {
+    if (w == *pfn && !is_known(w) && symbol && names_hooked_family(symbol)) {
         /* The driver handed out a pointer that is none of the exported
          * variants we resolved: we cannot tell which one it is. Say so. */
         static int warned;
