@@ -123,6 +123,20 @@ unsigned long long gs_unique_id(void);
 
 /* The region, opened on first use (never NULL: a private one as fallback). */
 struct gpuslice_region *gs_region_open_slow(void);
+
+/* A file of `size` bytes shared by processes: opened (made if missing), locked
+ * with flock so that one process at a time creates or checks it, an empty one
+ * grown to size, mapped read-write. in_shared_dir: it lives in a folder every
+ * tenant writes (the card files): no link is followed, only a regular file
+ * will do, and a new one is made writable by every user. GS_MAP_OK: *out is
+ * the mapping and *fd holds the lock; the caller checks or initialises the
+ * contents, then calls gs_map_done(*fd). Otherwise nothing is held, and errno
+ * says why: GS_MAP_NO_FILE (open failed), GS_MAP_BAD_SIZE (*size_found is
+ * the file's size), GS_MAP_ERROR (errno 0: not a regular file). */
+enum { GS_MAP_OK, GS_MAP_NO_FILE, GS_MAP_BAD_SIZE, GS_MAP_ERROR };
+int gs_map_locked(const char *path, size_t size, int in_shared_dir, void **out, int *fd,
+                  long long *size_found);
+void gs_map_done(int fd);
 extern struct gpuslice_region *gs_region_ptr;
 static inline struct gpuslice_region *gs_region(void)
 {

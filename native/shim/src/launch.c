@@ -12,18 +12,15 @@
  * event record per millisecond of GPU work, so that the capped one can see
  * it compete. Only a capped process ever waits here.
  */
-#define _GNU_SOURCE /* clock_nanosleep, flock */
+#define _GNU_SOURCE /* clock_nanosleep */
 #include "gpuslice.h"
 #include "pace.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,29 +81,24 @@ static struct gpuslice_card *open_card(const char *uuid)
 {
     char path[sizeof gs_cfg.card_dir + GPUSLICE_UUID_SIZE + 2];
     snprintf(path, sizeof path, "%s/%s", gs_cfg.card_dir, uuid);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (fd < 0) {
+    void *m;
+    int fd;
+    long long found;
+    switch (gs_map_locked(path, sizeof(struct gpuslice_card), 1, &m, &fd, &found)) {
+    case GS_MAP_OK:
+        break;
+    case GS_MAP_NO_FILE:
         GS_LOG(GS_INFO, "no card file %s (%s): compute caps assume no neighbours", path,
                strerror(errno));
         return NULL;
-    }
-    struct gpuslice_card *c = NULL;
-    struct stat st;
-    if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        goto out;
-    if (st.st_size == 0) {
-        /* Every tenant of the card, whatever its user, must be able to write. */
-        if (fchmod(fd, 0666) != 0 || ftruncate(fd, sizeof *c) != 0)
-            goto out;
-    } else if (st.st_size != (off_t)sizeof *c) {
+    case GS_MAP_BAD_SIZE:
         gs_log_write(GS_WARN, "%s has size %lld, expected %zu; compute caps assume no "
-                     "neighbours", path, (long long)st.st_size, sizeof *c);
-        goto out;
+                     "neighbours", path, found, sizeof(struct gpuslice_card));
+        return NULL;
+    default:
+        return NULL;
     }
-    void *m = mmap(NULL, sizeof *c, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-        goto out;
-    c = m;
+    struct gpuslice_card *c = m;
     if (c->magic == 0) {
         c->version = GPUSLICE_CARD_VERSION;
         c->size = sizeof *c;
@@ -118,9 +110,7 @@ static struct gpuslice_card *open_card(const char *uuid)
         munmap(m, sizeof *c);
         c = NULL;
     }
-out:
-    flock(fd, LOCK_UN);
-    close(fd);
+    gs_map_done(fd);
     return c;
 }
 

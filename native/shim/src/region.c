@@ -82,6 +82,50 @@ static int mkdir_p(const char *dir)
     return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+int gs_map_locked(const char *path, size_t size, int in_shared_dir, void **out, int *fd,
+                  long long *size_found)
+{
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (in_shared_dir ? O_NOFOLLOW : 0), 0666);
+    if (f < 0)
+        return GS_MAP_NO_FILE;
+    struct stat st;
+    int result = GS_MAP_ERROR;
+    if (flock(f, LOCK_EX) != 0 || fstat(f, &st) != 0)
+        goto fail;
+    if (in_shared_dir && !S_ISREG(st.st_mode)) {
+        errno = 0;
+        goto fail;
+    }
+    if (st.st_size != 0 && st.st_size != (off_t)size) {
+        *size_found = (long long)st.st_size;
+        result = GS_MAP_BAD_SIZE;
+        goto fail;
+    }
+    /* A file in a folder every tenant writes must be writable by all of them,
+     * whatever their user and umask. */
+    if (st.st_size == 0 && ((in_shared_dir && fchmod(f, 0666) != 0) || ftruncate(f, size) != 0))
+        goto fail;
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    if (m == MAP_FAILED)
+        goto fail;
+    *out = m;
+    *fd = f;
+    return GS_MAP_OK;
+fail:;
+    int e = errno;
+    gs_map_done(f);
+    errno = e;
+    return result;
+}
+
+void gs_map_done(int fd)
+{
+    /* Explicitly: a flock belongs to the open file, which the mapping keeps
+     * alive, so close() alone would hold it until munmap. */
+    flock(fd, LOCK_UN);
+    close(fd);
+}
+
 /* The file, or NULL (logged) if it cannot be used. */
 static struct gpuslice_region *open_file(void)
 {
@@ -92,29 +136,28 @@ static struct gpuslice_region *open_file(void)
                      gs_cfg.state_dir, strerror(errno));
         return NULL;
     }
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) {
+    /* The lock serialises creation: exactly one process initialises the file. */
+    void *m;
+    int fd;
+    long long found;
+    switch (gs_map_locked(path, sizeof(struct gpuslice_region), 0, &m, &fd, &found)) {
+    case GS_MAP_OK:
+        break;
+    case GS_MAP_NO_FILE:
         gs_log_write(GS_WARN, "cannot open %s (%s); memory caps hold per process only", path,
                      strerror(errno));
         return NULL;
-    }
-    /* flock serialises creation: exactly one process initialises the file. */
-    struct gpuslice_region *r = NULL;
-    struct stat st;
-    if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0)
-        goto fail;
-    if (st.st_size != 0 && st.st_size != (off_t)sizeof *r) {
+    case GS_MAP_BAD_SIZE:
         gs_log_write(GS_WARN, "%s has size %lld, expected %zu (another layout); "
-                     "memory caps hold per process only", path, (long long)st.st_size,
-                     sizeof *r);
-        goto out;
+                     "memory caps hold per process only", path, found,
+                     sizeof(struct gpuslice_region));
+        return NULL;
+    default:
+        gs_log_write(GS_WARN, "cannot use %s (%s); memory caps hold per process only", path,
+                     strerror(errno));
+        return NULL;
     }
-    if (st.st_size == 0 && ftruncate(fd, sizeof *r) != 0)
-        goto fail;
-    void *m = mmap(NULL, sizeof *r, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-        goto fail;
-    r = m;
+    struct gpuslice_region *r = m;
     unsigned magic = __atomic_load_n(&r->magic, __ATOMIC_ACQUIRE);
     if (magic == 0) {
         /* New, or its creator died before finishing: nobody uses it yet. */
@@ -133,15 +176,7 @@ static struct gpuslice_region *open_file(void)
                        "environment (%llu)", i, r->devices[i].limit_bytes,
                        gs_cfg.mem_limit[i]);
     }
-    goto out;
-fail:
-    gs_log_write(GS_WARN, "cannot use %s (%s); memory caps hold per process only", path,
-                 strerror(errno));
-out:
-    /* Explicitly: a flock belongs to the open file, which the mapping keeps
-     * alive, so close() alone would hold it until munmap. */
-    flock(fd, LOCK_UN);
-    close(fd);
+    gs_map_done(fd);
     return r;
 }
 
