@@ -1,6 +1,6 @@
 """One tenant of bench/compute_share: a GPU loop, and when each unit of work finished.
 
-    python3 bench/compute_prog.py PROGRAM SECONDS START_AT OUTFILE [--setup-lead S]
+    python3 bench/compute_prog.py PROGRAM SECONDS START_AT OUTFILE [--setup-lead S] [--cpu N]
 
 PROGRAM is matmul (one fp16 4096x4096 torch.mm per unit), tiny (100 launches
 of a 256-element add per unit) or graph (one replay of a captured CUDA graph
@@ -124,10 +124,14 @@ def main() -> None:
     ap.add_argument("--setup-lead", type=float, default=2.5,
                     help="begin CUDA setup this many seconds before START_AT")
     ap.add_argument("--warmup", type=float, default=0.4, help="seconds of warm-up loop")
+    ap.add_argument("--cpu", type=int, default=None,
+                    help="run on this CPU alone from the setup on (not during the import)")
     args = ap.parse_args()
     prog = args.program
 
     sleep_until(args.start_at - args.setup_lead)
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     t_setup = time.monotonic()
     unit = make_unit(prog)
     for _ in range(2):  # kernels loaded, cuBLAS initialized
@@ -162,6 +166,7 @@ def main() -> None:
         "seconds": args.seconds,
         "start_at": args.start_at,
         "pid": os.getpid(),
+        "cpu": args.cpu,
         "env": {k: os.environ.get(k) for k in ("LD_PRELOAD", "GPUSLICE_CORE_LIMIT",
                                                "GPUSLICE_STATE_DIR", "GPUSLICE_CARD_DIR")},
         "device": torch.cuda.get_device_name(),

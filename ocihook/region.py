@@ -115,6 +115,7 @@ class Card:
     path: str
     capped_ns: int                   # CLOCK_MONOTONIC when a capped tenant last ran; 0: none
     backlog_ns: List[Tuple[int, int]]  # (owner token, stamp) of every taken slot
+    turn_owner: int                  # token of the process whose turn it is; 0: nobody's
 
 
 def read_card(path: str) -> Card:
@@ -134,4 +135,4 @@ def read_card(path: str) -> Card:
                           "card file of this version")
     slots = [(c.slots[i].owner, c.slots[i].backlog_ns) for i in range(lib.GPUSLICE_CARD_SLOTS)
              if c.slots[i].owner]
-    return Card(path, c.capped_ns, slots)
+    return Card(path, c.capped_ns, slots, c.turn_owner)

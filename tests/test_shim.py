@@ -10,11 +10,14 @@ report fails the test.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -568,14 +571,14 @@ def test_capped_process_says_so_in_the_card_file(shim: Shim, tmp_path: Path) -> 
     assert os.stat(card.path).st_mode & 0o777 == 0o666
 
 
-def write_card(path: Path, capped_ns: int, turn_team: int = 0, turn_until_ns: int = 0) -> None:
+def write_card(path: Path, capped_ns: int, turn_owner: int = 0, turn_until_ns: int = 0) -> None:
     ffi = region._ffi()
     lib = ffi.dlopen(None)
     c = ffi.new("struct gpuslice_card *")
     c.magic, c.version = lib.GPUSLICE_CARD_MAGIC, lib.GPUSLICE_CARD_VERSION
     c.size = ffi.sizeof("struct gpuslice_card")
     c.capped_ns = capped_ns
-    c.turn_team, c.turn_until_ns = turn_team, turn_until_ns
+    c.turn_owner, c.turn_until_ns = turn_owner, turn_until_ns
     path.write_bytes(bytes(ffi.buffer(c)))
 
 
@@ -610,7 +613,10 @@ def test_stale_capped_mark_is_cleared(shim: Shim, tmp_path: Path) -> None:
     assert s.region().devices[0].compute_launches < 20
 
 
-@pytest.mark.parametrize("content", [b"", b"x" * 100, b"\xff" * 4128],
+CARD_SIZE = region._ffi().sizeof("struct gpuslice_card")
+
+
+@pytest.mark.parametrize("content", [b"", b"x" * 100, b"\xff" * CARD_SIZE],
                          ids=["empty", "short", "garbage"])
 def test_hostile_card_file_leaves_the_cap_in_force(shim: Shim, tmp_path: Path,
                                                    content: bytes) -> None:
@@ -659,16 +665,16 @@ def test_malformed_card_dir_is_named(shim: Shim) -> None:
 @pytest.mark.parametrize("cap", [None, "50"])
 def test_turns_a_lease_from_far_ahead_is_ignored(shim: Shim, tmp_path: Path,
                                                  cap: Optional[str]) -> None:
-    # GPUSLICE_COMPUTE_TURNS=1 (experimental): a card file claiming the card
-    # for another team for 10 s must not hold anyone up: leases last 5 ms.
+    # A card file claiming the card for another process for 10 s must not
+    # hold anyone up: leases last 5 ms.
     cards = tmp_path / "cards"
     cards.mkdir()
-    s = shim.with_env(GPUSLICE_CORE_LIMIT=cap, GPUSLICE_COMPUTE_TURNS="1",
-                      FAKECUDA_KERNEL_NS=str(KERNEL_NS), GPUSLICE_CARD_DIR=str(cards))
+    s = shim.with_env(GPUSLICE_CORE_LIMIT=cap, FAKECUDA_KERNEL_NS=str(KERNEL_NS),
+                      GPUSLICE_CARD_DIR=str(cards))
     s.run("gpa", "init", "pctx", "0")
     path = card_path(s, cards)
     now = time.monotonic_ns()
-    write_card(path, now, turn_team=12345, turn_until_ns=now + 10_000_000_000)
+    write_card(path, now, turn_owner=12345, turn_until_ns=now + 10_000_000_000)
     res = s.run("gpa", "init", "pctx", "0", "launch", "kernel", "80", timeout=8)
     assert rc_of(results(res), "launch") == 0
     if cap:
@@ -676,6 +682,79 @@ def test_turns_a_lease_from_far_ahead_is_ignored(shim: Shim, tmp_path: Path,
         card = region.read_card(str(path))
         assert s.region().devices[0].compute_throttled_ns > 0
         assert card.capped_ns >= now
+        assert card.turn_owner == 0
+
+
+class LeaseForger:
+    """A hostile tenant: renews a turn for a process that does not exist, and
+    says a capped tenant is here, every 0.5 ms, in the card file's own
+    mapping, as long as it runs."""
+
+    def __init__(self, path: Path) -> None:
+        ffi = region._ffi()
+        self.capped_at = ffi.offsetof("struct gpuslice_card", "capped_ns")
+        self.owner_at = ffi.offsetof("struct gpuslice_card", "turn_owner")
+        self.until_at = ffi.offsetof("struct gpuslice_card", "turn_until_ns")
+        self.f = open(path, "r+b")
+        self.m = mmap.mmap(self.f.fileno(), 0)
+        self.stop = threading.Event()
+        self.renewals = 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now = time.monotonic_ns()
+            struct.pack_into("=Q", self.m, self.capped_at, now)
+            struct.pack_into("=Q", self.m, self.owner_at, 12345)
+            struct.pack_into("=Q", self.m, self.until_at, now + 4_000_000)
+            self.renewals += 1
+            time.sleep(0.0005)
+
+    def __enter__(self) -> "LeaseForger":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.m.close()
+        self.f.close()
+
+
+@pytest.mark.parametrize("cap", [None, "50"])
+def test_turns_a_lease_renewed_forever_cannot_stall_a_process(shim: Shim, tmp_path: Path,
+                                                              cap: Optional[str]) -> None:
+    # Anyone can write the card file: a tenant that holds the turn for ever
+    # (renewing a 4 ms lease every 0.5 ms) makes others wait at most 90 % of
+    # their time (their patience), so they still finish their work.
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    s = shim.with_env(GPUSLICE_CORE_LIMIT=cap, FAKECUDA_KERNEL_NS=str(KERNEL_NS),
+                      GPUSLICE_CARD_DIR=str(cards))
+    s.run("gpa", "init", "pctx", "0")
+    path = card_path(s, cards)
+    write_card(path, time.monotonic_ns())
+    with LeaseForger(path) as forger:
+        res = s.run("gpa", "init", "pctx", "0", "launch", "kernel", "80", timeout=30)
+        renewals = forger.renewals
+    assert rc_of(results(res), "launch") == 0
+    assert s.region().devices[0].compute_launches == 80
+    assert renewals > 10  # the lease was held all along
+    assert region.read_card(str(path)).turn_owner == 12345
+
+
+def test_malformed_turns_setting_is_named_and_turns_stay_on(shim: Shim,
+                                                             tmp_path: Path) -> None:
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="50", GPUSLICE_COMPUTE_TURNS="yes",
+                      FAKECUDA_KERNEL_NS=str(KERNEL_NS), GPUSLICE_CARD_DIR=str(cards))
+    res = s.run("gpa", "init", "pctx", "0", "launch", "kernel", "40", "alloc", "1")
+    warned = [line for line in res.stderr.splitlines() if "GPUSLICE_COMPUTE_TURNS" in line]
+    assert len(warned) == 1 and 'GPUSLICE_COMPUTE_TURNS="yes"' in warned[0], res.stderr
+    assert "expected 1 or 0" in warned[0]
+    rows = results(res)
+    assert rc_of(rows, "launch") == 0 and rc_of(rows, "alloc") == 0  # nothing fails closed
 
 
 def test_placed_card_is_the_only_one_cuda_sees(shim: Shim) -> None:

@@ -169,8 +169,16 @@ void gs_config_load(struct gs_config *cfg)
     read_dir(cfg, "GPUSLICE_STATE_DIR", "/run/gpuslice", cfg->state_dir, sizeof cfg->state_dir,
              16, "an absolute path shorter than 496 bytes");
 
-    v = env("GPUSLICE_COMPUTE_TURNS");
-    cfg->compute_turns = v && strcmp(v, "0") != 0;
+    /* Capped tenants of a card run in turns unless told not to. */
+    cfg->compute_turns = 1;
+    if ((v = env("GPUSLICE_COMPUTE_TURNS"))) {
+        if (strcmp(v, "0") == 0)
+            cfg->compute_turns = 0;
+        else if (strcmp(v, "1") != 0)
+            /* Turns only make caps tighter: a typo keeps them, nothing fails. */
+            gs_log_write(GS_WARN, "GPUSLICE_COMPUTE_TURNS=\"%s\" is malformed (expected 1 "
+                         "or 0); capped tenants take turns", v);
+    }
 
     read_dir(cfg, "GPUSLICE_CARD_DIR", "/run/gpuslice/cards", cfg->card_dir,
              sizeof cfg->card_dir, 128, "an absolute path shorter than 384 bytes");

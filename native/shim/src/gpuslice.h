@@ -53,7 +53,7 @@ struct gs_config {
     unsigned long long mem_limit[GPUSLICE_MAX_DEVICES]; /* 0 = none */
     unsigned int core_limit[GPUSLICE_MAX_DEVICES];      /* percent; 0 = none */
     int any_core;    /* some compute cap was given */
-    int compute_turns; /* GPUSLICE_COMPUTE_TURNS=1: tenants of a card run in turns */
+    int compute_turns; /* capped tenants of a card run in turns (GPUSLICE_COMPUTE_TURNS=0: not) */
     unsigned long long context_reserve;
     char state_dir[512];
     char card_dir[512]; /* card files: what every tenant of a card shares */
@@ -118,7 +118,7 @@ void *gs_wrapper_for(void *real);
 /* --------------------------------------------------------------- region.c */
 
 unsigned long long gs_now_ns(void); /* CLOCK_MONOTONIC */
-/* A random id, never 0: a container's team, a process's card-file token. */
+/* A random id, never 0: a process's card-file token. */
 unsigned long long gs_unique_id(void);
 
 /* The region, opened on first use (never NULL: a private one as fallback). */

@@ -301,7 +301,6 @@ static void io_init(struct pacer_dev *pd, int dev)
         .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
         .cap = io_cap, .card = pd->io.card, .slot = -1, .token = card_token,
         .turns = gs_cfg.compute_turns,
-        .team = __atomic_load_n(&gs_region()->team, __ATOMIC_RELAXED),
     };
     pd->dev = dev;
 }
@@ -429,6 +428,7 @@ __attribute__((destructor)) static void flush_at_exit(void)
         if (pd->p.charge_ns || pd->p.launches)
             io_settle(&pd->io, pd->p.charge_ns, pd->p.launches, &wait);
         pd->p.charge_ns = pd->p.launches = 0;
+        gs_pace_leave(&pd->p, &pd->io);
         pthread_mutex_unlock(&pd->mu);
     }
 }

@@ -154,18 +154,28 @@ unsigned long long gs_bucket_wait_ns(const struct gpuslice_bucket *b, unsigned c
 
 /* -------------------------------------------------------------------- card */
 
+/* A stamp within `window` of now: before it, or a little after (written by
+ * someone who read the clock after us); one further ahead is garbage. */
+static int recent(unsigned long long t, unsigned long long now, unsigned long long window)
+{
+    return t <= now ? now - t <= window : t - now <= window;
+}
+
+/* Queued work it has not yet let run dry. */
+static int slot_competes(const struct gpuslice_card_slot *s, unsigned long long now)
+{
+    unsigned long long owner = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
+    unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
+    unsigned long long d = __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED);
+    return owner && recent(t, now, GS_PACE_BACKLOG_NS) && d < t;
+}
+
 unsigned gs_card_competitors(const struct gpuslice_card *c, int mine, unsigned long long now)
 {
     unsigned n = 0;
-    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
-        if (i == mine)
-            continue;
-        unsigned long long owner = __atomic_load_n(&c->slots[i].owner, __ATOMIC_RELAXED);
-        unsigned long long t = __atomic_load_n(&c->slots[i].backlog_ns, __ATOMIC_RELAXED);
-        /* Anything can be written here: a stamp from the future is garbage. */
-        if (owner && t <= now + GS_PACE_BACKLOG_NS && now - t <= GS_PACE_BACKLOG_NS)
+    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++)
+        if (i != mine && slot_competes(&c->slots[i], now))
             n++;
-    }
     return n;
 }
 
@@ -175,14 +185,16 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
         if (__atomic_load_n(&c->slots[i].owner, __ATOMIC_RELAXED) == token)
             return i;
     for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
-        unsigned long long owner = __atomic_load_n(&c->slots[i].owner, __ATOMIC_RELAXED);
-        unsigned long long t = __atomic_load_n(&c->slots[i].backlog_ns, __ATOMIC_RELAXED);
+        struct gpuslice_card_slot *s = &c->slots[i];
+        unsigned long long owner = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
+        unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
         /* Free, or its owner has not competed for a second (dead or idle:
          * an idle owner takes another slot when it competes again). */
         if (owner == 0 || t + GS_PACE_STALE_NS < now || t > now + GS_PACE_BACKLOG_NS) {
-            if (__atomic_compare_exchange_n(&c->slots[i].owner, &owner, token, 0,
-                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-                __atomic_store_n(&c->slots[i].backlog_ns, 0, __ATOMIC_RELAXED);
+            if (__atomic_compare_exchange_n(&s->owner, &owner, token, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED)) {
+                __atomic_store_n(&s->backlog_ns, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&s->drained_ns, 0, __ATOMIC_RELAXED);
                 return i;
             }
         }
@@ -190,15 +202,18 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
     return -1;
 }
 
-int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token,
+int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, int what,
                   unsigned long long now)
 {
     /* Someone took the slot while we were idle: take another. */
     if (slot < 0 || slot >= GPUSLICE_CARD_SLOTS ||
         __atomic_load_n(&c->slots[slot].owner, __ATOMIC_RELAXED) != token)
         slot = gs_card_claim(c, token, now);
-    if (slot >= 0)
-        __atomic_store_n(&c->slots[slot].backlog_ns, now, __ATOMIC_RELAXED);
+    if (slot >= 0) {
+        struct gpuslice_card_slot *s = &c->slots[slot];
+        __atomic_store_n(what == GS_CARD_DRAINED ? &s->drained_ns : &s->backlog_ns, now,
+                         __ATOMIC_RELAXED);
+    }
     return slot;
 }
 
@@ -241,18 +256,36 @@ static void poll_ring(struct gs_pacer *p, struct gs_pace_io *io, unsigned long l
         complete_oldest(p, io, others);
 }
 
+static void stamp(struct gs_pace_io *io, int what, unsigned long long now)
+{
+    if (io->card)
+        io->slot = gs_card_stamp(io->card, io->slot, io->token, what, now);
+}
+
 /* Block until the oldest entry completes; the process competes meanwhile. */
 static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
 {
     const struct gs_fence *f = gs_pace_oldest(p);
-    if (io->card)
-        io->slot = gs_card_stamp(io->card, io->slot, io->token, io->now(io));
+    stamp(io, GS_CARD_BACKLOG, io->now(io));
     if (io->event_wait(io, f->ev) != 0) {
         /* The context is broken: forget the ring, its events are lost. */
         gs_pace_reset(p);
         return;
     }
     complete_oldest(p, io, competitors(io, io->now(io)));
+}
+
+/* Let our queue run dry (what was launched before the newest fence; the
+ * caller fences first if it must), say so in the card, and start a new
+ * busy period at the next launch. */
+static void drain(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    while (gs_pace_oldest(p))
+        wait_oldest(p, io);
+    stamp(io, GS_CARD_DRAINED, io->now(io));
+    void *ref = gs_pace_idle(p);
+    if (ref)
+        io->event_give(io, ref);
 }
 
 static unsigned settle(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long *wait)
@@ -269,10 +302,10 @@ static unsigned settle(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
 static int turn_elsewhere(struct gs_pace_io *io, unsigned long long now)
 {
     struct gpuslice_card *c = io->card;
-    unsigned long long team = __atomic_load_n(&c->turn_team, __ATOMIC_RELAXED);
+    unsigned long long owner = __atomic_load_n(&c->turn_owner, __ATOMIC_RELAXED);
     unsigned long long until = __atomic_load_n(&c->turn_until_ns, __ATOMIC_RELAXED);
     /* A lease further ahead than one lease is garbage: ignore it. */
-    return team && team != io->team && now < until && until <= now + GS_PACE_LEASE_NS;
+    return owner && owner != io->token && now < until && until <= now + GS_PACE_LEASE_NS;
 }
 
 static void renew(struct gs_pace_io *io, unsigned long long now)
@@ -280,62 +313,108 @@ static void renew(struct gs_pace_io *io, unsigned long long now)
     __atomic_store_n(&io->card->turn_until_ns, now + GS_PACE_LEASE_NS, __ATOMIC_RELAXED);
 }
 
-/* A capped tenant: wait for the card to be free (or ours), then take it. */
-static void take_turn(struct gs_pacer *p, struct gs_pace_io *io)
+/* Waiting for others' turns spends patience, which comes back at
+ * GS_PACE_PATIENCE_PCT of wall time: whatever a card file says (anyone can
+ * write it), a process gets the card at least the rest of the time. */
+static int patient(struct gs_pacer *p, unsigned long long now)
+{
+    if (p->patience_stamp_ns == 0 || now < p->patience_stamp_ns) {
+        p->patience_ns = (long long)GS_PACE_PATIENCE_NS;
+    } else {
+        unsigned long long dt = now - p->patience_stamp_ns;
+        if (dt > GS_PACE_PATIENCE_NS)
+            dt = GS_PACE_PATIENCE_NS;
+        long long v = p->patience_ns + (long long)(dt * GS_PACE_PATIENCE_PCT / 100);
+        p->patience_ns = v > (long long)GS_PACE_PATIENCE_NS ? (long long)GS_PACE_PATIENCE_NS : v;
+    }
+    p->patience_stamp_ns = now;
+    return p->patience_ns > 0;
+}
+
+static void wait_a_poll(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    unsigned long long t0 = io->now(io);
+    io->sleep(io, GS_PACE_TURN_POLL_NS);
+    p->patience_ns -= (long long)(io->now(io) - t0);
+}
+
+/* Another's turn: empty our queue, then wait while it lasts. */
+static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
+{
+    if (p->since_fence)
+        record(p, io, stream, 0, io->now(io)); /* so the drain covers every launch */
+    drain(p, io);
+    unsigned long long now;
+    while (turn_elsewhere(io, now = io->now(io)) && patient(p, now))
+        wait_a_poll(p, io);
+}
+
+/* A capped process: take the card, then give the others' queues (a lease
+ * at most) to run dry, so that what we are charged from here on is our own
+ * work. */
+static void take_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     struct gpuslice_card *c = io->card;
     for (;;) {
         unsigned long long now = io->now(io);
-        if (!turn_elsewhere(io, now)) {
-            unsigned long long team = __atomic_load_n(&c->turn_team, __ATOMIC_RELAXED);
-            if (team == io->team ||
-                __atomic_compare_exchange_n(&c->turn_team, &team, io->team, 0,
-                                            __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-                renew(io, now);
-                p->turn = 1;
+        if (turn_elsewhere(io, now)) {
+            if (!patient(p, now)) {
+                p->turn = 0; /* out of patience: run beside the holder */
                 return;
             }
+            stand_aside(p, io, stream);
+            continue;
         }
+        unsigned long long owner = __atomic_load_n(&c->turn_owner, __ATOMIC_RELAXED);
+        if (owner == io->token ||
+            __atomic_compare_exchange_n(&c->turn_owner, &owner, io->token, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+            break;
+    }
+    p->turn = 1;
+    unsigned long long t0 = io->now(io), now = t0;
+    renew(io, now);
+    while (now - t0 < GS_PACE_LEASE_NS && gs_card_competitors(c, io->slot, now)) {
         io->sleep(io, GS_PACE_TURN_POLL_NS);
+        renew(io, now = io->now(io));
     }
 }
 
 static void give_turn(struct gs_pacer *p, struct gs_pace_io *io)
 {
-    unsigned long long team = io->team;
+    unsigned long long mine = io->token;
     if (p->turn)
-        __atomic_compare_exchange_n(&io->card->turn_team, &team, 0, 0, __ATOMIC_RELAXED,
+        __atomic_compare_exchange_n(&io->card->turn_owner, &mine, 0, 0, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED);
     p->turn = 0;
 }
 
-/* Before a launch, with turns on: a capped tenant holds the card, an
- * uncapped one waits while a capped one does. */
-static void turn_gate(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+/* Before a launch, with turns on: a capped process holds the card while it
+ * runs (what it is charged is then its own), an uncapped one stands aside
+ * while a capped one does, unless it is light (its queue keeps running dry:
+ * it barely slows the holder, and waiting would cost it dearly). */
+static void turn_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
+                      unsigned long long now)
 {
-    if (io->cap(io)) {
-        if (!p->turn || turn_elsewhere(io, now))
-            take_turn(p, io);
+    int cap = io->cap(io) != 0;
+    if (!cap && p->light >= GS_PACE_LIGHT_FENCES)
         return;
-    }
-    if (!__atomic_load_n(&io->card->capped_ns, __ATOMIC_RELAXED))
+    if (cap ? p->turn && !turn_elsewhere(io, now) : !turn_elsewhere(io, now))
         return;
-    while (turn_elsewhere(io, now)) {
-        io->sleep(io, GS_PACE_TURN_POLL_NS);
-        now = io->now(io);
-    }
+    if (io->capturing(io, stream))
+        return; /* a launch into a graph runs later, when the graph does */
+    if (cap)
+        take_turn(p, io, stream);
+    else if (__atomic_load_n(&io->card->capped_ns, __ATOMIC_RELAXED) && patient(p, now))
+        stand_aside(p, io, stream);
 }
 
 /* In debt: let our queue run dry, then sleep until the credit is back. */
 static void throttle(struct gs_pacer *p, struct gs_pace_io *io)
 {
-    while (gs_pace_oldest(p))
-        wait_oldest(p, io);
+    drain(p, io);
     if (io->turns && io->card)
         give_turn(p, io);
-    void *ref = gs_pace_idle(p);
-    if (ref)
-        io->event_give(io, ref);
     unsigned long long wait;
     while (settle(p, io, &wait) && wait) {
         unsigned long long t0 = io->now(io);
@@ -351,18 +430,21 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     poll_ring(p, io, now);
     unsigned cap = io->cap(io);
     struct gpuslice_card *c = io->card;
+    /* Two entries in flight: the GPU is behind us. */
+    int behind = p->count >= 2;
+    p->light = behind ? 0 : p->light < GS_PACE_LIGHT_FENCES ? p->light + 1 : p->light;
     if (c) {
-        /* Two entries in flight: the GPU is behind us, we compete for it. */
-        if (p->count >= 2) {
-            io->slot = gs_card_stamp(c, io->slot, io->token, now);
+        if (behind) {
+            stamp(io, GS_CARD_BACKLOG, now); /* we compete for the card */
             gs_pace_mark_behind(p);
         }
         if (cap) {
             __atomic_store_n(&c->capped_ns, now, __ATOMIC_RELAXED);
         } else {
             unsigned long long t = __atomic_load_n(&c->capped_ns, __ATOMIC_RELAXED);
-            /* The capped neighbour is gone: back to the free path. */
-            if (t && (t > now + GS_PACE_STALE_NS || now - t > GS_PACE_STALE_NS))
+            /* The capped neighbour is gone: back to the free path. (A stamp
+             * a little after our `now` is fresh: it was taken after it.) */
+            if (t && !recent(t, now, GS_PACE_STALE_NS))
                 __atomic_compare_exchange_n(&c->capped_ns, &t, 0, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED);
         }
@@ -386,7 +468,7 @@ void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *strea
 {
     unsigned long long now = io->now(io);
     if (io->turns && io->card) {
-        turn_gate(p, io, now);
+        turn_gate(p, io, stream, now);
         now = io->now(io);
     }
     p->launch_ns = now;
@@ -407,4 +489,10 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     unsigned long long now = p->launch_ns;
     if (ok && (gs_pace_after(p, now) & GS_PACE_FENCE) && !io->capturing(io, stream))
         fence_point(p, io, stream, now);
+}
+
+void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    if (io->card)
+        give_turn(p, io);
 }

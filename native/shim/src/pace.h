@@ -30,6 +30,9 @@
 #define GS_PACE_STALE_NS 1000000000ull  /* no capped tenant seen for this long: none left */
 #define GS_PACE_LEASE_NS 5000000ull     /* a turn lapses this long after its last renewal */
 #define GS_PACE_TURN_POLL_NS 250000ull  /* how often a tenant waiting for the card looks */
+#define GS_PACE_PATIENCE_PCT 90ull      /* most of its time a process spends waiting for turns */
+#define GS_PACE_PATIENCE_NS 20000000ull /* saved-up patience: a wait lasts 200 ms at most */
+#define GS_PACE_LIGHT_FENCES 4u         /* fence points not behind the GPU: the process is light */
 #define GS_PACE_MAX_PER_FENCE 4096u
 #define GS_PACE_RING 8
 
@@ -52,7 +55,10 @@ struct gs_pacer {
     int need_mark;                 /* the queue is known empty: mark the next launch */
     unsigned long long charge_ns;  /* charged here, not yet moved to the bucket */
     unsigned long long launches;   /* counted here, not yet moved to the bucket */
-    int turn;                      /* holds its team's turn on the card */
+    unsigned light;                /* fence points in a row that found the GPU not behind us */
+    int turn;                      /* holds the turn on the card */
+    long long patience_ns;         /* how much longer it may wait for others' turns */
+    unsigned long long patience_stamp_ns;
 };
 
 enum { GS_PACE_MARK = 1, GS_PACE_GAP = 2, GS_PACE_FENCE = 4 };
@@ -106,16 +112,19 @@ struct gs_pace_io {
     struct gpuslice_card *card; /* NULL: no view of the neighbours */
     int slot;
     unsigned long long token;
-    /* Experimental (GPUSLICE_COMPUTE_TURNS=1): tenants of a card run in
-     * turns instead of side by side; team is the container's. */
+    /* Capped tenants of a card run in turns instead of side by side
+     * (GPUSLICE_COMPUTE_TURNS, on unless 0); a turn is a process's (token). */
     int turns;
-    unsigned long long team;
 };
 
 /* Around one launch that goes to `stream`: begin before the driver call,
  * end after it with whether the driver took the launch. */
 void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *stream);
 void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int ok);
+
+/* The process is going away: give back the turn if it holds it (no driver
+ * call; its queue dies with its context). */
+void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io);
 
 /* The container's bucket (caller holds the region lock). */
 void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now);
@@ -124,12 +133,16 @@ void gs_bucket_charge(struct gpuslice_bucket *b, unsigned long long ns);
  * to reach GS_PACE_RESUME_NS. */
 unsigned long long gs_bucket_wait_ns(const struct gpuslice_bucket *b, unsigned cap);
 
-/* How many other processes' slots say they have GPU work queued. */
+/* How many other processes' slots say they have had GPU work queued lately
+ * and have not let their queue run dry since: they compete for the card (a
+ * turn taker waits for them). */
 unsigned gs_card_competitors(const struct gpuslice_card *c, int mine, unsigned long long now);
 /* A slot for token (its own, a free or a stale one); -1 if none. */
 int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned long long now);
-/* Say that we have work queued now; returns our slot (it may have moved). */
-int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token,
+/* Say that we have work queued now (GS_CARD_BACKLOG) or that our queue ran
+ * dry (GS_CARD_DRAINED); returns our slot (it may have moved). */
+enum { GS_CARD_BACKLOG, GS_CARD_DRAINED };
+int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, int what,
                   unsigned long long now);
 
 #endif

@@ -60,7 +60,6 @@ void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg)
         r->devices[i].limit_bytes = cfg->mem_limit[i];
         r->devices[i].core_limit = cfg->core_limit[i];
     }
-    r->team = gs_unique_id(); /* the container's name on a card file */
     r->version = GPUSLICE_REGION_VERSION;
     r->size = sizeof *r;
     /* Last: a reader that sees the magic sees everything above. */

@@ -11,7 +11,7 @@
 #define GPUSLICE_REGION_H
 
 #define GPUSLICE_REGION_MAGIC 0x53555047
-#define GPUSLICE_REGION_VERSION 2
+#define GPUSLICE_REGION_VERSION 3
 #define GPUSLICE_MAX_DEVICES 16
 #define GPUSLICE_MAX_PROCS 128
 #define GPUSLICE_UUID_SIZE 96
@@ -62,7 +62,6 @@ struct gpuslice_region {
     unsigned int version;
     unsigned int size;               /* sizeof(struct gpuslice_region) */
     unsigned int device_count;
-    unsigned long long team;         /* random, made with the file: the container on a card */
     unsigned char lock[GPUSLICE_LOCK_SIZE]; /* process-shared robust pthread mutex */
     struct gpuslice_device devices[GPUSLICE_MAX_DEVICES];
     struct gpuslice_proc procs[GPUSLICE_MAX_PROCS];
@@ -77,12 +76,13 @@ struct gpuslice_region {
  * tenant can write here, so a reader trusts nothing it reads.
  */
 #define GPUSLICE_CARD_MAGIC 0x43535047
-#define GPUSLICE_CARD_VERSION 1
+#define GPUSLICE_CARD_VERSION 2
 #define GPUSLICE_CARD_SLOTS 256
 
 struct gpuslice_card_slot {
     unsigned long long owner;      /* a process's random token; 0 = free */
     unsigned long long backlog_ns; /* CLOCK_MONOTONIC when it last had GPU work queued */
+    unsigned long long drained_ns; /* when it last emptied its queue for another's turn */
 };
 
 struct gpuslice_card {
@@ -91,7 +91,7 @@ struct gpuslice_card {
     unsigned int size;
     unsigned int reserved;
     unsigned long long capped_ns;  /* last time a capped process ran here; 0: none */
-    unsigned long long turn_team;  /* the container whose turn it is (GPUSLICE_COMPUTE_TURNS) */
+    unsigned long long turn_owner; /* the process (its slot's token) whose turn it is */
     unsigned long long turn_until_ns; /* its lease: renewed while it runs */
     struct gpuslice_card_slot slots[GPUSLICE_CARD_SLOTS];
 };
