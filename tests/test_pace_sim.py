@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 import subprocess
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -30,9 +30,10 @@ def sim() -> Path:
     return SIM
 
 
-def simulate(sim: Path, seconds: int, *procs: str,
-             turns: bool = True) -> Tuple[Dict[str, List[float]], float]:
-    """Each process's share per window, and the percent of time the GPU executed."""
+def simulate(sim: Path, seconds: int, *procs: str, turns: bool = True,
+             gaps: Optional[Dict[str, float]] = None) -> Tuple[Dict[str, List[float]], float]:
+    """Each process's share per window, and the percent of time the GPU executed;
+    in `gaps`, each process's longest time without a kernel done (ms)."""
     res = subprocess.run([str(sim), *([] if turns else ["--no-turns"]), str(seconds), *procs],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -44,6 +45,8 @@ def simulate(sim: Path, seconds: int, *procs: str,
             shares[rest[0]] = [float(v) for v in rest[1:]]
         elif word == "executing":
             executing = float(rest[0])
+        elif word == "maxgap" and gaps is not None:
+            gaps[rest[0]] = float(rest[1])
     return shares, executing
 
 
@@ -163,6 +166,18 @@ def test_turns_recover_the_switching_loss(sim: Path) -> None:
     assert statistics.mean(settled(side["a"])) < 28, side
     assert all(abs(s - 30) <= TOLERANCE for s in settled(turns["a"])), turns
     assert turns_exec > side_exec + 2, (side_exec, turns_exec)
+
+
+@pytest.mark.parametrize("cap", [30, 75, 90, 100])
+def test_an_uncapped_neighbour_waits_one_turn_at_most(sim: Path, cap: int) -> None:
+    # A capped tenant holds the card for its on-phase (12 ms / (1 - cap)),
+    # but never longer than 50 ms at a stretch: beside cap 90 or 100 the
+    # uncapped one still runs every 50-odd ms, and gets what is left.
+    gaps: Dict[str, float] = {}
+    shares, _ = simulate(sim, 4, f"a:matmul:{cap}:0", "b:matmul:0:1", gaps=gaps)
+    assert gaps["b"] <= 60, gaps
+    assert all(abs(s - min(cap, 97)) <= TOLERANCE for s in settled(shares["a"])), shares
+    assert all(s >= max(1.5, 97 - cap - 2 * TOLERANCE) for s in settled(shares["b"])), shares
 
 
 def test_bad_turns_flag_position_is_named(sim: Path) -> None:

@@ -27,7 +27,9 @@
  *   the same container share one bucket (one cap).
  * Prints per process: "share <name> <w0> <w1> ..." percent per 1 s window of
  * the kernels it completed, against the same program alone and uncapped
- * (simulated first, in the same run), and "launches <name> <n>".
+ * (simulated first, in the same run), "launches <name> <n>" and "maxgap
+ * <name> <ms>", the longest it went without a kernel done after the first
+ * second; then "executing <percent>", the time the GPU executed kernels.
  */
 #define _GNU_SOURCE
 #include "../../native/shim/src/pace.h"
@@ -94,6 +96,7 @@ struct proc {
     int npool;
     long long completed[MAX_WINDOWS];
     unsigned long long launches;
+    double last_done, max_gap; /* longest time without a kernel done, after 1 s */
 };
 
 static double T;  /* the simulated clock, ns */
@@ -290,6 +293,9 @@ static void settle_heads(void)
                 int w = (int)(T / NS);
                 if (w >= 0 && w < MAX_WINDOWS)
                     p->completed[w]++;
+                if (T >= NS && T - p->last_done > p->max_gap)
+                    p->max_gap = T - p->last_done;
+                p->last_done = T;
                 p->kernels_queued--;
                 if (p->state == ON_QUEUE && p->kernels_queued < QUEUE_DEPTH)
                     p->state = AT_TIME, p->ready_at = T;
@@ -325,6 +331,7 @@ static void simulate(double seconds)
             p->pool[p->npool++] = &p->events[e];
         p->qhead = p->qlen = p->kernels_queued = 0;
         p->launches = 0;
+        p->last_done = p->max_gap = 0;
         memset(p->completed, 0, sizeof p->completed);
         p->state = AT_TIME;
         p->ready_at = 0;
@@ -492,6 +499,7 @@ int main(int argc, char **argv)
         for (int w = 0; w < (int)seconds; w++)
             printf(" %.2f", 100.0 * (double)procs[i].completed[w] / rates[i]);
         printf("\nlaunches %s %llu\n", procs[i].name, procs[i].launches);
+        printf("maxgap %s %.2f\n", procs[i].name, procs[i].max_gap / 1e6);
     }
     printf("executing %.2f\n", 100.0 * busy_ns / (seconds * NS));
     for (int i = 0; i < MAX_PROCS; i++)

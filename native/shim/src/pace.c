@@ -355,6 +355,12 @@ static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 static void take_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     struct gpuslice_card *c = io->card;
+    /* Just gave the card up while it still had work (GS_PACE_TURN_MAX_NS):
+     * leave it free for a poll, so that whoever waits sees it free. */
+    unsigned long long given = io->now(io) - p->turn_given_ns;
+    if (p->turn_given_ns && given <= GS_PACE_TURN_POLL_NS)
+        io->sleep(io, GS_PACE_TURN_POLL_NS + GS_PACE_TURN_POLL_NS / 4 - given);
+    p->turn_given_ns = 0;
     for (;;) {
         unsigned long long now = io->now(io);
         if (turn_elsewhere(io, now)) {
@@ -373,6 +379,7 @@ static void take_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     }
     p->turn = 1;
     unsigned long long t0 = io->now(io), now = t0;
+    p->turn_since_ns = t0;
     renew(io, now);
     while (now - t0 < GS_PACE_LEASE_NS && gs_card_competitors(c, io->slot, now)) {
         io->sleep(io, GS_PACE_TURN_POLL_NS);
@@ -451,8 +458,16 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     }
     unsigned long long wait = 0;
     int taking_turns = io->turns && c;
-    if (taking_turns && p->turn)
+    if (taking_turns && p->turn) {
         renew(io, now);
+        /* A long turn (a high cap) would keep the others waiting: give the
+         * card up, empty, and take it back after a poll. */
+        if (now - p->turn_since_ns > GS_PACE_TURN_MAX_NS) {
+            drain(p, io);
+            give_turn(p, io);
+            p->turn_given_ns = io->now(io);
+        }
+    }
     /* Taking turns, nobody's queue may run far into the next one's turn. */
     while ((cap || taking_turns) && p->count > GS_PACE_MAX_QUEUED)
         wait_oldest(p, io);

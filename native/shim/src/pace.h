@@ -30,6 +30,7 @@
 #define GS_PACE_STALE_NS 1000000000ull  /* no capped tenant seen for this long: none left */
 #define GS_PACE_LEASE_NS 5000000ull     /* a turn lapses this long after its last renewal */
 #define GS_PACE_TURN_POLL_NS 250000ull  /* how often a tenant waiting for the card looks */
+#define GS_PACE_TURN_MAX_NS 50000000ull /* a holder gives the card up this often, if only briefly */
 #define GS_PACE_PATIENCE_PCT 90ull      /* most of its time a process spends waiting for turns */
 #define GS_PACE_PATIENCE_NS 20000000ull /* saved-up patience: a wait lasts 200 ms at most */
 #define GS_PACE_LIGHT_FENCES 4u         /* fence points not behind the GPU: the process is light */
@@ -57,6 +58,8 @@ struct gs_pacer {
     unsigned long long launches;   /* counted here, not yet moved to the bucket */
     unsigned light;                /* fence points in a row that found the GPU not behind us */
     int turn;                      /* holds the turn on the card */
+    unsigned long long turn_since_ns; /* when it took it */
+    unsigned long long turn_given_ns; /* when it last gave it up while it had work */
     long long patience_ns;         /* how much longer it may wait for others' turns */
     unsigned long long patience_stamp_ns;
 };
