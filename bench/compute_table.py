@@ -63,6 +63,12 @@ def busy_windows(done_s: Sequence[float], seconds: int, unit_s: float) -> List[f
     return [100.0 * b for b in busy]
 
 
+def longest_gap(done_s: Sequence[float], after_s: float) -> float:
+    """Longest time between two units done, from after_s on (0 if fewer than two)."""
+    late = [t for t in done_s if t >= after_s]
+    return max((b - a for a, b in zip(late, late[1:])), default=0.0)
+
+
 def median_gap(done_s: Sequence[float]) -> float:
     """Median time between consecutive units: an uncapped run's time per unit."""
     gaps = sorted(b - a for a, b in zip(done_s, done_s[1:]))

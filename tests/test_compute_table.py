@@ -170,3 +170,10 @@ def test_busy_windows_rejects_bad_unit_time_and_median_gap_needs_two() -> None:
     with pytest.raises(ValueError, match="need two units"):
         ct.median_gap([0.1])
     assert ct.median_gap([0.1, 0.3, 0.4, 0.7]) == pytest.approx(0.2)
+
+
+def test_longest_gap_counts_from_the_given_time() -> None:
+    done = [0.1, 0.9, 1.0, 1.02, 1.3, 1.31]
+    # The 0.8 s gap before 1 s is not counted; from 1.0 on the longest is 0.28 s.
+    assert ct.longest_gap(done, 1.0) == pytest.approx(0.28)
+    assert ct.longest_gap([1.5], 1.0) == 0.0
