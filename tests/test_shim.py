@@ -20,7 +20,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -662,17 +662,22 @@ def test_malformed_card_dir_is_named(shim: Shim) -> None:
     assert "an absolute path" in errors[0]
 
 
-@pytest.mark.parametrize("cap", [None, "50"])
-def test_turns_a_lease_from_far_ahead_is_ignored(shim: Shim, tmp_path: Path,
-                                                 cap: Optional[str]) -> None:
-    # A card file claiming the card for another process for 10 s must not
-    # hold anyone up: leases last 5 ms.
+def tenant_of_a_card(shim: Shim, tmp_path: Path, cap: Optional[str]) -> Tuple[Shim, Path]:
+    """The shim with a card dir of its own (and `cap`), and its card file, made."""
     cards = tmp_path / "cards"
     cards.mkdir()
     s = shim.with_env(GPUSLICE_CORE_LIMIT=cap, FAKECUDA_KERNEL_NS=str(KERNEL_NS),
                       GPUSLICE_CARD_DIR=str(cards))
     s.run("gpa", "init", "pctx", "0")
-    path = card_path(s, cards)
+    return s, card_path(s, cards)
+
+
+@pytest.mark.parametrize("cap", [None, "50"])
+def test_turns_a_lease_from_far_ahead_is_ignored(shim: Shim, tmp_path: Path,
+                                                 cap: Optional[str]) -> None:
+    # A card file claiming the card for another process for 10 s must not
+    # hold anyone up: leases last 5 ms.
+    s, path = tenant_of_a_card(shim, tmp_path, cap)
     now = time.monotonic_ns()
     write_card(path, now, turn_owner=12345, turn_until_ns=now + 10_000_000_000)
     res = s.run("gpa", "init", "pctx", "0", "launch", "kernel", "80", timeout=8)
@@ -704,7 +709,9 @@ class LeaseForger:
     def run(self) -> None:
         while not self.stop.is_set():
             now = time.monotonic_ns()
-            struct.pack_into("=Q", self.m, self.capped_at, now)
+            # 0.9 s ahead (a stamp up to 1 s ahead is believed): a stall of
+            # this thread on a loaded machine must not make it look stale.
+            struct.pack_into("=Q", self.m, self.capped_at, now + 900_000_000)
             struct.pack_into("=Q", self.m, self.owner_at, 12345)
             struct.pack_into("=Q", self.m, self.until_at, now + 4_000_000)
             self.renewals += 1
@@ -727,12 +734,7 @@ def test_turns_a_lease_renewed_forever_cannot_stall_a_process(shim: Shim, tmp_pa
     # Anyone can write the card file: a tenant that holds the turn for ever
     # (renewing a 4 ms lease every 0.5 ms) makes others wait at most 90 % of
     # their time (their patience), so they still finish their work.
-    cards = tmp_path / "cards"
-    cards.mkdir()
-    s = shim.with_env(GPUSLICE_CORE_LIMIT=cap, FAKECUDA_KERNEL_NS=str(KERNEL_NS),
-                      GPUSLICE_CARD_DIR=str(cards))
-    s.run("gpa", "init", "pctx", "0")
-    path = card_path(s, cards)
+    s, path = tenant_of_a_card(shim, tmp_path, cap)
     write_card(path, time.monotonic_ns())
     with LeaseForger(path) as forger:
         res = s.run("gpa", "init", "pctx", "0", "launch", "kernel", "80", timeout=30)
