@@ -3,8 +3,10 @@
     python3 bench/compute_prog.py PROGRAM SECONDS START_AT OUTFILE [--setup-lead S] [--cpu N]
 
 PROGRAM is matmul (one fp16 4096x4096 torch.mm per unit), tiny (100 launches
-of a 256-element add per unit) or graph (one replay of a captured CUDA graph
-of 20 x (mul_, 2048x2048 fp16 mm) per unit). START_AT is a CLOCK_MONOTONIC
+of a 256-element add per unit), graph (one replay of a captured CUDA graph
+of 20 x (mul_, 2048x2048 fp16 mm) per unit) or bigmm (one fp16 16384x16384
+torch.mm per unit: kernels of ten-odd milliseconds, a neighbour that is slow
+to drain). START_AT is a CLOCK_MONOTONIC
 time (time.monotonic(), one clock for every process of the machine), so
 that tenants of one scenario start together and setup time stays out of the
 measurement. Phases, so that a tenant touches the GPU as little as possible
@@ -32,14 +34,14 @@ import torch  # noqa: E402  (imported after T_LAUNCH so its import time is known
 
 T_IMPORTED = time.monotonic()
 
-PROGRAMS = ("matmul", "tiny", "graph")
+PROGRAMS = ("matmul", "tiny", "graph", "bigmm")
 # Generous guesses of uncapped units/s on an H200, to size the event pool.
-RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000}
+RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "bigmm": 300}
 # Units the CPU may queue ahead of the GPU: keeps the GPU fed, yet bounds the
 # queue so the GPU stops soon after the loop does (the next run is scheduled).
-AHEAD = {"matmul": 64, "tiny": 16, "graph": 32}
+AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "bigmm": 4}
 # Units between two clock reads; one tiny or graph unit is long enough alone.
-CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1}
+CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "bigmm": 1}
 GROW = 2000          # events added at once if the pool runs out
 WARMUP_END_S = 0.1   # warm-up stops this long before START_AT, then synchronizes
 
@@ -56,10 +58,11 @@ def sleep_until(t: float) -> None:
 def make_unit(program: str) -> Callable[[], None]:
     """Allocate (outside the loop, so the allocator adds no noise) and return one unit of work."""
     dev = torch.device("cuda")
-    if program == "matmul":
-        a = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
-        b = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
-        c = torch.empty(4096, 4096, device=dev, dtype=torch.float16)
+    if program in ("matmul", "bigmm"):
+        n = 4096 if program == "matmul" else 16384
+        a = torch.randn(n, n, device=dev, dtype=torch.float16)
+        b = torch.randn(n, n, device=dev, dtype=torch.float16)
+        c = torch.empty(n, n, device=dev, dtype=torch.float16)
 
         def matmul() -> None:
             torch.mm(a, b, out=c)

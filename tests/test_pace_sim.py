@@ -8,7 +8,7 @@ against the same program alone and uncapped, simulated in the same run, and
 the share of time the GPU executed kernels. Exact and repeatable: no real
 clock is read. Programs: matmul (230 us kernels, GPU-bound),
 tiny (2 us kernels behind 10 us launches, CPU-bound), graph (570 us replays),
-long (40 ms kernels).
+big (8 ms kernels), long (40 ms kernels).
 """
 from __future__ import annotations
 
@@ -178,6 +178,16 @@ def test_an_uncapped_neighbour_waits_one_turn_at_most(sim: Path, cap: int) -> No
     assert gaps["b"] <= 60, gaps
     assert all(abs(s - min(cap, 97)) <= TOLERANCE for s in settled(shares["a"])), shares
     assert all(s >= max(1.5, 97 - cap - 2 * TOLERANCE) for s in settled(shares["b"])), shares
+
+
+@pytest.mark.parametrize("program", ["matmul", "graph"])
+def test_a_neighbour_with_long_kernels_is_drained_or_discounted(sim: Path,
+                                                                program: str) -> None:
+    # 8 ms kernels: the neighbour keeps one kernel or ~3 ms in flight, says
+    # how long its queue lasts, and a new holder waits up to 16 ms for it.
+    # (Before: 15-17 % at cap 30.)
+    shares = run(sim, 6, f"a:{program}:30:0", "b:big:0:1")
+    assert all(abs(s - 30) <= TOLERANCE for s in settled(shares["a"])), shares
 
 
 def test_bad_turns_flag_position_is_named(sim: Path) -> None:

@@ -9,11 +9,11 @@ report fails the test.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import mmap
 import os
 import signal
-import struct
 import subprocess
 import sys
 import textwrap
@@ -697,11 +697,13 @@ class LeaseForger:
 
     def __init__(self, path: Path) -> None:
         ffi = region._ffi()
-        self.capped_at = ffi.offsetof("struct gpuslice_card", "capped_ns")
-        self.owner_at = ffi.offsetof("struct gpuslice_card", "turn_owner")
-        self.until_at = ffi.offsetof("struct gpuslice_card", "turn_until_ns")
         self.f = open(path, "r+b")
         self.m = mmap.mmap(self.f.fileno(), 0)
+        # One 8-byte store each, as the shim's own: struct.pack_into zeroes
+        # its target before it writes, and a reader could catch the zero.
+        self.capped, self.owner, self.until = (
+            ctypes.c_uint64.from_buffer(self.m, ffi.offsetof("struct gpuslice_card", name))
+            for name in ("capped_ns", "turn_owner", "turn_until_ns"))
         self.stop = threading.Event()
         self.renewals = 0
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -709,11 +711,9 @@ class LeaseForger:
     def run(self) -> None:
         while not self.stop.is_set():
             now = time.monotonic_ns()
-            # 0.9 s ahead (a stamp up to 1 s ahead is believed): a stall of
-            # this thread on a loaded machine must not make it look stale.
-            struct.pack_into("=Q", self.m, self.capped_at, now + 900_000_000)
-            struct.pack_into("=Q", self.m, self.owner_at, 12345)
-            struct.pack_into("=Q", self.m, self.until_at, now + 4_000_000)
+            self.capped.value = now
+            self.owner.value = 12345
+            self.until.value = now + 4_000_000
             self.renewals += 1
             time.sleep(0.0005)
 
@@ -724,6 +724,7 @@ class LeaseForger:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join()
+        del self.capped, self.owner, self.until  # they hold the mapping
         self.m.close()
         self.f.close()
 

@@ -23,7 +23,8 @@
  *   --no-turns: tenants share the card side by side (GPUSLICE_COMPUTE_TURNS=0)
  *   program: matmul (230 us kernels, 10 us launches), tiny (2 us kernels,
  *   10 us launches: CPU-bound), graph (570 us replays, 15 us launches),
- *   long (40 ms kernels, 20 us launches); cap 0 = uncapped; processes with
+ *   big (8 ms kernels), long (40 ms kernels, 20 us launches both); cap 0 =
+ *   uncapped; processes with
  *   the same container share one bucket (one cap).
  * Prints per process: "share <name> <w0> <w1> ..." percent per 1 s window of
  * the kernels it completed, against the same program alone and uncapped
@@ -61,6 +62,7 @@ static const struct program programs[] = {
     {"tiny", 2e3, 10e3},
     {"graph", 570e3, 15e3},
     {"long", 40e6, 20e3},
+    {"big", 8e6, 20e3},
 };
 
 struct sim_event {

@@ -161,13 +161,16 @@ static int recent(unsigned long long t, unsigned long long now, unsigned long lo
     return t <= now ? now - t <= window : t - now <= window;
 }
 
-/* Queued work it has not yet let run dry. */
+/* Queued work it has not yet let run dry: a backlog that lasts until now or
+ * ended at most GS_PACE_BACKLOG_NS ago, announced no further ahead than
+ * GS_PACE_AHEAD_NS (anything beyond is garbage). */
 static int slot_competes(const struct gpuslice_card_slot *s, unsigned long long now)
 {
     unsigned long long owner = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
     unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
     unsigned long long d = __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED);
-    return owner && recent(t, now, GS_PACE_BACKLOG_NS) && d < t;
+    return owner && d < t && (t >= now ? t - now <= GS_PACE_AHEAD_NS
+                                       : now - t <= GS_PACE_BACKLOG_NS);
 }
 
 unsigned gs_card_competitors(const struct gpuslice_card *c, int mine, unsigned long long now)
@@ -190,7 +193,7 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
         unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
         /* Free, or its owner has not competed for a second (dead or idle:
          * an idle owner takes another slot when it competes again). */
-        if (owner == 0 || t + GS_PACE_STALE_NS < now || t > now + GS_PACE_BACKLOG_NS) {
+        if (owner == 0 || t + GS_PACE_STALE_NS < now || t > now + GS_PACE_AHEAD_NS) {
             if (__atomic_compare_exchange_n(&s->owner, &owner, token, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED)) {
                 __atomic_store_n(&s->backlog_ns, 0, __ATOMIC_RELAXED);
@@ -203,7 +206,7 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
 }
 
 int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, int what,
-                  unsigned long long now)
+                  unsigned long long until, unsigned long long now)
 {
     /* Someone took the slot while we were idle: take another. */
     if (slot < 0 || slot >= GPUSLICE_CARD_SLOTS ||
@@ -211,8 +214,13 @@ int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, i
         slot = gs_card_claim(c, token, now);
     if (slot >= 0) {
         struct gpuslice_card_slot *s = &c->slots[slot];
-        __atomic_store_n(what == GS_CARD_DRAINED ? &s->drained_ns : &s->backlog_ns, now,
-                         __ATOMIC_RELAXED);
+        if (what == GS_CARD_DRAINED) {
+            /* The backlog ends here: announced further, it would outlive the drain. */
+            __atomic_store_n(&s->backlog_ns, now, __ATOMIC_RELAXED);
+            __atomic_store_n(&s->drained_ns, now, __ATOMIC_RELAXED);
+        } else {
+            __atomic_store_n(&s->backlog_ns, until < now ? now : until, __ATOMIC_RELAXED);
+        }
     }
     return slot;
 }
@@ -256,17 +264,27 @@ static void poll_ring(struct gs_pacer *p, struct gs_pace_io *io, unsigned long l
         complete_oldest(p, io, others);
 }
 
-static void stamp(struct gs_pace_io *io, int what, unsigned long long now)
+/* GPU work we have queued: the launches in flight at the learned time each. */
+static unsigned long long queued_ns(const struct gs_pacer *p)
+{
+    unsigned long long n = p->since_fence;
+    for (unsigned i = 0; i < p->count; i++)
+        n += p->ring[(p->head + i) % GS_PACE_RING].launches;
+    unsigned long long ns = n * p->per_launch_ns;
+    return ns > GS_PACE_AHEAD_NS ? GS_PACE_AHEAD_NS : ns;
+}
+
+static void stamp(struct gs_pacer *p, struct gs_pace_io *io, int what, unsigned long long now)
 {
     if (io->card)
-        io->slot = gs_card_stamp(io->card, io->slot, io->token, what, now);
+        io->slot = gs_card_stamp(io->card, io->slot, io->token, what, now + queued_ns(p), now);
 }
 
 /* Block until the oldest entry completes; the process competes meanwhile. */
 static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
 {
     const struct gs_fence *f = gs_pace_oldest(p);
-    stamp(io, GS_CARD_BACKLOG, io->now(io));
+    stamp(p, io, GS_CARD_BACKLOG, io->now(io));
     if (io->event_wait(io, f->ev) != 0) {
         /* The context is broken: forget the ring, its events are lost. */
         gs_pace_reset(p);
@@ -282,7 +300,7 @@ static void drain(struct gs_pacer *p, struct gs_pace_io *io)
 {
     while (gs_pace_oldest(p))
         wait_oldest(p, io);
-    stamp(io, GS_CARD_DRAINED, io->now(io));
+    stamp(p, io, GS_CARD_DRAINED, io->now(io));
     void *ref = gs_pace_idle(p);
     if (ref)
         io->event_give(io, ref);
@@ -349,9 +367,9 @@ static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         wait_a_poll(p, io);
 }
 
-/* A capped process: take the card, then give the others' queues (a lease
- * at most) to run dry, so that what we are charged from here on is our own
- * work. */
+/* A capped process: take the card, then give the others' queues (up to
+ * GS_PACE_DRAIN_NS: two kernels of 8 ms) to run dry, so that what we are
+ * charged from here on is our own work. */
 static void take_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     struct gpuslice_card *c = io->card;
@@ -381,7 +399,7 @@ static void take_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     unsigned long long t0 = io->now(io), now = t0;
     p->turn_since_ns = t0;
     renew(io, now);
-    while (now - t0 < GS_PACE_LEASE_NS && gs_card_competitors(c, io->slot, now)) {
+    while (now - t0 < GS_PACE_DRAIN_NS && gs_card_competitors(c, io->slot, now)) {
         io->sleep(io, GS_PACE_TURN_POLL_NS);
         renew(io, now = io->now(io));
     }
@@ -442,7 +460,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     p->light = behind ? 0 : p->light < GS_PACE_LIGHT_FENCES ? p->light + 1 : p->light;
     if (c) {
         if (behind) {
-            stamp(io, GS_CARD_BACKLOG, now); /* we compete for the card */
+            stamp(p, io, GS_CARD_BACKLOG, now); /* we compete for the card */
             gs_pace_mark_behind(p);
         }
         if (cap) {
@@ -468,8 +486,12 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
             p->turn_given_ns = io->now(io);
         }
     }
-    /* Taking turns, nobody's queue may run far into the next one's turn. */
-    while ((cap || taking_turns) && p->count > GS_PACE_MAX_QUEUED)
+    /* Taking turns, nobody's queue may run far into the next one's turn:
+     * a few fences, and an uncapped process no more than a few fences'
+     * worth of time either (one kernel at least), so it drains in time. */
+    while ((cap || taking_turns) &&
+           (p->count > GS_PACE_MAX_QUEUED ||
+            (!cap && p->count > 1 && queued_ns(p) > GS_PACE_MAX_QUEUED * GS_PACE_FENCE_NS)))
         wait_oldest(p, io);
     if (!cap) {
         settle(p, io, &wait); /* usage for `gpuslice status`; never waits */

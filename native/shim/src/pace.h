@@ -26,9 +26,11 @@
 #endif
 #define GS_PACE_RESUME_NS 12000000ull   /* credit a throttled container sleeps for */
 #define GS_PACE_BURST_NS 20000000ull    /* most credit an idle container keeps */
-#define GS_PACE_BACKLOG_NS 5000000ull   /* a card slot stamped this recently is competing */
+#define GS_PACE_BACKLOG_NS 5000000ull   /* a slot's backlog counts this long past its end */
+#define GS_PACE_AHEAD_NS 100000000ull   /* most queued work a slot may announce */
 #define GS_PACE_STALE_NS 1000000000ull  /* no capped tenant seen for this long: none left */
 #define GS_PACE_LEASE_NS 5000000ull     /* a turn lapses this long after its last renewal */
+#define GS_PACE_DRAIN_NS 16000000ull    /* most a new holder waits for the others' queues */
 #define GS_PACE_TURN_POLL_NS 250000ull  /* how often a tenant waiting for the card looks */
 #define GS_PACE_TURN_MAX_NS 50000000ull /* a holder gives the card up this often, if only briefly */
 #define GS_PACE_PATIENCE_PCT 90ull      /* most of its time a process spends waiting for turns */
@@ -136,16 +138,17 @@ void gs_bucket_charge(struct gpuslice_bucket *b, unsigned long long ns);
  * to reach GS_PACE_RESUME_NS. */
 unsigned long long gs_bucket_wait_ns(const struct gpuslice_bucket *b, unsigned cap);
 
-/* How many other processes' slots say they have had GPU work queued lately
- * and have not let their queue run dry since: they compete for the card (a
- * turn taker waits for them). */
+/* How many other processes' slots say they have GPU work queued now (or
+ * had, until GS_PACE_BACKLOG_NS ago) and have not let their queue run dry
+ * since: they compete for the card (a turn taker waits for them). */
 unsigned gs_card_competitors(const struct gpuslice_card *c, int mine, unsigned long long now);
 /* A slot for token (its own, a free or a stale one); -1 if none. */
 int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned long long now);
-/* Say that we have work queued now (GS_CARD_BACKLOG) or that our queue ran
- * dry (GS_CARD_DRAINED); returns our slot (it may have moved). */
+/* Say that we have work queued until at least `until` (GS_CARD_BACKLOG), or
+ * that our queue ran dry (GS_CARD_DRAINED, until ignored); returns our slot
+ * (it may have moved). */
 enum { GS_CARD_BACKLOG, GS_CARD_DRAINED };
 int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, int what,
-                  unsigned long long now);
+                  unsigned long long until, unsigned long long now);
 
 #endif

@@ -81,8 +81,8 @@ struct gpuslice_region {
 
 struct gpuslice_card_slot {
     unsigned long long owner;      /* a process's random token; 0 = free */
-    unsigned long long backlog_ns; /* CLOCK_MONOTONIC when it last had GPU work queued */
-    unsigned long long drained_ns; /* when it last emptied its queue for another's turn */
+    unsigned long long backlog_ns; /* CLOCK_MONOTONIC until which it has GPU work queued */
+    unsigned long long drained_ns; /* when it last let its queue run dry */
 };
 
 struct gpuslice_card {
