@@ -114,7 +114,7 @@ def read(path: str) -> Region:
 class Card:
     path: str
     capped_ns: int                   # CLOCK_MONOTONIC when a capped tenant last ran; 0: none
-    backlog_ns: List[Tuple[int, int]]  # (owner token, stamp) of every taken slot
+    backlog_ns: List[Tuple[int, int]]  # (owner token, backlog until) of every taken slot
     turn_owner: int                  # token of the process whose turn it is; 0: nobody's
 
 

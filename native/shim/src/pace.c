@@ -154,23 +154,24 @@ unsigned long long gs_bucket_wait_ns(const struct gpuslice_bucket *b, unsigned c
 
 /* -------------------------------------------------------------------- card */
 
-/* A stamp within `window` of now: before it, or a little after (written by
- * someone who read the clock after us); one further ahead is garbage. */
-static int recent(unsigned long long t, unsigned long long now, unsigned long long window)
+/* A card-file stamp t at most `behind` before now or `ahead` after it (a
+ * time after our `now` may be fresh: written by someone who read the clock
+ * after us); anything else is stale, or garbage. */
+static int within(unsigned long long t, unsigned long long now, unsigned long long ahead,
+                  unsigned long long behind)
 {
-    return t <= now ? now - t <= window : t - now <= window;
+    return t >= now ? t - now <= ahead : now - t <= behind;
 }
 
 /* Queued work it has not yet let run dry: a backlog that lasts until now or
  * ended at most GS_PACE_BACKLOG_NS ago, announced no further ahead than
- * GS_PACE_AHEAD_NS (anything beyond is garbage). */
+ * GS_PACE_AHEAD_NS. */
 static int slot_competes(const struct gpuslice_card_slot *s, unsigned long long now)
 {
     unsigned long long owner = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
     unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
     unsigned long long d = __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED);
-    return owner && d < t && (t >= now ? t - now <= GS_PACE_AHEAD_NS
-                                       : now - t <= GS_PACE_BACKLOG_NS);
+    return owner && d < t && within(t, now, GS_PACE_AHEAD_NS, GS_PACE_BACKLOG_NS);
 }
 
 unsigned gs_card_competitors(const struct gpuslice_card *c, int mine, unsigned long long now)
@@ -193,7 +194,7 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
         unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
         /* Free, or its owner has not competed for a second (dead or idle:
          * an idle owner takes another slot when it competes again). */
-        if (owner == 0 || t + GS_PACE_STALE_NS < now || t > now + GS_PACE_AHEAD_NS) {
+        if (owner == 0 || !within(t, now, GS_PACE_AHEAD_NS, GS_PACE_STALE_NS)) {
             if (__atomic_compare_exchange_n(&s->owner, &owner, token, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED)) {
                 __atomic_store_n(&s->backlog_ns, 0, __ATOMIC_RELAXED);
@@ -405,6 +406,7 @@ static void take_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     }
 }
 
+/* Give the card back if we hold it (p->turn is only ever set with a card). */
 static void give_turn(struct gs_pacer *p, struct gs_pace_io *io)
 {
     unsigned long long mine = io->token;
@@ -438,8 +440,7 @@ static void turn_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 static void throttle(struct gs_pacer *p, struct gs_pace_io *io)
 {
     drain(p, io);
-    if (io->turns && io->card)
-        give_turn(p, io);
+    give_turn(p, io);
     unsigned long long wait;
     while (settle(p, io, &wait) && wait) {
         unsigned long long t0 = io->now(io);
@@ -467,9 +468,8 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
             __atomic_store_n(&c->capped_ns, now, __ATOMIC_RELAXED);
         } else {
             unsigned long long t = __atomic_load_n(&c->capped_ns, __ATOMIC_RELAXED);
-            /* The capped neighbour is gone: back to the free path. (A stamp
-             * a little after our `now` is fresh: it was taken after it.) */
-            if (t && !recent(t, now, GS_PACE_STALE_NS))
+            /* The capped neighbour is gone: back to the free path. */
+            if (t && !within(t, now, GS_PACE_STALE_NS, GS_PACE_STALE_NS))
                 __atomic_compare_exchange_n(&c->capped_ns, &t, 0, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED);
         }
@@ -530,6 +530,5 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 
 void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io)
 {
-    if (io->card)
-        give_turn(p, io);
+    give_turn(p, io);
 }
