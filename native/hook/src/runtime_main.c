@@ -52,19 +52,6 @@ static const struct gs_rt_globals *globals;
 
 /* ------------------------------------------------------------ reporting */
 
-static void write_all(int fd, const char *s, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return; /* nowhere left to say it */
-        s += w;
-        n -= (size_t)w;
-    }
-}
-
 static void json_escape(struct gs_str *b, const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -106,7 +93,7 @@ static void log_error(const char *line, size_t n)
     gs_str_addf(&b, "\",\"time\":\"%s\"}\n", when);
     int fd = open(globals->log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
     if (fd >= 0) {
-        write_all(fd, b.s, b.len);
+        gs_write_all(fd, b.s, b.len); /* a failure has nowhere left to be said */
         close(fd);
     }
     gs_str_free(&b);
@@ -134,7 +121,7 @@ __attribute__((noreturn, format(printf, 2, 3))) static void die(int code, const 
     }
     log_error(b.s, b.len);
     gs_str_addc(&b, '\n');
-    write_all(2, b.s, b.len);
+    gs_write_all(2, b.s, b.len);
     exit(code);
 }
 
@@ -464,7 +451,7 @@ static void run_applier(const char *applier, const char *bundle)
             continue;
         if (r <= 0)
             break;
-        write_all(2, buf, (size_t)r);
+        gs_write_all(2, buf, (size_t)r);
         line_feed(&line, buf, (size_t)r);
     }
     line_end(&line);

@@ -265,7 +265,7 @@ double gs_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int write_all(int fd, const char *s, size_t n)
+int gs_write_all(int fd, const char *s, size_t n)
 {
     while (n) {
         ssize_t w = write(fd, s, n);
@@ -287,7 +287,7 @@ int gs_replace_at(int dirfd, const char *tmp, const char *name, const char *body
     int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return gs_fail_errno(what, errno);
-    int bad = write_all(fd, body, len) != 0, e = errno;
+    int bad = gs_write_all(fd, body, len) != 0, e = errno;
     if (close(fd) != 0 && !bad) {
         bad = 1;
         e = errno;

@@ -58,16 +58,18 @@ int gs_read_bounded(int fd, size_t max, char **out, size_t *len);
 /* os.makedirs(path, mode, exist_ok=True): parents 0777, the last one mode. */
 int gs_mkdirs(const char *path, unsigned mode);
 
-/* The first n characters (UTF-8 code points) of s, as Python's s[:n]. */
 /* Replace dirfd/name with body, through dirfd/tmp: a fresh file (O_EXCL,
  * whatever was left under tmp unlinked first, so a planted link or hard
  * link is never written through) renamed over name. Failures name `what`. */
 int gs_replace_at(int dirfd, const char *tmp, const char *name, const char *body, size_t len,
                   const char *what);
 
+/* The first n characters (UTF-8 code points) of s, as Python's s[:n]. */
 size_t gs_utf8_prefix(const char *s, size_t n);
 
 /* time.time() */
 double gs_now(void);
+/* All of s to fd, through EINTR and short writes; 0, or -1 (errno set). */
+int gs_write_all(int fd, const char *s, size_t n);
 
 #endif
