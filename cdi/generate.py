@@ -9,13 +9,15 @@ any device of ours. Devices:
   profile's memory exceeds the card's);
 - ``<profile>``: a slice of whichever card the accountant picks at create time.
 
-Slices carry the limits as GPUSLICE_* env, the shim (mounted and preloaded),
-the host's card files (read-write: how tenants of one card see each other
-compete, docs/compute-limit.md) and the create and release hooks, always: a slice whose shim or hook is
-missing fails to start rather than run unlimited. Whole cards carry the hooks
-too, so that the accountant sees them, but only once the hook is installed:
-until then a whole card works as any CDI whole-card device does, unaccounted
-(and `--check` reports the spec stale when the hook appears).
+Slices carry the limits and the compute priority as GPUSLICE_* env, the shim
+(mounted and preloaded), the host's card files (read-write: how tenants of
+one card see each other compete, docs/compute-limit.md) and the create and
+release hooks, always: a slice whose shim or hook is missing fails to start
+rather than run unlimited. Whole cards carry the hooks too, so that the
+accountant sees them, but only once the hook is installed: until then a whole
+card works as any CDI whole-card device does, unaccounted (and `--check`
+reports the spec stale when the hook appears). A whole card has no priority:
+no one shares it.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ SHIM_CONTAINER_PATH = "/usr/lib/gpuslice/libgpuslice.so"
 CARD_DIR_CONTAINER_PATH = "/run/gpuslice/cards"  # the shim's default GPUSLICE_CARD_DIR
 CARD_DIR_OPTIONS = ["rw", "nosuid", "nodev", "noexec", "bind"]
 DRIVER_VERSION_ENV = "GPUSLICE_DRIVER_VERSION"
+PRIORITY_ENV = "GPUSLICE_PRIORITY"  # read by the shim: high, normal or low
 HOOK_ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -55,8 +58,8 @@ class GenerateOptions:
 
 
 def _hooks(opts: GenerateOptions, device: str, request: List[str]) -> List[Hook]:
-    """createContainer admits `request` (the hook's --card/--exclusive/--memory-mib/--cores)
-    under the name `device`; poststop gives it back."""
+    """createContainer admits `request` (the hook's --card/--exclusive/--memory-mib/--cores/
+    --priority) under the name `device`; poststop gives it back."""
     create = ["gpuslice-hook", "create", "--device", device, *request, *opts.hook_common,
               *opts.hook_admission]
     release = ["gpuslice-hook", "release", *opts.hook_common]
@@ -75,10 +78,15 @@ def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: P
            gpu: Optional[Gpu]) -> Device:
     """A slice of `gpu`, or of whichever card the accountant picks (gpu None)."""
     request = (["--card", gpu.uuid] if gpu else []) + [
-        "--memory-mib", str(profile.memory_mib), "--cores", str(profile.cores or 0)]
+        "--memory-mib", str(profile.memory_mib), "--cores", str(profile.cores or 0),
+        "--priority", profile.priority]
     env = [f"GPUSLICE_MEMORY_LIMIT={profile.memory_mib}MiB"]
     if profile.cores:
         env.append(f"GPUSLICE_CORE_LIMIT={profile.cores}")
+    # Always, normal too: a spec's env replaces a variable of the same name
+    # that the container set itself, so the operator's priority is the one it
+    # starts with (the accountant records the same).
+    env.append(f"{PRIORITY_ENV}={profile.priority}")
     env.append(f"LD_PRELOAD={SHIM_CONTAINER_PATH}")
     shim = Mount(opts.shim_path, SHIM_CONTAINER_PATH, options=list(driverfiles.MOUNT_OPTIONS))
     cards = Mount(opts.card_dir, CARD_DIR_CONTAINER_PATH, options=list(CARD_DIR_OPTIONS))

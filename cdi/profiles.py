@@ -1,6 +1,8 @@
 """Slice profiles and the device names built from them.
 
-A profile is a named pair of limits (memory in MiB, compute in percent). It is
+A profile is a named pair of limits (memory in MiB, compute in percent) and a
+compute priority (``high``, ``normal``, ``low``: who of a card's tenants is
+served first while several have work queued; docs/compute-limit.md). It is
 offered per card as ``<card>-<profile>`` (``0-4g-30``) and card-less as
 ``<profile>`` (``4g-30``), where the node accountant picks the card. The name
 rule keeps those forms apart from whole cards (``0``, ``all``, ``GPU-<uuid>``):
@@ -15,6 +17,10 @@ from typing import NamedTuple
 
 _PROFILE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _RESERVED = ("all",)
+# In the order of precedence. The accountant's CHECK (ocihook/accountant.py)
+# and gpuslice-hook's --priority (native/hook/src/args.c) list the same three.
+PRIORITIES = ("high", "normal", "low")
+DEFAULT_PRIORITY = "normal"
 
 
 class ProfileError(ValueError):
@@ -25,9 +31,11 @@ class Profile(NamedTuple):
     name: str
     memory_mib: int
     cores: int = 0  # percent of one card; 0 = no compute cap
+    priority: str = DEFAULT_PRIORITY  # one of PRIORITIES
 
     def validate(self) -> None:
         validate_profile_name(self.name)
+        validate_priority(self.priority)
 
 
 def validate_profile_name(name: str) -> None:
@@ -40,6 +48,13 @@ def validate_profile_name(name: str) -> None:
                            "(e.g. 4g or 4g-30), so that it cannot be read as a card index")
     if name in _RESERVED or name.startswith("gpu-"):
         raise ProfileError(f"profile name {name!r} is reserved for whole-card devices")
+
+
+def validate_priority(value: object) -> None:
+    # isinstance first: YAML gives `priority: 3` as an int and `priority: yes` as a bool.
+    if not isinstance(value, str) or value not in PRIORITIES:
+        raise ProfileError(f"priority {value!r} is not high, normal or low; use one of "
+                           f"those, or leave priority out for {DEFAULT_PRIORITY}")
 
 
 def slice_device_name(card_index: int, profile: Profile) -> str:

@@ -21,10 +21,12 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30000
 
-# Each entry takes the schema from version i to i + 1.
+# Each entry takes the schema from version i to i + 1. Entries are never
+# edited once released: a database made by an older gpuslice is upgraded in
+# place by the ones after its version.
 _MIGRATIONS: Tuple[str, ...] = (
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -60,6 +62,12 @@ _MIGRATIONS: Tuple[str, ...] = (
         detail TEXT NOT NULL DEFAULT ''
     );
     """,
+    # 2: the compute priority of a slice (cdi.profiles.PRIORITIES); the rows
+    # a version-1 database holds were admitted before there was one: normal.
+    """
+    ALTER TABLE reservations ADD COLUMN priority TEXT NOT NULL DEFAULT 'normal'
+        CHECK (priority IN ('high', 'normal', 'low'));
+    """,
 )
 
 
@@ -84,6 +92,7 @@ class Reservation:
     card_uuid: str
     memory_mib: int
     cores: int
+    priority: str  # high, normal or low; normal for a whole card
     exclusive: bool
     pid: Optional[int]
     pid_start: Optional[int]
@@ -102,8 +111,8 @@ class CardUsage:
 
 def _row_reservation(row: sqlite3.Row) -> Reservation:
     return Reservation(row["container_id"], row["device"], row["card_uuid"], row["memory_mib"],
-                       row["cores"], bool(row["exclusive"]), row["pid"], row["pid_start"],
-                       row["runtime"], row["created"])
+                       row["cores"], row["priority"], bool(row["exclusive"]), row["pid"],
+                       row["pid_start"], row["runtime"], row["created"])
 
 
 def _row_card(row: sqlite3.Row) -> Card:

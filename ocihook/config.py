@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from cdi import names
-from cdi.profiles import Profile, ProfileError
+from cdi.profiles import DEFAULT_PRIORITY, Profile, ProfileError, validate_priority
 from ocihook import units
 
 DEFAULT_PATH = "/etc/gpuslice/config.yaml"
@@ -92,7 +92,8 @@ class Config:
             "cdi_kind": self.cdi_kind,
             "spec_dir": self.spec_dir,
             "profiles": [
-                {"name": p.name, "memory": units.format_mib(p.memory_mib), "cores": p.cores}
+                {"name": p.name, "memory": units.format_mib(p.memory_mib), "cores": p.cores,
+                 "priority": p.priority}
                 for p in self.profiles
             ],
             "driver_root": self.driver_root,
@@ -130,7 +131,7 @@ def _profiles(source: str, items: List[Dict[str, Any]]) -> List[Profile]:
         try:
             memory = units.parse_memory_mib(item["memory"])
             cores = units.parse_cores(item.get("cores"))
-            profile = Profile(name, memory, cores)
+            profile = Profile(name, memory, cores, item.get("priority", DEFAULT_PRIORITY))
             profile.validate()
         except (units.LimitError, ProfileError) as e:
             raise ConfigError(f"{where}: {e}") from None
@@ -142,11 +143,25 @@ def _profiles(source: str, items: List[Dict[str, Any]]) -> List[Profile]:
     return out
 
 
+def _priority_error(source: str, doc: Any) -> Optional[str]:
+    """A profile's bad priority, said with its fix. Looked for before the schema
+    is, whose enum would refuse it first without saying what to write instead;
+    what is not a list of mappings is left to the schema."""
+    items = doc.get("profiles") if isinstance(doc, dict) else None
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if isinstance(item, dict) and "priority" in item:
+            try:
+                validate_priority(item["priority"])
+            except ProfileError as e:
+                return f"{source}: profiles[{i}]: {e}"
+    return None
+
+
 def from_document(doc: Any, source: str) -> Config:
     """Build a Config from a parsed document, or raise ConfigError."""
     if doc is None:
         doc = {}
-    problem = _schema_error(source, doc)
+    problem = _priority_error(source, doc) or _schema_error(source, doc)
     if problem:
         raise ConfigError(problem)
     cfg = Config(source=source)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List
 
+from cdi.profiles import DEFAULT_PRIORITY
 from ocihook import accountant, region
 from ocihook.config import Config
 
@@ -23,11 +24,12 @@ def _used_mib(cfg: Config, container_id: str, card_uuid: str) -> int:
 
 def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     """The --json document: {"cards": [{index, uuid, total_mib, reserved_mib, used_mib,
-    free_mib, healthy, containers: [{id, device, memory_mib, cores, used_mib, pid}]}]}."""
+    free_mib, healthy, containers: [{id, device, memory_mib, cores, priority, used_mib,
+    pid}]}]}."""
     cards: List[Dict[str, Any]] = []
     for u in acct.usage():
         containers = [{"id": r.container_id, "device": r.device, "memory_mib": r.memory_mib,
-                       "cores": r.cores, "exclusive": r.exclusive,
+                       "cores": r.cores, "priority": r.priority, "exclusive": r.exclusive,
                        "used_mib": _used_mib(cfg, r.container_id, u.card.uuid), "pid": r.pid,
                        "runtime": r.runtime}
                       for r in u.reservations]
@@ -41,6 +43,15 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     return {"cards": cards}
 
 
+def _held(k: Dict[str, Any]) -> str:
+    """What a container holds, in words; the usual (no cap, normal priority)
+    goes unsaid to keep the line short."""
+    if k["exclusive"]:
+        return "whole card"
+    return (f"{k['memory_mib']} MiB" + (f", {k['cores']}%" if k["cores"] else "")
+            + (f", priority {k['priority']}" if k["priority"] != DEFAULT_PRIORITY else ""))
+
+
 def render(doc: Dict[str, Any]) -> str:
     """The human table: one line per card, one indented line per container."""
     lines = []
@@ -50,7 +61,6 @@ def render(doc: Dict[str, Any]) -> str:
                      f"{c['total_mib']} MiB reserved, {c['used_mib']} MiB used, "
                      f"{c['free_mib']} MiB free, {c['cores']}% compute reserved{state}")
         for k in c["containers"]:
-            what = "whole card" if k["exclusive"] else \
-                f"{k['memory_mib']} MiB" + (f", {k['cores']}%" if k["cores"] else "")
-            lines.append(f"  {k['id'][:12]}  {k['device']:<10} {what}; {k['used_mib']} MiB used")
+            lines.append(f"  {k['id'][:12]}  {k['device']:<10} {_held(k)}; "
+                         f"{k['used_mib']} MiB used")
     return "\n".join(lines) if lines else "no cards known yet: run `gpuslice cdi generate`"

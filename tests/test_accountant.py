@@ -58,13 +58,16 @@ class Books:
     def admit(self, cid: str, mib: int = 6 * GIB, on: Optional[int] = None,
               device: Optional[str] = None, cores: int = 0, whole: bool = False,
               pid: Optional[int] = None, pid_start: Optional[int] = None,
-              cards: Optional[List[int]] = None) -> subprocess.CompletedProcess:
+              cards: Optional[List[int]] = None,
+              priority: Optional[str] = None) -> subprocess.CompletedProcess:
         on_cards = cards if cards is not None else ([] if on is None else [on])
         device = device or (str(on) if whole else f"{'' if on is None else f'{on}-'}{mib // GIB}g")
         args = ["--id", cid, "--device", device]
         for i in on_cards:
             args += ["--card", card(i).uuid]
         args += ["--exclusive"] if whole else ["--memory-mib", str(mib), "--cores", str(cores)]
+        if priority is not None:
+            args += ["--priority", priority]
         if pid is not None:
             args += ["--pid", str(pid)]
             if pid_start is not None:
@@ -161,6 +164,25 @@ def test_compute_caps_add_up_to_100(tmp_path: Path) -> None:
     b.placed("b", mib=1 * GIB, on=0, cores=40)
     b.placed("uncapped", mib=1 * GIB, on=0)  # no cap: takes no share
     assert "has 0% of its compute left, 10% asked" in b.refusal("c", mib=1 * GIB, on=0, cores=10)
+
+
+def test_priority_is_recorded_and_bends_no_rule(tmp_path: Path) -> None:
+    """A high-priority slice is served first by the shim; the books treat it as any other."""
+    b = Books(tmp_path, [card(0)])
+    b.placed("hi", mib=8 * GIB, on=0, cores=60, priority="high")
+    b.placed("lo", mib=4 * GIB, on=0, cores=40, priority="low")
+    assert "has 0% of its compute left, 10% asked" in \
+        b.refusal("hi2", mib=1 * GIB, on=0, cores=10, priority="high")
+    assert "has 4096 MiB free of 16384 MiB, 6144 MiB asked" in \
+        b.refusal("hi3", on=0, priority="high")
+    b.placed("plain", mib=1 * GIB, on=0)
+    got = {r.container_id: r.priority for r in b.usage()[0].reservations}
+    assert got == {"hi": "high", "lo": "low", "plain": "normal"}
+    # The column refuses what is not a priority, whoever writes it.
+    db = sqlite3.connect(b.path)
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        db.execute("UPDATE reservations SET priority='urgent' WHERE container_id='hi'")
+    db.close()
 
 
 def test_cores_limit_policy(tmp_path: Path) -> None:

@@ -70,8 +70,9 @@ def test_slice_edits(host_factory):
     devs = devices(host.spec())
     capped, plain = devs["0-4g-30"], devs["0-4g"]
     assert capped["env"] == ["GPUSLICE_MEMORY_LIMIT=4096MiB", "GPUSLICE_CORE_LIMIT=30",
+                             "GPUSLICE_PRIORITY=normal",
                              "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"]
-    assert plain["env"] == ["GPUSLICE_MEMORY_LIMIT=4096MiB",
+    assert plain["env"] == ["GPUSLICE_MEMORY_LIMIT=4096MiB", "GPUSLICE_PRIORITY=normal",
                             "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"]
     assert capped["mounts"] == [{"hostPath": str(host.shim),
                                  "containerPath": "/usr/lib/gpuslice/libgpuslice.so",
@@ -88,7 +89,8 @@ def test_slice_edits(host_factory):
     books = ["--database", str(host.tmp / "state.db"), "--state-dir", str(host.tmp / "state")]
     assert create["args"] == ["gpuslice-hook", "create", "--device", "0-4g-30",
                               "--card", fake_gpu(0)["uuid"], "--memory-mib", "4096",
-                              "--cores", "30", *books, "--placement", "binpack",
+                              "--cores", "30", "--priority", "normal", *books,
+                              "--placement", "binpack",
                               "--overcommit", "1", "--preload", "env"]
     assert release["hookName"] == "poststop"
     assert release["args"] == ["gpuslice-hook", "release", *books]
@@ -96,6 +98,32 @@ def test_slice_edits(host_factory):
     # Whole cards carry the hooks (the accountant must see them) but no limits.
     assert "env" not in devs["0"] and "mounts" not in devs["0"]
     assert devs["0"]["hooks"][0]["args"][2:6] == ["--device", "0", "--card", fake_gpu(0)["uuid"]]
+
+
+def test_priority_is_in_the_env_and_the_hook_args_of_slices_only(host_factory):
+    host = host_factory([fake_gpu(0)], extra_config=(
+        "  - {name: 2g-50-hi, memory: 2GiB, cores: 50, priority: high}\n"
+        "  - {name: 2g-lo, memory: 2GiB, priority: low}\n"
+        "  - {name: 2g, memory: 2GiB, priority: normal}\n"))
+    devs = devices(host.spec())
+    for name, priority in [("0-2g-50-hi", "high"), ("2g-50-hi", "high"), ("0-2g-lo", "low"),
+                           ("2g-lo", "low"), ("0-2g", "normal"), ("2g", "normal"),
+                           ("0-4g", "normal")]:
+        env = devs[name]["env"]
+        # After the limits, before LD_PRELOAD; always, normal too, so that the
+        # spec's value replaces one the container set itself.
+        assert [e for e in env if e.startswith("GPUSLICE_PRIORITY=")] == \
+            [f"GPUSLICE_PRIORITY={priority}"], name
+        assert env.index(f"GPUSLICE_PRIORITY={priority}") == len(env) - 2, name
+        args = devs[name]["hooks"][0]["args"]
+        at = args.index("--priority")
+        assert args[at - 2:at + 2] == ["--cores", args[at - 1], "--priority", priority], name
+    assert devs["0-2g-50-hi"]["env"][:2] == ["GPUSLICE_MEMORY_LIMIT=2048MiB",
+                                             "GPUSLICE_CORE_LIMIT=50"]
+    # A whole card is shared with no one: no priority in its env or its request.
+    for name in ("0", fake_gpu(0)["uuid"], "all"):
+        assert "env" not in devs[name]
+        assert "--priority" not in devs[name]["hooks"][0]["args"], name
 
 
 def test_mig_card_is_offered_whole_only(host_factory):
@@ -225,6 +253,13 @@ BAD_CONFIGS = [
     ("profiles: [{name: small, memory: 100MiB}]\n", "'100MiB' is under the minimum of 128 MiB"),
     ("profiles: [{name: odd, memory: 300MiB}]\n", "'300MiB' is not a multiple of 128 MiB"),
     ("profiles: [{name: hot, memory: 1g, cores: 101}]\n", "cores 101 is out of range"),
+    ("profiles: [{name: a, memory: 1g}, {name: b, memory: 1g, priority: urgent}]\n",
+     "profiles[1]: priority 'urgent' is not high, normal or low; use one of those, or leave "
+     "priority out for normal"),
+    ("profiles: [{name: a, memory: 1g, priority: 3}]\n",
+     "profiles[0]: priority 3 is not high, normal or low; use one of those"),
+    ("profiles: [{name: a, memory: 1g, priority: HIGH}]\n", "priority 'HIGH' is not high"),
+    ("profiles: [{name: a, memory: 1g, priority: }]\n", "priority None is not high"),
     ("profiles: [{name: a, memory: 1g}, {name: a, memory: 2g}]\n",
      "profile name 'a' is already used by profiles[0]"),
 ]
@@ -307,9 +342,29 @@ def test_config_show_is_the_effective_configuration(host_factory):
     shown = json.loads(res.stdout)
     assert shown["spec_dir"] == str(host.spec_dir)
     assert shown["placement"] == "binpack" and shown["memory_overcommit"] == 1.0
-    assert shown["profiles"][1] == {"name": "4g-30", "memory": "4GiB", "cores": 30}
+    assert shown["profiles"][1] == {"name": "4g-30", "memory": "4GiB", "cores": 30,
+                                    "priority": "normal"}
     res = host.run("config", "check", str(host.config))
     assert res.returncode == 0 and "valid" in res.stdout
+
+
+def test_priority_parsed_and_shown():
+    from cdi.profiles import Profile
+    from ocihook import config
+
+    cfg = config.parse_text("profiles:\n  - {name: a, memory: 1g}\n"
+                            "  - {name: b, memory: 1g, cores: 50, priority: high}\n"
+                            "  - {name: c, memory: 1g, priority: low}\n"
+                            "  - {name: d, memory: 1g, priority: normal}\n", "c.yaml")
+    assert cfg.profiles == [Profile("a", 1024), Profile("b", 1024, 50, "high"),
+                            Profile("c", 1024, 0, "low"), Profile("d", 1024, 0, "normal")]
+    assert cfg.profiles[0].priority == "normal"  # absent: normal
+    assert [p["priority"] for p in cfg.to_dict()["profiles"]] == ["normal", "high", "low",
+                                                                  "normal"]
+    # What `config show` prints reads back as the same configuration.
+    assert config.from_document(cfg.to_dict(), "shown").profiles == cfg.profiles
+    # The defaults stay normal.
+    assert {p.priority for p in config.Config().profiles} == {"normal"}
 
 
 def test_whole_cards_carry_hooks_only_once_the_hook_is_installed(host_factory):

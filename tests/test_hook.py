@@ -6,9 +6,11 @@ change nothing: no reservation, no state dir.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -126,9 +128,11 @@ def test_the_spec_tells_the_hook_the_request(node: Node) -> None:
     policy = ["--placement", "binpack", "--overcommit", "1", "--preload", "env"]
     uuid0, uuid1 = fake_gpu(0)["uuid"], fake_gpu(1)["uuid"]
     assert node.create_args("0-6g") == ["create", "--device", "0-6g", "--card", uuid0,
-                                        "--memory-mib", "6144", "--cores", "0", *common, *policy]
+                                        "--memory-mib", "6144", "--cores", "0",
+                                        "--priority", "normal", *common, *policy]
     assert node.create_args("4g-30") == ["create", "--device", "4g-30", "--memory-mib", "4096",
-                                         "--cores", "30", *common, *policy]
+                                         "--cores", "30", "--priority", "normal", *common,
+                                         *policy]
     assert node.create_args("1")[3:6] == ["--card", uuid1, "--exclusive"]
     assert node.create_args("all")[3:8] == ["--card", uuid0, "--card", uuid1, "--exclusive"]
     assert node.host.spec_hook("0-6g", "poststop") == ["gpuslice-hook", "release", *common]
@@ -231,6 +235,150 @@ def test_usage_errors(node: Node) -> None:
     for extra, named in bad:
         res = node.hook(["create", "--device", "x", *common, *extra], b"{}")
         assert res.returncode == 2 and named in err(res), (extra, res.stderr)
+
+
+@pytest.mark.parametrize("verb", ["create", "admit"])
+def test_priority_usage_errors(node: Node, verb: str) -> None:
+    common = node.host.spec_hook("0", "poststop")[2:] + (["--id", "c"] if verb == "admit" else [])
+    for value in ("urgent", "HIGH", "", "3", "high "):
+        res = node.hook([verb, "--device", "x", *common, "--memory-mib", "6144",
+                         "--priority", value], b"{}")
+        assert res.returncode == 2, (value, res.stderr)
+        assert err(res) == (f"gpuslice-hook: error: --priority {value!r} is not one of high, "
+                            "normal, low"), value
+    # A whole card is shared with no one: a priority over others means nothing there.
+    whole = [verb, "--device", "1", "--card", fake_gpu(1)["uuid"], "--exclusive", *common]
+    for value in ("high", "low"):
+        res = node.hook([*whole, "--priority", value], b"{}")
+        assert res.returncode == 2, (value, res.stderr)
+        assert err(res).startswith(f"gpuslice-hook: error: {verb}: --exclusive holds whole "
+                                   f"cards, which no one shares: --priority {value!r} means "
+                                   "nothing there; leave it out; usage: gpuslice-hook " + verb)
+    assert all(v == [] for v in node.held().values())  # nothing was admitted
+
+
+def rows(db: Path, sql: str, *params: object) -> List[tuple]:
+    conn = sqlite3.connect(db)
+    try:
+        return [tuple(r) for r in conn.execute(sql, params)]
+    finally:
+        conn.close()
+
+
+def with_profile(node: Node, item: str) -> None:
+    node.config.write_text(node.config.read_text() + f"  - {item}\n")  # the profiles list is last
+    node.generate()
+
+
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_create_and_admit_record_the_priority(node: Node, asan: bool) -> None:
+    with_profile(node, "{name: 2g-hi, memory: 2GiB, cores: 20, priority: high}")
+    if asan:  # the priority is one more string each row owns: no leak, no overflow
+        node.hook_path = build_hook(asan=True)
+    assert "--priority" in node.create_args("0-2g-hi")
+    for cid, device in (("hi", "0-2g-hi"), ("card-less", "2g-hi"), ("plain", "0-6g")):
+        res = node.create(cid, device)
+        assert res.returncode == 0, res.stderr
+    common = node.host.spec_hook("0", "poststop")[2:]
+    for cid, extra in (("low", ["--priority", "low"]), ("default", []),
+                       ("whole", ["--exclusive", "--priority", "normal"])):
+        card = ["--card", fake_gpu(1)["uuid"]] if cid == "whole" else ["--memory-mib", "1024"]
+        res = node.hook(["admit", "--id", cid, "--device", cid, *card, *extra, *common], b"")
+        assert res.returncode == 0, (cid, res.stderr)
+    assert dict(rows(node.db, "SELECT container_id, priority FROM reservations")) == {
+        "hi": "high", "card-less": "high", "plain": "normal", "low": "low", "default": "normal",
+        "whole": "normal"}
+    details = {c: json.loads(d) for c, d in rows(
+        node.db, "SELECT container_id, detail FROM events WHERE kind='admit'")}
+    assert details["hi"] == {"cores": 20, "device": "0-2g-hi", "exclusive": False,
+                             "memory_mib": 2048, "priority": "high"}
+    assert details["low"]["priority"] == "low" and details["whole"]["priority"] == "normal"
+    # The hook ran twice for one container: the same reservation, its priority kept.
+    assert node.create("hi", "0-2g-hi").returncode == 0
+    assert rows(node.db, "SELECT priority FROM reservations WHERE container_id='hi'") == \
+        [("high",)]
+    # What a release hands back and forgets has a priority too (ASan: freed once).
+    assert node.release("hi").returncode == 0
+    res = gpuslice(node, "release", "low")
+    assert res.returncode == 0 and "released low low: 1024 MiB" in res.stdout
+
+
+def test_status_shows_the_priority(node: Node) -> None:
+    with_profile(node, "{name: 2g-hi, memory: 2GiB, cores: 20, priority: high}")
+    with_profile(node, "{name: 2g-lo, memory: 2GiB, priority: low}")
+    for cid, device in (("h" * 64, "0-2g-hi"), ("n" * 64, "0-6g"), ("l" * 64, "2g-lo"),
+                        ("w" * 64, "1")):
+        assert node.create(cid, device).returncode == 0
+    doc = json.loads(gpuslice(node, "status", "--json").stdout)
+    shown = {k["id"][0]: k["priority"] for c in doc["cards"] for k in c["containers"]}
+    assert shown == {"h": "high", "n": "normal", "l": "low", "w": "normal"}  # always in JSON
+    lines = {line.split()[0][0]: line for line in gpuslice(node, "status").stdout.splitlines()
+             if line.startswith("  ")}
+    assert lines["h"].endswith("0-2g-hi    2048 MiB, 20%, priority high; 0 MiB used")
+    assert lines["l"].endswith("2g-lo      2048 MiB, priority low; 0 MiB used")
+    # The usual goes unsaid, to keep lines short.
+    assert lines["n"].endswith("0-6g       6144 MiB; 0 MiB used")
+    assert lines["w"].endswith("1          whole card; 0 MiB used")
+
+
+# What gpuslice with schema version 1 made, and only that: migrations are
+# never edited once released (a test below holds entry 0 to this digest).
+V1_SCHEMA_SHA256 = "1b9779e255082faee272bcebf57df8e985f37d61a3be4331680eb5f171a2c6a2"
+
+
+def version_1_database(path: Path, card_uuid: str) -> None:
+    """A database as gpuslice 1 left it: its schema, one card, a reservation, an event."""
+    from ocihook import accountant as acct
+
+    v1 = acct._MIGRATIONS[0]
+    assert hashlib.sha256(" ".join(v1.split()).encode()).hexdigest() == V1_SCHEMA_SHA256, \
+        "migration 0 was edited: add a migration instead; databases already made keep it"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    db = sqlite3.connect(path)
+    db.executescript(v1)
+    db.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
+    db.execute("INSERT INTO cards(uuid, idx, name, total_mib, seen) VALUES "
+               "(?, 0, 'NVIDIA H200', 16384, 1.5)", (card_uuid,))
+    db.execute("INSERT INTO reservations(container_id, device, card_uuid, memory_mib, cores, "
+               "exclusive, pid, pid_start, runtime, created) VALUES "
+               "('old', '0-6g', ?, 6144, 30, 0, NULL, NULL, 'runc', 2.5)", (card_uuid,))
+    db.execute("INSERT INTO events(at, kind, container_id, card_uuid, detail) VALUES "
+               "(2.5, 'admit', 'old', ?, '{\"cores\": 30}')", (card_uuid,))
+    db.commit()
+    db.close()
+
+
+def test_a_version_1_database_is_upgraded_in_place(node: Node) -> None:
+    uuid0 = fake_gpu(0)["uuid"]
+    version_1_database(node.db, uuid0)
+    before = rows(node.db, "SELECT * FROM reservations")
+    # The hook migrates nothing: it says what will.
+    res = node.create("new", "0-6g")
+    assert res.returncode == 2
+    assert err(res) == (f"gpuslice-hook: error: {node.db}: schema version 1 is older than this "
+                        "gpuslice knows (2); run `gpuslice cdi generate` with this gpuslice")
+    assert rows(node.db, "SELECT value FROM meta") == [("1",)]
+    node.generate()  # opens the books: version 1 -> 2, in place
+    assert rows(node.db, "SELECT value FROM meta WHERE key='schema_version'") == [("2",)]
+    after = rows(node.db, "SELECT * FROM reservations")
+    assert after == [before[0] + ("normal",)]  # every column kept; admitted before priorities
+    assert rows(node.db, "SELECT kind, container_id, detail FROM events WHERE id=1") == \
+        [("admit", "old", '{"cores": 30}')]
+    # The column refuses what is not a priority.
+    conn = sqlite3.connect(node.db)
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+        conn.execute("UPDATE reservations SET priority='urgent'")
+    conn.close()
+    # The hook takes the upgraded books: the old row counts, a new one is recorded.
+    with_profile(node, "{name: 2g-hi, memory: 2GiB, priority: high}")
+    assert node.create("hi", "0-2g-hi").returncode == 0
+    res = node.create("third", "0-6g")  # 6144 (old) + 2048 + 6144 of 16384: fits
+    assert res.returncode == 0, res.stderr
+    assert node.create("fourth", "0-6g").returncode == 1  # the old reservation still counts
+    doc = json.loads(gpuslice(node, "status", "--json").stdout)
+    assert [(k["id"], k["cores"], k["priority"]) for k in doc["cards"][0]["containers"]] == [
+        ("old", 30, "normal"), ("hi", 0, "high"), ("third", 0, "normal")]
 
 
 def gpuslice(node: Node, *args: str) -> subprocess.CompletedProcess:

@@ -138,3 +138,54 @@ def test_container_sees_its_state_dir_and_the_card_files(podman, node: Host) -> 
     # The card files are the host's; the container's folder is gone with it.
     assert (node.tmp / "state" / "cards" / "probe").exists()
     assert not list((node.tmp / "state" / "containers").iterdir())
+
+
+@pytest.fixture
+def node_hi(tmp_path: Path, driver_root: Path, fakedriver: Path, podman) -> Host:
+    (tmp_path / "host").mkdir()
+    h = Host(tmp_path / "host", driver_root, [fake_gpu(0, memory_mib=16384)],
+             spec_dir=podman.cdi_dir,
+             extra_config="  - {name: 2g-50-hi, memory: 2GiB, cores: 50, priority: high}\n"
+                          "  - {name: 2g, memory: 2GiB}\n")
+    h.use_real_hook()
+    assert h.run("cdi", "generate").returncode == 0
+    return h
+
+
+def environ(podman, cid: str) -> dict:
+    """The environment the container's process runs with, read from the host."""
+    info = json.loads(podman.podman(["inspect", cid], check=True).stdout)[0]
+    raw = Path(f"/proc/{info['State']['Pid']}/environ").read_bytes()
+    return dict(e.split("=", 1) for e in raw.decode().split("\0") if "=" in e)
+
+
+def test_priority_reaches_the_container_and_the_books(podman, node_hi: Host) -> None:
+    hi, plain = start(podman, "0-2g-50-hi"), start(podman, "0-2g")
+    assert hi.returncode == 0, hi.stderr
+    assert plain.returncode == 0, plain.stderr
+    assert environ(podman, hi.stdout.strip())["GPUSLICE_PRIORITY"] == "high"
+    assert environ(podman, plain.stdout.strip())["GPUSLICE_PRIORITY"] == "normal"
+    held = {c["id"]: (c["device"], c["cores"], c["priority"])
+            for c in status(node_hi)["cards"][0]["containers"]}
+    assert held == {hi.stdout.strip(): ("0-2g-50-hi", 50, "high"),
+                    plain.stdout.strip(): ("0-2g", 0, "normal")}
+    # Seen from inside, as a program there reads it.
+    res = podman.run(["sh", "-c", "echo $GPUSLICE_PRIORITY"],
+                     devices=["gpuslice.io/gpu=2g-50-hi"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "high"
+
+
+def test_the_specs_priority_replaces_the_containers_own(podman, node_hi: Host) -> None:
+    """Podman 4.3 applies a CDI device's env after the container's own (-e): a
+    variable of the same name is replaced, so a tenant cannot claim high
+    priority on a normal slice through its environment at start."""
+    probe = ["sh", "-c", "env | grep '^GPUSLICE_PRIORITY='"]
+    claim = {"GPUSLICE_PRIORITY": "high"}
+    alone = podman.run(probe, env=claim)  # no device: -e reaches the container as given
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.splitlines() == ["GPUSLICE_PRIORITY=high"]
+    for device in ("0-2g", "2g"):
+        res = podman.run(probe, devices=[f"gpuslice.io/gpu={device}"], env=claim)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.splitlines() == ["GPUSLICE_PRIORITY=normal"], device

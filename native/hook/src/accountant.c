@@ -37,7 +37,8 @@ struct usage {
 };
 
 #define RES_COLS \
-    "container_id, device, card_uuid, memory_mib, cores, exclusive, pid, pid_start, runtime, created"
+    "container_id, device, card_uuid, memory_mib, cores, exclusive, pid, pid_start, runtime, " \
+    "created, priority"
 
 static int sql_fail(struct gs_acct *a)
 {
@@ -235,15 +236,20 @@ static int finish(struct gs_acct *a, int code)
     return code == GS_NO ? GS_NO : GS_ERROR;
 }
 
+/* What one row owns; the row itself belongs to its list. */
+static void reservation_free(struct gs_reservation *r)
+{
+    free(r->container_id);
+    free(r->device);
+    free(r->card_uuid);
+    free(r->runtime);
+    free(r->priority);
+}
+
 void gs_reservations_free(struct gs_reservations *list)
 {
-    for (size_t i = 0; i < list->n; i++) {
-        struct gs_reservation *r = &list->v[i];
-        free(r->container_id);
-        free(r->device);
-        free(r->card_uuid);
-        free(r->runtime);
-    }
+    for (size_t i = 0; i < list->n; i++)
+        reservation_free(&list->v[i]);
     free(list->v);
     list->v = NULL;
     list->n = list->cap = 0;
@@ -275,6 +281,7 @@ static void row_reservation(sqlite3_stmt *st, struct gs_reservation *r)
     r->pid_start = sqlite3_column_int64(st, 7);
     r->runtime = col_text(st, 8);
     r->created = sqlite3_column_double(st, 9);
+    r->priority = col_text(st, 10);
 }
 
 /* Every row of a SELECT RES_COLS statement (already bound) into list. */
@@ -606,7 +613,7 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
     double now = gs_now();
     sqlite3_stmt *st = prepare(a, "INSERT INTO reservations(container_id, device, card_uuid, "
                                   "memory_mib, cores, exclusive, pid, pid_start, runtime, "
-                                  "created) VALUES (?,?,?,?,?,?,?,?,?,?)");
+                                  "created, priority) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
     if (!st)
         return GS_ERROR;
     text(st, 1, req->container_id);
@@ -621,13 +628,16 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
         sqlite3_bind_int64(st, 8, *req->pid_start);
     text(st, 9, req->runtime ? req->runtime : "");
     sqlite3_bind_double(st, 10, now);
+    text(st, 11, req->priority);
     if (run(a, st) != GS_OK)
         return GS_ERROR;
     struct gs_str d = {0};
     gs_str_addf(&d, "{\"cores\": %lld, \"device\": ", (long long)req->cores);
     gs_json_quote(&d, req->device);
-    gs_str_addf(&d, ", \"exclusive\": %s, \"memory_mib\": %lld}",
+    gs_str_addf(&d, ", \"exclusive\": %s, \"memory_mib\": %lld, \"priority\": ",
                 req->exclusive ? "true" : "false", (long long)memory);
+    gs_json_quote(&d, req->priority);
+    gs_str_addc(&d, '}');
     int rc = event(a, "admit", req->container_id, c->uuid, d.s);
     gs_str_free(&d);
     if (rc != GS_OK)
@@ -637,6 +647,7 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
     r->device = gs_xstrdup(req->device);
     r->card_uuid = gs_xstrdup(c->uuid);
     r->runtime = gs_xstrdup(req->runtime ? req->runtime : "");
+    r->priority = gs_xstrdup(req->priority);
     r->memory_mib = memory;
     r->cores = req->cores;
     r->exclusive = req->exclusive;
@@ -736,12 +747,8 @@ int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
         rc = admit_locked(a, &reqs[i], out);
     rc = finish(a, rc);
     if (rc != GS_OK) { /* nothing was written: nothing is held */
-        for (size_t i = first; i < out->n; i++) {
-            free(out->v[i].container_id);
-            free(out->v[i].device);
-            free(out->v[i].card_uuid);
-            free(out->v[i].runtime);
-        }
+        for (size_t i = first; i < out->n; i++)
+            reservation_free(&out->v[i]);
         out->n = first;
     }
     return rc;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 /* Must equal SCHEMA_VERSION in ocihook/accountant.py (a test compares them). */
-#define GS_SCHEMA_VERSION 1
+#define GS_SCHEMA_VERSION 2
 
 #define GS_BUSY_TIMEOUT_MS 30000
 
@@ -33,6 +33,7 @@ struct gs_request {
     const char *device;
     int64_t memory_mib;      /* ignored when exclusive: the whole card */
     int64_t cores;           /* 0: no compute cap */
+    const char *priority;    /* "high", "normal" or "low": the column's CHECK */
     int exclusive;
     const char *const *card_uuids; /* n_cards == 0: any card, placement picks */
     size_t n_cards;
@@ -42,7 +43,7 @@ struct gs_request {
 };
 
 struct gs_reservation {
-    char *container_id, *device, *card_uuid, *runtime;
+    char *container_id, *device, *card_uuid, *runtime, *priority;
     int64_t memory_mib, cores;
     int exclusive;
     int has_pid, has_pid_start;

@@ -16,13 +16,14 @@
 
 static const char *const usages[] = {
     "gpuslice-hook create --device NAME --database DB --state-dir DIR [--card UUID]... "
-    "[--exclusive] [--memory-mib N] [--cores N] [--overcommit X] [--placement binpack|spread] "
-    "[--cores-limit N] [--preload env|ld.so.preload]",
+    "[--exclusive] [--memory-mib N] [--cores N] [--priority high|normal|low] [--overcommit X] "
+    "[--placement binpack|spread] [--cores-limit N] [--preload env|ld.so.preload]",
     "gpuslice-hook release --database DB --state-dir DIR [--id CID]",
     "gpuslice-hook gc --database DB --state-dir DIR",
     "gpuslice-hook admit --database DB [--state-dir DIR] --id CID --device NAME "
-    "[--card UUID]... [--exclusive] [--memory-mib N] [--cores N] [--overcommit X] "
-    "[--placement binpack|spread] [--cores-limit N] [--pid N [--pid-start T]] [--runtime NAME]",
+    "[--card UUID]... [--exclusive] [--memory-mib N] [--cores N] [--priority high|normal|low] "
+    "[--overcommit X] [--placement binpack|spread] [--cores-limit N] [--pid N [--pid-start T]] "
+    "[--runtime NAME]",
 };
 
 static const char help_text[] =
@@ -35,7 +36,8 @@ static const char help_text[] =
     "  admit    the accountant alone: prints \"<card uuid> <MiB>\" per reservation\n"
     "\n"
     "Request: --card UUID (repeatable; none: placement picks), --exclusive (whole card(s);\n"
-    "several --card: all or none), --memory-mib N (a slice), --cores N (0-100, 0: no cap).\n"
+    "several --card: all or none), --memory-mib N (a slice), --cores N (0-100, 0: no cap),\n"
+    "--priority high|normal|low (a slice's; default normal).\n"
     "Policy: --overcommit X (1.0-16.0, default 1.0), --placement binpack|spread (default\n"
     "binpack), --cores-limit N (1-100, default 100).\n"
     "Exit: 0 ok, 1 refused, 2 bad input or usage.\n";
@@ -58,6 +60,7 @@ static const struct {
     [O_PLACEMENT] = {"--placement", 1, REQUEST_VERBS},
     [O_CORES_LIMIT] = {"--cores-limit", 1, REQUEST_VERBS},
     [O_PRELOAD] = {"--preload", 1, V_CREATE},
+    [O_PRIORITY] = {"--priority", 1, REQUEST_VERBS},
     [O_ID] = {"--id", 1, V_RELEASE | V_ADMIT},
     [O_PID] = {"--pid", 1, V_ADMIT},
     [O_PID_START] = {"--pid-start", 1, V_ADMIT},
@@ -133,6 +136,23 @@ static int whole(enum opt o, const char *s, int64_t lo, int64_t hi, int64_t *out
     return bad_value(o, s, rule);
 }
 
+/* One of n names: its index in *out, or a bad value that lists them all. */
+static int choice(enum opt o, const char *s, const char *const *names, int n, int *out)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return GS_OK;
+        }
+    struct gs_str rule = {0};
+    gs_str_add(&rule, "is not one of ");
+    for (int i = 0; i < n; i++)
+        gs_str_addf(&rule, "%s%s", i ? ", " : "", names[i]);
+    int rc = bad_value(o, s, rule.s);
+    gs_str_free(&rule);
+    return rc;
+}
+
 static int check_overcommit(const char *s, double *out)
 {
     /* digits[.digits]: no sign, exponent, hex, inf or nan */
@@ -198,10 +218,19 @@ static int check_abs_path(enum opt o, const char *path)
     return GS_OK;
 }
 
+/* The choices of --placement (in enum gs_placement's order), --preload (its
+ * index is preload_file) and --priority (the accountant's CHECK on the
+ * column; cdi/profiles.py PRIORITIES). */
+static const char *const placements[] = {"binpack", "spread"};
+static const char *const preloads[] = {"env", "ld.so.preload"};
+static const char *const priorities[] = {"high", "normal", "low"};
+#define COUNT(v) ((int)(sizeof v / sizeof v[0]))
+
 int gs_parse_args(int argc, char **argv, struct gs_args *a)
 {
     memset(a, 0, sizeof *a);
     a->policy = (struct gs_policy){1.0, GS_BINPACK, 100};
+    a->priority = "normal";
     a->cards = gs_xmalloc((size_t)argc * sizeof *a->cards);
     static const char general[] = "usage: gpuslice-hook create|release|gc|admit OPTIONS "
                                   "(gpuslice-hook --help says more)";
@@ -281,22 +310,24 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         return GS_ERROR;
     if (v[O_OVERCOMMIT] && check_overcommit(v[O_OVERCOMMIT], &a->policy.overcommit) != GS_OK)
         return GS_ERROR;
+    int at;
     if (v[O_PLACEMENT]) {
-        if (strcmp(v[O_PLACEMENT], "binpack") == 0)
-            a->policy.placement = GS_BINPACK;
-        else if (strcmp(v[O_PLACEMENT], "spread") == 0)
-            a->policy.placement = GS_SPREAD;
-        else
-            return bad_value(O_PLACEMENT, v[O_PLACEMENT], "is not one of binpack, spread");
+        if (choice(O_PLACEMENT, v[O_PLACEMENT], placements, COUNT(placements), &at) != GS_OK)
+            return GS_ERROR;
+        a->policy.placement = (enum gs_placement)at;
     }
     if (v[O_CORES_LIMIT] &&
         whole(O_CORES_LIMIT, v[O_CORES_LIMIT], 1, 100, &a->policy.cores_limit) != GS_OK)
         return GS_ERROR;
     if (v[O_PRELOAD]) {
-        if (strcmp(v[O_PRELOAD], "ld.so.preload") == 0)
-            a->preload_file = 1;
-        else if (strcmp(v[O_PRELOAD], "env") != 0)
-            return bad_value(O_PRELOAD, v[O_PRELOAD], "is not one of env, ld.so.preload");
+        if (choice(O_PRELOAD, v[O_PRELOAD], preloads, COUNT(preloads), &at) != GS_OK)
+            return GS_ERROR;
+        a->preload_file = at == 1;
+    }
+    if (v[O_PRIORITY]) {
+        if (choice(O_PRIORITY, v[O_PRIORITY], priorities, COUNT(priorities), &at) != GS_OK)
+            return GS_ERROR;
+        a->priority = priorities[at];
     }
     if (v[O_ID] && !gs_container_id_ok(v[O_ID], strlen(v[O_ID])))
         return gs_container_id_error(v[O_ID], strlen(v[O_ID]));
@@ -315,6 +346,11 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         if (v[O_EXCLUSIVE] && (v[O_MEMORY] || v[O_CORES]))
             return usage_error(a, "%s holds whole cards: --memory-mib and --cores do not go "
                                "with it", "--exclusive");
+        /* A whole card is shared with no one, so no one stands aside for it. */
+        if (v[O_EXCLUSIVE] && strcmp(a->priority, "normal") != 0)
+            return usage_error_repr(a, "--exclusive holds whole cards, which no one shares: "
+                                    "--priority %s means nothing there; leave it out",
+                                    v[O_PRIORITY], strlen(v[O_PRIORITY]));
         if (!v[O_EXCLUSIVE] && !v[O_MEMORY])
             return usage_error(a, "a slice needs %s N (or --exclusive for a whole card)",
                                "--memory-mib");

@@ -15,7 +15,8 @@ enum verb { V_CREATE = 1, V_RELEASE = 2, V_GC = 4, V_ADMIT = 8 };
 
 enum opt {
     O_DEVICE, O_DATABASE, O_STATE_DIR, O_CARD, O_EXCLUSIVE, O_MEMORY, O_CORES, O_OVERCOMMIT,
-    O_PLACEMENT, O_CORES_LIMIT, O_PRELOAD, O_ID, O_PID, O_PID_START, O_RUNTIME, O_COUNT
+    O_PLACEMENT, O_CORES_LIMIT, O_PRELOAD, O_PRIORITY, O_ID, O_PID, O_PID_START, O_RUNTIME,
+    O_COUNT
 };
 
 #define REQUEST_VERBS (V_CREATE | V_ADMIT)
@@ -29,6 +30,7 @@ struct gs_args {
     int64_t memory_mib, cores, pid, pid_start;
     struct gs_policy policy;
     int preload_file; /* --preload ld.so.preload */
+    const char *priority; /* --priority: "high", "normal" (the default) or "low" */
 };
 
 /* GS_OK, or GS_ERROR with the message. a->cards is malloc'ed (free it). */

@@ -40,6 +40,7 @@ static size_t build_requests(const struct gs_args *a, const char *cid, const int
             .device = a->value[O_DEVICE],
             .memory_mib = a->memory_mib,
             .cores = a->cores,
+            .priority = a->priority,
             .exclusive = a->value[O_EXCLUSIVE] != NULL,
             .card_uuids = each ? &a->cards[i] : a->cards,
             .n_cards = each ? 1 : a->n_cards,
