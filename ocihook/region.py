@@ -61,7 +61,8 @@ class DeviceUsage:
     total_bytes: int
     used_bytes: int
     core_limit: int
-    compute_charged_ns: int    # GPU time charged to the container's compute budget
+    priority: str              # what the container's env claims: high, normal or low
+    compute_charged_ns: int    # card time charged to the container's compute budget
     compute_throttled_ns: int  # time its processes slept for the cap
     compute_launches: int      # launches the limiter saw
 
@@ -96,8 +97,10 @@ def read(path: str) -> Region:
         raise RegionError(f"{path}: magic/version/size {got} is not a gpuslice region {want}; "
                           "refusing to guess its layout")
     n = min(r.device_count, lib.GPUSLICE_MAX_DEVICES)
+    priorities = {lib.GPUSLICE_PRIORITY_HIGH: "high", lib.GPUSLICE_PRIORITY_LOW: "low"}
     devices = [DeviceUsage(i, ffi.string(d.uuid).decode(errors="replace"), d.limit_bytes,
-                           d.total_bytes, d.used_bytes, d.core_limit, d.compute.charged_ns,
+                           d.total_bytes, d.used_bytes, d.core_limit,
+                           priorities.get(d.priority, "normal"), d.compute.charged_ns,
                            d.compute.throttled_ns, d.compute.launches)
                for i, d in ((i, r.devices[i]) for i in range(n))]
     procs = []
@@ -113,7 +116,7 @@ def read(path: str) -> Region:
 @dataclass(frozen=True)
 class Card:
     path: str
-    capped_ns: int                   # CLOCK_MONOTONIC when a capped tenant last ran; 0: none
+    managed_ns: int                  # CLOCK_MONOTONIC when a capped or prioritised tenant last ran; 0: none
     backlog_ns: List[Tuple[int, int]]  # (owner token, backlog until) of every taken slot
     turn_owner: int                  # token of the process whose turn it is; 0: nobody's
 
@@ -135,4 +138,4 @@ def read_card(path: str) -> Card:
                           "card file of this version")
     slots = [(c.slots[i].owner, c.slots[i].backlog_ns) for i in range(lib.GPUSLICE_CARD_SLOTS)
              if c.slots[i].owner]
-    return Card(path, c.capped_ns, slots, c.turn_owner)
+    return Card(path, c.managed_ns, slots, c.turn_owner)

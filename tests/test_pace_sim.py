@@ -1,27 +1,37 @@
 """The compute limiter as a unit: native/shim/src/pace.c under a simulated clock.
 
 tests/shim/pace_sim runs the very code the shim runs against a simulated GPU
-(one context at a time, 3 ms time slices while others wait, 0.3 ms idle per
-context switch: what two busy contexts on an H200 showed; a 1024-kernel
-queue) and prints each process's share per 1 s window: kernels completed
-against the same program alone and uncapped, simulated in the same run, and
-the share of time the GPU executed kernels. Exact and repeatable: no real
-clock is read. Programs: matmul (230 us kernels, GPU-bound),
-tiny (2 us kernels behind 10 us launches, CPU-bound), graph (570 us replays),
-big (8 ms kernels), long (40 ms kernels).
+that behaves as bench/card_handover measured an H200: one context at a time,
+2 ms time slices while others wait, 0.18 ms idle to preempt a context with
+work left and 0.2 ms to move to another one when the last ran dry (the
+switch and the hand-over around it, as the final shim's H200 runs show), a
+futex waiter that wakes 0.5 ms late (a virtual machine), a 1024-kernel
+queue. It prints per process its share per 1 s window (kernels completed
+against the same program alone and uncapped, simulated in the same run),
+its card time per window (the time the GPU ran its kernels), what it was
+charged against that, its longest gap between two kernels and its longest
+wait in the limiter, and a request tenant's latency. Exact and repeatable:
+no real clock is read, so the latency, wait and accuracy bounds of
+docs/compute-limit.md are asserted here, not against a wall clock.
+Programs: matmul (230 us kernels, GPU-bound), tiny (2 us kernels behind
+10 us launches, CPU-bound), graph (570 us replays), big (8 ms kernels),
+long (40 ms kernels), request (two 150 us kernels every 9-11 ms, waited
+for), forge and forgehigh (hostile tenants that write the card file).
 """
 from __future__ import annotations
 
 import statistics
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SIM = REPO / "tests" / "shim" / "build-plain" / "pace_sim"
-TOLERANCE = 3.0  # percentage points, the issue's bar
+TOLERANCE = 2.0  # points of card time: the contract's bar
+WAIT_MS = 5.0    # the longest an uncapped or normal neighbour waits at a stretch
 
 
 @pytest.fixture(scope="module")
@@ -30,102 +40,144 @@ def sim() -> Path:
     return SIM
 
 
-def simulate(sim: Path, seconds: int, *procs: str, turns: bool = True,
-             gaps: Optional[Dict[str, float]] = None) -> Tuple[Dict[str, List[float]], float]:
-    """Each process's share per window, and the percent of time the GPU executed;
-    in `gaps`, each process's longest time without a kernel done (ms)."""
+@dataclass
+class Proc:
+    share: List[float] = field(default_factory=list)     # throughput, % per window
+    cardtime: List[float] = field(default_factory=list)  # % of each window the GPU ran it
+    charged: float = 0.0     # charged / GPU time (1: exact)
+    maxgap: float = 0.0      # ms without a kernel done, after 1 s
+    maxwait: float = 0.0     # ms one launch was held back for others, after 1 s
+    latency: Tuple[float, float, float] = (0.0, 0.0, 0.0)  # p50, p99, max in ms
+
+
+@dataclass
+class Run:
+    procs: Dict[str, Proc]
+    executing: float  # percent of the time the GPU executed kernels
+
+    def __getitem__(self, name: str) -> Proc:
+        return self.procs[name]
+
+
+def simulate(sim: Path, seconds: int, *procs: str, turns: bool = True) -> Run:
     res = subprocess.run([str(sim), *([] if turns else ["--no-turns"]), str(seconds), *procs],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    shares: Dict[str, List[float]] = {}
+    out: Dict[str, Proc] = {}
     executing = -1.0
     for line in res.stdout.splitlines():
         word, *rest = line.split()
-        if word == "share":
-            shares[rest[0]] = [float(v) for v in rest[1:]]
-        elif word == "executing":
+        if word == "executing":
             executing = float(rest[0])
-        elif word == "maxgap" and gaps is not None:
-            gaps[rest[0]] = float(rest[1])
-    return shares, executing
-
-
-def run(sim: Path, seconds: int, *procs: str) -> Dict[str, List[float]]:
-    return simulate(sim, seconds, *procs)[0]
+            continue
+        if word == "switches":
+            continue
+        p = out.setdefault(rest[0], Proc())
+        values = [float(v) for v in rest[1:]]
+        if word in ("share", "cardtime"):
+            setattr(p, word, values)
+        elif word in ("charged", "maxgap", "maxwait"):
+            setattr(p, word, values[0])
+        elif word == "latency":
+            p.latency = (values[0], values[1], values[2])
+    return Run(out, executing)
 
 
 def settled(windows: List[float]) -> List[float]:
-    return windows[1:]  # the issue's bar: every window after the first second
+    return windows[1:]  # every window after the first second
 
+
+def within(windows: List[float], target: float, tol: float = TOLERANCE) -> bool:
+    return all(abs(s - target) <= tol for s in settled(windows))
+
+
+# ------------------------------------------------------------------ accuracy
 
 @pytest.mark.parametrize("program", ["matmul", "tiny", "graph"])
 @pytest.mark.parametrize("cap", [10, 25, 50, 75])
-def test_alone_every_window_within_three_points(sim: Path, program: str, cap: int) -> None:
-    shares = run(sim, 6, f"a:{program}:{cap}:0")["a"]
-    assert all(abs(s - cap) <= TOLERANCE for s in settled(shares)), shares
+def test_alone_every_window_within_two_points(sim: Path, program: str, cap: int) -> None:
+    a = simulate(sim, 6, f"a:{program}:{cap}:0")["a"]
+    assert within(a.share, cap), a.share
     # Settles within the first second too: no slow start, no overshoot.
-    assert abs(shares[0] - cap) <= TOLERANCE, shares
+    assert abs(a.share[0] - cap) <= TOLERANCE, a.share
 
 
 @pytest.mark.parametrize("cap", [1, 5, 99, 100])
 def test_extreme_caps(sim: Path, cap: int) -> None:
-    shares = run(sim, 5, f"a:matmul:{cap}:0")["a"]
-    assert all(abs(s - cap) <= TOLERANCE for s in settled(shares)), shares
+    a = simulate(sim, 5, f"a:matmul:{cap}:0")["a"]
+    assert within(a.share, cap), a.share
 
 
 def test_no_oscillation(sim: Path) -> None:
     for program in ("matmul", "graph", "tiny"):
-        shares = settled(run(sim, 8, f"a:{program}:40:0")["a"])
+        shares = settled(simulate(sim, 8, f"a:{program}:40:0")["a"].share)
         assert max(shares) - min(shares) <= 2.0, (program, shares)
         assert statistics.pstdev(shares) <= 1.0, (program, shares)
 
 
+@pytest.mark.parametrize("procs", [
+    ("a:matmul:25:0",), ("a:graph:50:0", "b:matmul:0:1"), ("a:matmul:30:0", "b:matmul:70:1"),
+    ("l:request:50:0", "a:matmul:30:1", "b:matmul:0:2"), ("a:matmul:40:0", "h:request:0:1:high"),
+])
+def test_charges_are_the_card_time(sim: Path, procs: Tuple[str, ...]) -> None:
+    # What the limiter charges a capped process is the time the GPU ran its
+    # kernels: with turns the card is its own while it runs (a neighbour that
+    # lingers, a guest, a high-priority tenant's work never lands in its bill).
+    run = simulate(sim, 5, *procs)
+    for spec in procs:
+        name, program, cap = spec.split(":")[:3]
+        if cap != "0" and program != "tiny":
+            assert abs(run[name].charged - 1.0) <= 0.01, (spec, run[name].charged)
+
+
 def test_two_tenants_30_and_70(sim: Path) -> None:
-    shares = run(sim, 6, "a:matmul:30:0", "b:matmul:70:1")
-    assert all(abs(s - 30) <= TOLERANCE for s in settled(shares["a"])), shares
-    assert all(abs(s - 70) <= TOLERANCE for s in settled(shares["b"])), shares
+    run = simulate(sim, 6, "a:matmul:30:0", "b:matmul:70:1")
+    assert within(run["a"].share, 30) and within(run["b"].share, 70), run.procs
+    # Replays of 0.57 ms move the 30's windows by a point, which the 70 absorbs.
+    run = simulate(sim, 6, "a:graph:30:0", "b:graph:70:1")
+    assert within(run["a"].share, 30) and within(run["b"].share, 70, 2.5), run.procs
 
 
 def test_fairness_between_equal_caps(sim: Path) -> None:
-    shares = run(sim, 6, "a:matmul:40:0", "b:graph:40:1")
+    run = simulate(sim, 6, "a:matmul:40:0", "b:graph:40:1")
     for name in "ab":
-        assert all(abs(s - 40) <= TOLERANCE for s in settled(shares[name])), shares
-    gap = [abs(x - y) for x, y in zip(settled(shares["a"]), settled(shares["b"]))]
-    assert max(gap) <= 2.0, shares
+        assert within(run[name].share, 40), run.procs
+    gap = [abs(x - y) for x, y in zip(settled(run["a"].share), settled(run["b"].share))]
+    assert max(gap) <= 2.0, run.procs
 
 
 def test_capped_beside_uncapped_holds_its_share(sim: Path) -> None:
-    shares = run(sim, 6, "a:matmul:30:0", "b:matmul:0:1")
-    assert all(abs(s - 30) <= TOLERANCE for s in settled(shares["a"])), shares
-    # The uncapped one gets the rest, less what switching contexts costs.
-    assert all(s >= 60 for s in settled(shares["b"])), shares
+    run = simulate(sim, 6, "a:matmul:30:0", "b:matmul:0:1")
+    assert within(run["a"].share, 30), run.procs
+    # The uncapped one gets the rest, less what the hand-overs cost.
+    assert all(s >= 62 for s in settled(run["b"].share)), run.procs
 
 
 def test_light_neighbour_does_not_lift_a_cap(sim: Path) -> None:
-    # A CPU-bound process is barely slowed by a GPU-bound neighbour: it must
-    # be charged in full, not half, or it would run at twice its cap.
-    shares = run(sim, 6, "a:tiny:30:0", "b:matmul:0:1")
-    assert all(abs(s - 30) <= TOLERANCE for s in settled(shares["a"])), shares
+    # A CPU-bound process holds the card while it launches and is charged
+    # for that time: it must not run at twice its cap beside a busy one.
+    # (3 points: its throughput also rides on when its windows fall.)
+    run = simulate(sim, 6, "a:tiny:30:0", "b:matmul:0:1")
+    assert within(run["a"].share, 30, 3.0), run.procs
     # The other way round the capped one can only lose (never exceed).
-    shares = run(sim, 6, "a:matmul:30:0", "b:tiny:0:1")
-    assert all(s <= 30 + TOLERANCE for s in shares["a"]), shares
+    run = simulate(sim, 6, "a:matmul:30:0", "b:tiny:0:1")
+    assert all(s <= 30 + TOLERANCE for s in run["a"].share), run.procs
 
 
 def test_cap_binds_the_container(sim: Path) -> None:
-    shares = run(sim, 6, "a:matmul:50:0", "b:matmul:50:0")
-    total = [x + y for x, y in zip(shares["a"], shares["b"])]
-    assert all(abs(t - 50) <= TOLERANCE for t in settled(total)), shares
-    # Beside a third, uncapped context: never above the cap (each switch
-    # between three contexts costs the simulated GPU a little more).
-    shares = run(sim, 6, "a:matmul:50:0", "b:matmul:50:0", "c:graph:0:1")
-    total = [x + y for x, y in zip(shares["a"], shares["b"])]
-    assert all(50 - 2 * TOLERANCE <= t <= 50 + TOLERANCE for t in settled(total)), shares
+    run = simulate(sim, 6, "a:matmul:50:0", "b:matmul:50:0")
+    total = [x + y for x, y in zip(run["a"].share, run["b"].share)]
+    assert all(abs(t - 50) <= TOLERANCE for t in settled(total)), run.procs
+    # Beside a third, uncapped context: never above the cap.
+    run = simulate(sim, 6, "a:matmul:50:0", "b:matmul:50:0", "c:graph:0:1")
+    total = [x + y for x, y in zip(run["a"].share, run["b"].share)]
+    assert all(50 - 2 * TOLERANCE <= t <= 50 + TOLERANCE for t in settled(total)), run.procs
 
 
 def test_burst_after_idle(sim: Path) -> None:
     # Idle from 2 s to 4 s: the credit saved while idle is capped, so the
     # first window back is no burst, and the cap holds from there on.
-    shares = run(sim, 8, "a:matmul:25:0:2:4")["a"]
+    shares = simulate(sim, 8, "a:matmul:25:0:idle=2-4")["a"].share
     assert shares[2] == shares[3] == 0.0, shares
     for w in (1, 4, 5, 6, 7):
         assert abs(shares[w] - 25) <= TOLERANCE, (w, shares)
@@ -134,24 +186,18 @@ def test_burst_after_idle(sim: Path) -> None:
 def test_long_kernels_hold_on_average(sim: Path) -> None:
     # A 40 ms kernel cannot be split: single windows move by a kernel (4
     # points at 30%), the average over the run holds.
-    shares = settled(run(sim, 11, "a:long:30:0")["a"])
+    shares = settled(simulate(sim, 11, "a:long:30:0")["a"].share)
     assert abs(statistics.mean(shares) - 30) <= 1.5, shares
     assert all(abs(s - 30) <= 12 for s in shares), shares
 
 
-def test_bad_arguments_are_named(sim: Path) -> None:
-    res = subprocess.run([str(sim), "6", "a:quantum:30:0"], capture_output=True, text=True)
-    assert res.returncode == 2 and '"a:quantum:30:0"' in res.stderr
-    res = subprocess.run([str(sim), "1", "a:matmul:30:0"], capture_output=True, text=True)
-    assert res.returncode == 2 and "SECONDS=1" in res.stderr
-
-
 def test_three_tenants(sim: Path) -> None:
-    shares = run(sim, 6, "a:matmul:20:0", "b:graph:30:1", "c:matmul:0:2")
-    assert all(abs(s - 20) <= TOLERANCE for s in settled(shares["a"])), shares
-    assert all(abs(s - 30) <= TOLERANCE for s in settled(shares["b"])), shares
-    shares = run(sim, 6, "a:matmul:50:0", "b:matmul:0:1", "c:matmul:0:2")
-    assert all(abs(s - 50) <= TOLERANCE for s in settled(shares["a"])), shares
+    run = simulate(sim, 6, "a:matmul:20:0", "b:graph:30:1", "c:matmul:0:2")
+    assert within(run["a"].share, 20) and within(run["b"].share, 30), run.procs
+    # Beside two busy uncapped ones, which get their windows together (the
+    # GPU switches between them too), a 50 gets 48-49.
+    run = simulate(sim, 6, "a:matmul:50:0", "b:matmul:0:1", "c:matmul:0:2")
+    assert all(47 <= s <= 50 + TOLERANCE for s in settled(run["a"].share)), run.procs
 
 
 def test_turns_recover_the_switching_loss(sim: Path) -> None:
@@ -160,34 +206,134 @@ def test_turns_recover_the_switching_loss(sim: Path) -> None:
     # gets less than its cap (never more). In turns, the card switches a few
     # times per on/off cycle and the cap holds.
     pair = ("a:matmul:30:0", "b:matmul:0:1")
-    side, side_exec = simulate(sim, 6, *pair, turns=False)
-    turns, turns_exec = simulate(sim, 6, *pair)
-    assert all(s <= 30 + TOLERANCE for s in side["a"]), side
-    assert statistics.mean(settled(side["a"])) < 28, side
-    assert all(abs(s - 30) <= TOLERANCE for s in settled(turns["a"])), turns
-    assert turns_exec > side_exec + 2, (side_exec, turns_exec)
-
-
-@pytest.mark.parametrize("cap", [30, 75, 90, 100])
-def test_an_uncapped_neighbour_waits_one_turn_at_most(sim: Path, cap: int) -> None:
-    # A capped tenant holds the card for its on-phase (12 ms / (1 - cap)),
-    # but never longer than 50 ms at a stretch: beside cap 90 or 100 the
-    # uncapped one still runs every 50-odd ms, and gets what is left.
-    gaps: Dict[str, float] = {}
-    shares, _ = simulate(sim, 4, f"a:matmul:{cap}:0", "b:matmul:0:1", gaps=gaps)
-    assert gaps["b"] <= 60, gaps
-    assert all(abs(s - min(cap, 97)) <= TOLERANCE for s in settled(shares["a"])), shares
-    assert all(s >= max(1.5, 97 - cap - 2 * TOLERANCE) for s in settled(shares["b"])), shares
+    side = simulate(sim, 6, *pair, turns=False)
+    turns = simulate(sim, 6, *pair)
+    assert all(s <= 30 + TOLERANCE for s in side["a"].share), side.procs
+    assert statistics.mean(settled(side["a"].share)) < 28, side.procs
+    assert within(turns["a"].share, 30), turns.procs
+    assert turns.executing > side.executing + 0.5, (side.executing, turns.executing)
 
 
 @pytest.mark.parametrize("program", ["matmul", "graph"])
-def test_a_neighbour_with_long_kernels_is_drained_or_discounted(sim: Path,
-                                                                program: str) -> None:
-    # 8 ms kernels: the neighbour keeps one kernel or ~3 ms in flight, says
-    # how long its queue lasts, and a new holder waits up to 16 ms for it.
-    # (Before: 15-17 % at cap 30.)
-    shares = run(sim, 6, f"a:{program}:30:0", "b:big:0:1")
-    assert all(abs(s - 30) <= TOLERANCE for s in settled(shares["a"])), shares
+def test_a_neighbour_with_long_kernels_is_drained_and_the_turn_grows(sim: Path,
+                                                                    program: str) -> None:
+    # 8 ms kernels: a new holder waits for the neighbour's kernel, and after
+    # such a drain holds the card cap / (100 - cap) times as long.
+    run = simulate(sim, 6, f"a:{program}:30:0", "b:big:0:1")
+    assert within(run["a"].share, 30), run.procs
+
+
+# ------------------------------------------------------------------- waiting
+
+@pytest.mark.parametrize("cap", [30, 50, 75, 90, 100])
+def test_an_uncapped_neighbour_waits_five_milliseconds_at_most(sim: Path, cap: int) -> None:
+    run = simulate(sim, 4, f"a:matmul:{cap}:0", "b:matmul:0:1")
+    assert run["b"].maxgap <= WAIT_MS, run.procs
+    # Up to 75 the cap holds; above, a turn of 4 ms and two hand-overs of
+    # 0.2 ms every cycle leave a capped tenant 85-86 % (the H200: 86.5).
+    if cap <= 75:
+        assert within(run["a"].share, cap), run.procs
+    else:
+        assert all(84 <= s <= cap + TOLERANCE for s in settled(run["a"].share)), run.procs
+    assert all(s >= 4 for s in settled(run["b"].share)), run.procs
+
+
+def test_uncapped_neighbours_of_two_capped_tenants_wait_a_round(sim: Path) -> None:
+    # Two capped holders and the uncapped ones get a round of 4 ms between
+    # them, and the hand-overs: 5.3 ms here, 7 ms on the H200.
+    run = simulate(sim, 5, "a:matmul:20:0", "b:graph:30:1", "c:matmul:0:2")
+    assert run["c"].maxgap <= 5.5, run.procs
+
+
+def test_capped_tenants_take_longer_turns_among_themselves(sim: Path) -> None:
+    # Between capped tenants alone each pass costs the card a switch, and
+    # their buckets divide it: turns of 12 ms, each waits one at most.
+    run = simulate(sim, 5, "a:matmul:30:0", "b:matmul:70:1")
+    assert run["a"].maxwait <= 14 and run["b"].maxwait <= 14, run.procs
+    assert run.executing >= 98.5, run.executing
+
+
+# ------------------------------------------------------------------- latency
+
+REF = {1: ("n:matmul:0:1:noshim",), 2: ("n:matmul:0:1:noshim", "m:matmul:0:2:noshim")}
+
+
+def reference_p99(sim: Path, neighbours: int) -> float:
+    """The request tenant's p99 beside the same neighbour(s) without the shim: plain time slicing."""
+    return simulate(sim, 4, "l:request:0:0:noshim", *REF[neighbours])["l"].latency[1]
+
+
+@pytest.mark.parametrize("latency_cap", [0, 50])
+@pytest.mark.parametrize("caps", [(30,), (50,), (90,), (30, 30)])
+def test_requests_beside_capped_neighbours_wait_less_than_time_slicing(
+        sim: Path, latency_cap: int, caps: Tuple[int, ...]) -> None:
+    ref = reference_p99(sim, len(caps))
+    names = "nm"
+    run = simulate(sim, 4, f"l:request:{latency_cap}:0",
+                   *(f"{names[i]}:matmul:{c}:{i + 1}" for i, c in enumerate(caps)))
+    p99 = run["l"].latency[1]
+    assert p99 <= 1.5 * ref, (p99, ref)
+    assert p99 <= 1.5, (p99, ref)  # and in absolute terms: a guest is served at once
+    for i, c in enumerate(caps):
+        assert within(run[names[i]].share, c), run.procs
+
+
+@pytest.mark.parametrize("neighbour", ["n:matmul:50:1", "n:matmul:0:1", "n:graph:50:1"])
+def test_high_priority_requests_are_served_within_a_millisecond(sim: Path,
+                                                                neighbour: str) -> None:
+    run = simulate(sim, 4, "l:request:0:0:high", neighbour)
+    # A graph replay (570 us) cannot be cut: up to two of them run first.
+    bound = 1.7 if ":graph:" in neighbour else 1.0
+    assert run["l"].latency[1] <= bound, run["l"].latency
+    if ":50:" in neighbour:
+        assert within(run["n"].share, 50), run.procs
+
+
+def test_a_high_priority_tenant_obeys_its_own_cap(sim: Path) -> None:
+    run = simulate(sim, 5, "h:matmul:30:0:high", "n:matmul:0:1")
+    assert within(run["h"].share, 30), run.procs
+    assert all(s >= 60 for s in settled(run["n"].share)), run.procs
+
+
+def test_low_priority_yields_to_normal_work(sim: Path) -> None:
+    # Beside a busy normal tenant a low one gets only a trickle (its patience);
+    # a normal request beside a busy low tenant is served at once.
+    run = simulate(sim, 4, "a:matmul:0:0:low", "b:matmul:0:1")
+    assert all(s >= 95 for s in settled(run["b"].share)), run.procs
+    assert all(0 < s <= 4 for s in settled(run["a"].share)), run.procs
+    run = simulate(sim, 4, "a:matmul:0:0:low", "l:request:0:1")
+    assert run["l"].latency[1] <= 1.0, run["l"].latency
+    # A low request is no guest: it waits for normal work.
+    run = simulate(sim, 4, "l:request:0:0:low", "b:matmul:0:1")
+    assert run["l"].latency[1] > 5, run["l"].latency
+
+
+# --------------------------------------------------------------------- trust
+
+@pytest.mark.parametrize("cap", [0, 50])
+def test_a_forged_lease_leaves_a_tenth(sim: Path, cap: int) -> None:
+    # Anyone can write the card file: a lease renewed every 0.5 ms for a
+    # process that does not exist makes others wait 90 % of their time at
+    # most (the first wait takes its grace, then patience): they keep a tenth.
+    run = simulate(sim, 5, f"a:matmul:{cap}:0", "f:forge:0:1")
+    assert all(s >= 9 for s in settled(run["a"].share)), run.procs
+
+
+def test_forged_high_priority_takes_half_at_most(sim: Path) -> None:
+    # Courtesy for guests and high priority is half of a process's time: a
+    # tenant that claims high work it does not have gains what running
+    # without the shim beside it would (the hardware's time slicing).
+    run = simulate(sim, 5, "a:matmul:0:0", "f:forgehigh:0:1")
+    assert all(s >= 48 for s in settled(run["a"].share)), run.procs
+
+
+def test_bad_arguments_are_named(sim: Path) -> None:
+    res = subprocess.run([str(sim), "6", "a:quantum:30:0"], capture_output=True, text=True)
+    assert res.returncode == 2 and '"a:quantum:30:0"' in res.stderr
+    res = subprocess.run([str(sim), "6", "a:matmul:30:0:urgent"], capture_output=True, text=True)
+    assert res.returncode == 2 and '"a:matmul:30:0:urgent"' in res.stderr
+    res = subprocess.run([str(sim), "1", "a:matmul:30:0"], capture_output=True, text=True)
+    assert res.returncode == 2 and "SECONDS=1" in res.stderr
 
 
 def test_bad_turns_flag_position_is_named(sim: Path) -> None:

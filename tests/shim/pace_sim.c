@@ -5,32 +5,46 @@
  * Each simulated process is a coroutine (ucontext) that runs a launch loop
  * through gs_pace_launch_begin/end with an I/O table backed by the model
  * below; whenever it would spend time (CPU work, a blocking event wait, a
- * sleep) it yields to the scheduler, which advances the clock to the next
- * thing that happens. Nothing here reads the real clock: a run is exact and
- * repeatable, whatever the machine's load.
+ * sleep, a futex wait on the card file) it yields to the scheduler, which
+ * advances the clock to the next thing that happens. Nothing here reads the
+ * real clock: a run is exact and repeatable, whatever the machine's load.
  *
- * The GPU: one FIFO queue per process (its context). It runs one context at
- * a time: the one it runs keeps it until its queue has no kernel left or,
- * while another context has one waiting, for TIMESLICE_NS; each change of
- * context leaves it idle for SWITCH_NS. Two busy matmul loops on an H200
- * switched about 290 times a second with the GPU executing kernels 91-92 %
- * of the time, which these two numbers reproduce. An event at the head
- * completes at once. A queue holds at most QUEUE_DEPTH kernels; a launch
- * into a full queue blocks, as the driver's does.
+ * The GPU, as bench/card_handover measured an H200: one FIFO queue per
+ * process (its context); it runs one context at a time, which keeps it
+ * until its queue has no work left or, while another context has some
+ * waiting, for TIMESLICE_NS (2 ms). Taking the GPU from a context that
+ * still has work costs PREEMPT_NS idle (0.18 ms: two busy matmul loops
+ * then execute 91.7 % of the time, as measured); moving to another context
+ * when the last one ran dry, or from idle, costs SWITCH_NS (0.2 ms: the
+ * switch and the hand-over's own latencies, which the shim's runs on the
+ * H200 show: 30 + 70 and 90 beside an uncapped tenant come out as there). An
+ * event completes when the GPU runs its context and reaches it (at once,
+ * if it heads the queue of the context running). A queue holds at most QUEUE_DEPTH
+ * kernels; a launch into a full queue blocks, as the driver's does.
  *
  * Usage: pace_sim [--no-turns] SECONDS PROC...
- *   PROC = name:program:cap:container[:idle_from:idle_to]
+ *   PROC = name:program:cap:container[:option]...
  *   --no-turns: tenants share the card side by side (GPUSLICE_COMPUTE_TURNS=0)
  *   program: matmul (230 us kernels, 10 us launches), tiny (2 us kernels,
  *   10 us launches: CPU-bound), graph (570 us replays, 15 us launches),
- *   big (8 ms kernels), long (40 ms kernels, 20 us launches both); cap 0 =
- *   uncapped; processes with
- *   the same container share one bucket (one cap).
+ *   big (8 ms kernels), long (40 ms kernels, 20 us launches both), request
+ *   (the latency tenant: every 9 to 11 ms two 150 us kernels, then it waits
+ *   for them), forge (a hostile tenant without GPU work: every 0.5 ms it renews
+ *   a turn for a process that does not exist), forgehigh (the same, saying
+ *   high-priority work is queued); cap 0 = uncapped; processes with the same
+ *   container share one bucket (one cap).
+ *   options: high, low (priority; default normal), noshim (no limiter at all:
+ *   plain time slicing), idle=FROM-TO (seconds without launches)
  * Prints per process: "share <name> <w0> <w1> ..." percent per 1 s window of
  * the kernels it completed, against the same program alone and uncapped
- * (simulated first, in the same run), "launches <name> <n>" and "maxgap
- * <name> <ms>", the longest it went without a kernel done after the first
- * second; then "executing <percent>", the time the GPU executed kernels.
+ * (simulated first, in the same run); "cardtime <name> <w0> ...", percent
+ * of each window the GPU executed its kernels; "launches <name> <n>";
+ * "maxgap <name> <ms>", the longest it went without a kernel done after the
+ * first second; "maxwait <name> <ms>", the longest one launch was held back
+ * by the limiter for others (after the first second; its own throttling is
+ * not counted); for a request program "latency <name> <p50> <p99> <max>"
+ * (ms, from its first launch to its last kernel done, after the first
+ * second); then "executing <percent>", the time the GPU executed kernels.
  */
 #define _GNU_SOURCE
 #include "../../native/shim/src/pace.h"
@@ -45,25 +59,36 @@
 #define MAX_WINDOWS 64
 #define QUEUE_DEPTH 1024
 #define QUEUE_CAP 4096
-#define TIMESLICE_NS 3e6
-#define SWITCH_NS 0.3e6
+#define TIMESLICE_NS 2e6
+#define PREEMPT_NS 0.18e6
+#define SWITCH_NS 0.2e6
 #define STACK (256 * 1024)
 /* What the driver calls cost the CPU (H200 order of magnitude). */
 #define RECORD_NS 1500.0
 #define QUERY_NS 400.0
+#define WAKE_NS 500e3 /* a futex waiter runs this long after the word changed (the H200's VM) */
 #define NS 1e9
+#define MAX_REQUESTS 8192
 
+enum { LOOP, REQUEST, FORGE, FORGE_HIGH };
 struct program {
     const char *name;
     double kernel_ns, launch_ns;
+    int kind;
 };
 static const struct program programs[] = {
-    {"matmul", 230e3, 10e3},
-    {"tiny", 2e3, 10e3},
-    {"graph", 570e3, 15e3},
-    {"long", 40e6, 20e3},
-    {"big", 8e6, 20e3},
+    {"matmul", 230e3, 10e3, LOOP},
+    {"tiny", 2e3, 10e3, LOOP},
+    {"graph", 570e3, 15e3, LOOP},
+    {"long", 40e6, 20e3, LOOP},
+    {"big", 8e6, 20e3, LOOP},
+    {"request", 150e3, 10e3, REQUEST},
+    {"forge", 0, 0, FORGE},
+    {"forgehigh", 0, 0, FORGE_HIGH},
 };
+#define REQUEST_EVERY_NS 10e6
+#define REQUEST_KERNELS 2
+#define FORGE_EVERY_NS 0.5e6
 
 struct sim_event {
     int recorded, done;
@@ -76,7 +101,7 @@ struct item {
     struct sim_event *ev;
 };
 
-enum { RUNNING, AT_TIME, ON_EVENT, ON_QUEUE, FINISHED };
+enum { RUNNING, AT_TIME, ON_EVENT, ON_QUEUE, ON_WORD, ON_IDLE, FINISHED };
 
 struct proc {
     struct gs_pace_io io; /* first: the callbacks find the process from it */
@@ -84,6 +109,7 @@ struct proc {
     const struct program *prog;
     unsigned cap;
     int container;
+    int prio, noshim;
     double idle_from, idle_to;
     struct gs_pacer pacer;
     ucontext_t uc;
@@ -91,14 +117,22 @@ struct proc {
     int state;
     double ready_at;
     struct sim_event *waiting;
+    unsigned *word; /* ON_WORD: sleeping until *word != seen, or ready_at */
+    unsigned seen;
     struct item q[QUEUE_CAP];
     int qhead, qlen, kernels_queued;
     struct sim_event events[64];
     struct sim_event *pool[64];
     int npool;
     long long completed[MAX_WINDOWS];
+    double gpu_ns[MAX_WINDOWS]; /* the time the GPU executed its kernels, per window */
     unsigned long long launches;
     double last_done, max_gap; /* longest time without a kernel done, after 1 s */
+    double max_wait;           /* longest a launch was held back for others, after 1 s */
+    double throttled_ns;       /* slept for its own cap during the current launch */
+    double latency[MAX_REQUESTS];
+    int requests;
+    unsigned long long rng;
 };
 
 static double T;  /* the simulated clock, ns */
@@ -115,6 +149,8 @@ static int turns = 1;
  * much of the slice and of a context switch is left, the time it executed. */
 static int gpu_on, gpu_last;
 static double slice_left, switch_left, busy_ns;
+static long switches, preemptions;
+static int trace; /* PACE_SIM_TRACE=1: the GPU's and the turn's changes on stderr */
 
 static void yield(void)
 {
@@ -210,6 +246,32 @@ static void io_sleep(struct gs_pace_io *io, unsigned long long ns)
     spend((double)ns + 60e3);
 }
 
+/* A futex: the scheduler wakes the process WAKE_NS after the word changes,
+ * or (late, as a sleep) at the timeout. */
+static void io_wait_word(struct gs_pace_io *io, unsigned *word, unsigned seen,
+                         unsigned long long ns)
+{
+    (void)io;
+    if (__atomic_load_n(word, __ATOMIC_RELAXED) != seen)
+        return;
+    current->state = ON_WORD;
+    current->word = word;
+    current->seen = seen;
+    current->ready_at = T + (double)ns + 60e3;
+    yield();
+}
+
+static void io_wake_word(struct gs_pace_io *io, unsigned *word)
+{
+    (void)io, (void)word; /* the scheduler looks at every sleeper's word */
+}
+
+static void io_pause(struct gs_pace_io *io)
+{
+    (void)io;
+    spend(5e3);
+}
+
 static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge,
                           unsigned long long launches, unsigned long long *wait)
 {
@@ -233,24 +295,83 @@ static unsigned io_cap(struct gs_pace_io *io) { return bucket_cap[of(io)->contai
 
 /* ------------------------------------------------------------ processes */
 
+static void launch_one(struct proc *p)
+{
+    spend(p->prog->launch_ns);
+    while (p->kernels_queued >= QUEUE_DEPTH) {
+        p->state = ON_QUEUE;
+        yield();
+    }
+    double t0 = T;
+    /* As launch.c: an uncapped normal process is paced only while a capped
+     * or prioritised tenant is on the card. */
+    unsigned long long m = __atomic_load_n(&card.managed_ns, __ATOMIC_RELAXED);
+    int paced = !p->noshim && (p->cap || p->prio != GS_PRIO_NORMAL || m);
+    if (paced)
+        gs_pace_launch_begin(&p->pacer, &p->io, NULL);
+    if (T >= NS && T - t0 > p->max_wait)
+        p->max_wait = T - t0;
+    if (trace && T - t0 > 4.7e6)
+        fprintf(stderr, "%10.3f %s waited %.3f ms\n", T / 1e6, p->name, (T - t0) / 1e6);
+    push(p, (struct item){1, p->prog->kernel_ns, NULL});
+    p->kernels_queued++;
+    p->launches++;
+    if (paced)
+        gs_pace_launch_end(&p->pacer, &p->io, NULL, 1);
+}
+
+/* A hostile tenant: every FORGE_EVERY_NS it says a process that does not
+ * exist holds the card (or has high-priority work queued) for 4 ms. */
+static void forge(struct proc *p)
+{
+    unsigned long long now = (unsigned long long)T;
+    __atomic_store_n(&card.managed_ns, now, __ATOMIC_RELAXED);
+    if (p->prog->kind == FORGE_HIGH) {
+        __atomic_store_n(&card.high_until_ns, now + 4000000ull, __ATOMIC_RELAXED);
+    } else {
+        __atomic_store_n(&card.turn_owner, 12345ull, __ATOMIC_RELAXED);
+        __atomic_store_n(&card.turn_until_ns, now + 4000000ull, __ATOMIC_RELAXED);
+    }
+    spend(FORGE_EVERY_NS);
+}
+
 static void run_proc(void)
 {
     struct proc *p = current;
+    double next_request = 5e6;
     while (T < END) {
         if (T >= p->idle_from && T < p->idle_to) {
             spend(p->idle_to - T);
             continue;
         }
-        spend(p->prog->launch_ns);
-        while (p->kernels_queued >= QUEUE_DEPTH) {
-            p->state = ON_QUEUE;
-            yield();
+        switch (p->prog->kind) {
+        case FORGE:
+        case FORGE_HIGH:
+            forge(p);
+            break;
+        case REQUEST: {
+            if (T < next_request) {
+                spend(next_request - T);
+                continue;
+            }
+            double t0 = T;
+            for (int k = 0; k < REQUEST_KERNELS; k++)
+                launch_one(p);
+            if (p->kernels_queued) { /* the application synchronizes */
+                p->state = ON_IDLE;
+                yield();
+            }
+            if (t0 >= NS && p->requests < MAX_REQUESTS)
+                p->latency[p->requests++] = T - t0;
+            /* 9 to 11 ms apart: the requests meet the neighbours in every
+             * phase of their turns (a fixed generator: runs repeat). */
+            p->rng = p->rng * 6364136223846793005ull + 1442695040888963407ull;
+            next_request += REQUEST_EVERY_NS * (0.9 + 0.2 * (double)(p->rng >> 11) / 9007199254740992.0);
+            break;
         }
-        gs_pace_launch_begin(&p->pacer, &p->io, NULL);
-        push(p, (struct item){1, p->prog->kernel_ns, NULL});
-        p->kernels_queued++;
-        p->launches++;
-        gs_pace_launch_end(&p->pacer, &p->io, NULL, 1);
+        default:
+            launch_one(p);
+        }
     }
     p->state = FINISHED;
     yield();
@@ -258,15 +379,17 @@ static void run_proc(void)
 
 static void trampoline(void) { run_proc(); }
 
-static int has_kernel(int i)
+/* Work of any kind: an event in a context's queue is done only when the GPU
+ * runs that context (what the H200's markers showed: bench/card_handover). */
+static int has_work(int i)
 {
-    return procs[i].qlen && procs[i].q[procs[i].qhead].is_kernel;
+    return procs[i].qlen > 0;
 }
 
 static int other_waiting(int i)
 {
     for (int j = 0; j < nprocs; j++)
-        if (j != i && has_kernel(j))
+        if (j != i && has_work(j))
             return 1;
     return 0;
 }
@@ -276,7 +399,7 @@ static int next_context(int after)
 {
     for (int k = 1; k <= nprocs; k++) {
         int j = ((after < 0 ? -1 : after) + k + nprocs) % nprocs;
-        if (has_kernel(j))
+        if (has_work(j))
             return j;
     }
     return -1;
@@ -285,8 +408,8 @@ static int next_context(int after)
 /* Pop what completes at the head: events now, kernels with no work left. */
 static void settle_heads(void)
 {
-    for (int i = 0; i < nprocs; i++) {
-        struct proc *p = &procs[i];
+    if (gpu_on >= 0 && switch_left <= 0) {
+        struct proc *p = &procs[gpu_on];
         while (p->qlen) {
             struct item *it = &p->q[p->qhead];
             if (it->is_kernel) {
@@ -300,6 +423,8 @@ static void settle_heads(void)
                 p->last_done = T;
                 p->kernels_queued--;
                 if (p->state == ON_QUEUE && p->kernels_queued < QUEUE_DEPTH)
+                    p->state = AT_TIME, p->ready_at = T;
+                if (p->state == ON_IDLE && p->kernels_queued == 0)
                     p->state = AT_TIME, p->ready_at = T;
             } else {
                 it->ev->done = 1;
@@ -326,15 +451,19 @@ static void simulate(double seconds)
             .capturing = not_capturing, .event_done = ev_done, .event_wait = ev_wait, .event_gap_ns = ev_gap,
             .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
             .cap = io_cap, .card = &card, .slot = -1, .token = (unsigned long long)i + 1,
-            .turns = turns,
+            .turns = turns, .prio = p->prio, .wait_word = io_wait_word,
+            .wake_word = io_wake_word, .pause = io_pause,
         };
         p->npool = 0;
         for (int e = 0; e < 64; e++)
             p->pool[p->npool++] = &p->events[e];
         p->qhead = p->qlen = p->kernels_queued = 0;
         p->launches = 0;
-        p->last_done = p->max_gap = 0;
+        p->last_done = p->max_gap = p->max_wait = 0;
+        p->requests = 0;
+        p->rng = (unsigned long long)i + 1;
         memset(p->completed, 0, sizeof p->completed);
+        memset(p->gpu_ns, 0, sizeof p->gpu_ns);
         p->state = AT_TIME;
         p->ready_at = 0;
         getcontext(&p->uc);
@@ -347,38 +476,51 @@ static void simulate(double seconds)
     memset(buckets, 0, sizeof buckets);
     gpu_on = gpu_last = -1;
     slice_left = switch_left = busy_ns = 0;
+    switches = preemptions = 0;
     for (;;) {
         /* Run everyone whose time has come, earliest first. */
         for (;;) {
             struct proc *next = NULL;
-            for (int i = 0; i < nprocs; i++)
-                if (procs[i].state == AT_TIME && procs[i].ready_at <= T &&
-                    (!next || procs[i].ready_at < next->ready_at))
-                    next = &procs[i];
+            for (int i = 0; i < nprocs; i++) {
+                struct proc *q = &procs[i];
+                if (q->state == ON_WORD &&
+                    __atomic_load_n(q->word, __ATOMIC_RELAXED) != q->seen) {
+                    q->state = AT_TIME;
+                    if (q->ready_at > T + WAKE_NS)
+                        q->ready_at = T + WAKE_NS;
+                }
+                if ((q->state == AT_TIME || q->state == ON_WORD) && q->ready_at <= T &&
+                    (!next || q->ready_at < next->ready_at))
+                    next = q;
+            }
             if (!next)
                 break;
             next->state = RUNNING;
             current = next;
             swapcontext(&sched_uc, &next->uc);
-            settle_heads(); /* an event recorded into an idle queue is done at once */
+            settle_heads(); /* an event recorded behind a kernel that just ended */
         }
         int live = 0;
         double t_next = INFINITY;
         for (int i = 0; i < nprocs; i++) {
             if (procs[i].state != FINISHED)
                 live = 1;
-            if (procs[i].state == AT_TIME && procs[i].ready_at < t_next)
+            if ((procs[i].state == AT_TIME || procs[i].state == ON_WORD) &&
+                procs[i].ready_at < t_next)
                 t_next = procs[i].ready_at;
         }
         if (!live)
             return;
         /* The GPU: switching, running a context, or idle. */
-        if (switch_left <= 0 && (gpu_on < 0 || !has_kernel(gpu_on) ||
+        if (switch_left <= 0 && (gpu_on < 0 || !has_work(gpu_on) ||
                                  (slice_left <= 0 && other_waiting(gpu_on)))) {
             int next = next_context(gpu_on);
             if (next >= 0 && next != gpu_on) {
-                if (gpu_on >= 0 || next != gpu_last)
-                    switch_left = SWITCH_NS;
+                /* Taking the GPU from a context with work left costs more. */
+                if (gpu_on >= 0 && has_work(gpu_on))
+                    switch_left = PREEMPT_NS, preemptions++;
+                else if (gpu_on >= 0 || next != gpu_last)
+                    switch_left = SWITCH_NS, switches++;
                 gpu_on = next;
                 slice_left = TIMESLICE_NS;
             } else if (next < 0) {
@@ -404,6 +546,17 @@ static void simulate(double seconds)
             fprintf(stderr, "pace_sim: deadlock at %.0f ns\n", T);
             exit(2);
         }
+        if (trace) {
+            static int last_on = -2;
+            static unsigned long long last_owner;
+            if (gpu_on != last_on)
+                fprintf(stderr, "%10.3f gpu %s%s\n", T / 1e6, gpu_on < 0 ? "idle" : procs[gpu_on].name,
+                        switch_left > 0 ? " (switching)" : "");
+            if (card.turn_owner != last_owner)
+                fprintf(stderr, "%10.3f turn %llu\n", T / 1e6, card.turn_owner);
+            last_on = gpu_on;
+            last_owner = card.turn_owner;
+        }
         double dt = t_next - T;
         if (switch_left > 0) {
             switch_left -= dt;
@@ -412,6 +565,10 @@ static void simulate(double seconds)
             slice_left -= dt;
             gpu_last = gpu_on;
             busy_ns += dt;
+            /* Card time, per window (a step never spans more than one). */
+            int w = (int)(T / NS);
+            if (w >= 0 && w < MAX_WINDOWS)
+                procs[gpu_on].gpu_ns[w] += dt;
         }
         T = t_next;
         settle_heads();
@@ -426,15 +583,20 @@ static const struct program *program_named(const char *name)
     return NULL;
 }
 
-/* Kernels per second of a program alone and uncapped. */
+/* Kernels per second of a program alone and uncapped (0 for one that does
+ * not loop: its share is not measured). */
 static double baseline(const struct program *prog, double seconds)
 {
+    if (prog->kind != LOOP)
+        return 0;
     struct proc saved = procs[0];
     int saved_n = nprocs;
     nprocs = 1;
     snprintf(procs[0].name, sizeof procs[0].name, "baseline");
     procs[0].prog = prog;
     procs[0].cap = 0;
+    procs[0].prio = GS_PRIO_NORMAL;
+    procs[0].noshim = 0;
     procs[0].container = MAX_PROCS;
     procs[0].idle_from = procs[0].idle_to = -1;
     simulate(seconds);
@@ -449,6 +611,62 @@ static double baseline(const struct program *prog, double seconds)
     return rate;
 }
 
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, int n, double pct)
+{
+    int i = (int)(pct / 100.0 * (n - 1) + 0.5);
+    return v[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+/* name:program:cap:container[:option]...; 0, or -1 with a message. */
+static int parse_proc(const char *arg, struct proc *p)
+{
+    char buf[256], *save = NULL;
+    if (strlen(arg) >= sizeof buf)
+        return -1;
+    strcpy(buf, arg);
+    char *name = strtok_r(buf, ":", &save), *prog = strtok_r(NULL, ":", &save);
+    char *cap = strtok_r(NULL, ":", &save), *container = strtok_r(NULL, ":", &save);
+    if (!name || !prog || !cap || !container || strlen(name) >= sizeof p->name)
+        return -1;
+    char *end;
+    long c = strtol(cap, &end, 10), k;
+    if (*end || c < 0 || c > 100)
+        return -1;
+    k = strtol(container, &end, 10);
+    if (*end || k < 0 || k >= MAX_PROCS)
+        return -1;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->prog = program_named(prog);
+    p->cap = (unsigned)c;
+    p->container = (int)k;
+    p->prio = GS_PRIO_NORMAL;
+    p->noshim = 0;
+    p->idle_from = p->idle_to = -1;
+    for (char *opt; (opt = strtok_r(NULL, ":", &save));) {
+        double from, to;
+        char tail;
+        if (strcmp(opt, "high") == 0)
+            p->prio = GS_PRIO_HIGH;
+        else if (strcmp(opt, "low") == 0)
+            p->prio = GS_PRIO_LOW;
+        else if (strcmp(opt, "normal") == 0)
+            p->prio = GS_PRIO_NORMAL;
+        else if (strcmp(opt, "noshim") == 0)
+            p->noshim = 1;
+        else if (sscanf(opt, "idle=%lf-%lf%c", &from, &to, &tail) == 2 && from < to)
+            p->idle_from = from * NS, p->idle_to = to * NS;
+        else
+            return -1;
+    }
+    return p->prog ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--no-turns") == 0) {
@@ -457,7 +675,8 @@ int main(int argc, char **argv)
         argc--;
     }
     if (argc < 3) {
-        fprintf(stderr, "usage: pace_sim [--no-turns] SECONDS name:program:cap:container[:idle_from:idle_to]...\n");
+        fprintf(stderr, "usage: pace_sim [--no-turns] SECONDS name:program:cap:container"
+                        "[:option]...\n");
         return 2;
     }
     double seconds = atof(argv[1]);
@@ -470,40 +689,52 @@ int main(int argc, char **argv)
             fprintf(stderr, "pace_sim: at most %d processes\n", MAX_PROCS);
             return 2;
         }
-        struct proc *p = &procs[nprocs];
-        char prog[32];
-        double from = -1, to = -1;
-        int cap, container;
-        int n = sscanf(argv[a], "%31[^:]:%31[^:]:%d:%d:%lf:%lf", p->name, prog, &cap,
-                       &container, &from, &to);
-        p->prog = program_named(prog);
-        if ((n != 4 && n != 6) || !p->prog || cap < 0 || cap > 100 || container < 0 ||
-            container >= MAX_PROCS) {
+        if (parse_proc(argv[a], &procs[nprocs]) != 0) {
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
-                    "[:idle_from:idle_to], program matmul|tiny|graph|long, cap 0-100, "
-                    "container 0-%d)\n", argv[a], MAX_PROCS - 1);
+                    "[:option]..., program matmul|tiny|graph|big|long|request|forge|forgehigh, "
+                    "cap 0-100, container 0-%d, options high|low|normal|noshim|idle=FROM-TO)\n",
+                    argv[a], MAX_PROCS - 1);
             return 2;
         }
-        p->cap = (unsigned)cap;
-        p->container = container;
-        p->idle_from = from * NS;
-        p->idle_to = to * NS;
         nprocs++;
     }
+    trace = getenv("PACE_SIM_TRACE") != NULL;
     for (int i = 0; i < MAX_PROCS; i++)
         procs[i].stack = malloc(STACK);
     double rates[MAX_PROCS];
+    int want_trace = trace;
+    trace = 0;
     for (int i = 0; i < nprocs; i++)
         rates[i] = baseline(procs[i].prog, seconds);
+    trace = want_trace;
     simulate(seconds);
     for (int i = 0; i < nprocs; i++) {
-        printf("share %s", procs[i].name);
+        struct proc *p = &procs[i];
+        printf("share %s", p->name);
         for (int w = 0; w < (int)seconds; w++)
-            printf(" %.2f", 100.0 * (double)procs[i].completed[w] / rates[i]);
-        printf("\nlaunches %s %llu\n", procs[i].name, procs[i].launches);
-        printf("maxgap %s %.2f\n", procs[i].name, procs[i].max_gap / 1e6);
+            printf(" %.2f", rates[i] > 0 ? 100.0 * (double)p->completed[w] / rates[i] : 0.0);
+        printf("\ncardtime %s", p->name);
+        for (int w = 0; w < (int)seconds; w++)
+            printf(" %.2f", 100.0 * p->gpu_ns[w] / NS);
+        double gpu = 0;
+        for (int w = 0; w < (int)seconds; w++)
+            gpu += p->gpu_ns[w];
+        /* What the limiter charged against what the GPU ran: 1 is exact. */
+        printf("\ncharged %s %.3f\n", p->name,
+               gpu > 0 ? (double)buckets[p->container].charged_ns / gpu : 0.0);
+        printf("launches %s %llu\n", p->name, p->launches);
+        printf("maxgap %s %.2f\n", p->name, p->max_gap / 1e6);
+        printf("maxwait %s %.2f\n", p->name, p->max_wait / 1e6);
+        if (p->requests) {
+            qsort(p->latency, (size_t)p->requests, sizeof p->latency[0], by_value);
+            printf("latency %s %.3f %.3f %.3f\n", p->name,
+                   percentile(p->latency, p->requests, 50) / 1e6,
+                   percentile(p->latency, p->requests, 99) / 1e6,
+                   p->latency[p->requests - 1] / 1e6);
+        }
     }
     printf("executing %.2f\n", 100.0 * busy_ns / (seconds * NS));
+    printf("switches %.0f %.0f\n", switches / seconds, preemptions / seconds); /* per second */
     for (int i = 0; i < MAX_PROCS; i++)
         free(procs[i].stack);
     return 0;

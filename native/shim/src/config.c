@@ -169,7 +169,7 @@ void gs_config_load(struct gs_config *cfg)
     read_dir(cfg, "GPUSLICE_STATE_DIR", "/run/gpuslice", cfg->state_dir, sizeof cfg->state_dir,
              16, "an absolute path shorter than 496 bytes");
 
-    /* Capped tenants of a card run in turns unless told not to. */
+    /* Tenants of a card take turns unless told not to. */
     cfg->compute_turns = 1;
     if ((v = env("GPUSLICE_COMPUTE_TURNS"))) {
         if (strcmp(v, "0") == 0)
@@ -177,7 +177,19 @@ void gs_config_load(struct gs_config *cfg)
         else if (strcmp(v, "1") != 0)
             /* Turns only make caps tighter: a typo keeps them, nothing fails. */
             gs_log_write(GS_WARN, "GPUSLICE_COMPUTE_TURNS=\"%s\" is malformed (expected 1 "
-                         "or 0); capped tenants take turns", v);
+                         "or 0); tenants take turns", v);
+    }
+
+    /* Priority orders who runs first; a typo must not stop the container. */
+    cfg->priority = GPUSLICE_PRIORITY_NORMAL;
+    if ((v = env("GPUSLICE_PRIORITY"))) {
+        if (strcmp(v, "high") == 0)
+            cfg->priority = GPUSLICE_PRIORITY_HIGH;
+        else if (strcmp(v, "low") == 0)
+            cfg->priority = GPUSLICE_PRIORITY_LOW;
+        else if (strcmp(v, "normal") != 0)
+            gs_log_write(GS_WARN, "GPUSLICE_PRIORITY=\"%s\" is malformed (expected high, "
+                         "normal or low); the container runs at normal priority", v);
     }
 
     read_dir(cfg, "GPUSLICE_CARD_DIR", "/run/gpuslice/cards", cfg->card_dir,

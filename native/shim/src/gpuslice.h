@@ -53,7 +53,8 @@ struct gs_config {
     unsigned long long mem_limit[GPUSLICE_MAX_DEVICES]; /* 0 = none */
     unsigned int core_limit[GPUSLICE_MAX_DEVICES];      /* percent; 0 = none */
     int any_core;    /* some compute cap was given */
-    int compute_turns; /* capped tenants of a card run in turns (GPUSLICE_COMPUTE_TURNS=0: not) */
+    int compute_turns; /* tenants of a card take turns (GPUSLICE_COMPUTE_TURNS=0: they do not) */
+    unsigned int priority; /* GPUSLICE_PRIORITY_* (GPUSLICE_PRIORITY), the container's own claim */
     unsigned long long context_reserve;
     char state_dir[512];
     char card_dir[512]; /* card files: what every tenant of a card shares */

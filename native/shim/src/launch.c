@@ -8,19 +8,22 @@
  * Cost: a process without a cap, on a host without card files, gets the
  * driver's own launch functions from dlsym and cuGetProcAddress (nothing in
  * between); a direct call to our export costs one relaxed load. A process
- * without a cap beside a capped one pays a clock read per launch and an
- * event record per millisecond of GPU work, so that the capped one can see
- * it compete. Only a capped process ever waits here.
+ * without a cap or a priority beside a capped or prioritised one pays a
+ * clock read and a few loads of the card file per launch and an event
+ * record per quarter millisecond of GPU work, and waits while others hold
+ * the card: it takes part in the turns.
  */
 #define _GNU_SOURCE /* clock_nanosleep */
 #include "gpuslice.h"
 #include "pace.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,7 +44,8 @@ struct pacer_dev {
 };
 
 static struct pacer_dev pacers[GPUSLICE_MAX_DEVICES];
-/* Mode 2: the cards of this process's devices, checked on every launch. */
+/* Mode 2: the cards of this process's devices, checked on every launch for a
+ * capped or prioritised tenant (managed_ns). */
 static struct gpuslice_card *watched[GPUSLICE_MAX_DEVICES];
 static int nwatched;
 static unsigned long long card_token;
@@ -144,8 +148,11 @@ static void decide_mode(void)
         for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
             if (__atomic_load_n(&r->devices[i].core_limit, __ATOMIC_RELAXED))
                 mode = 1;
+        /* A prioritised process says so on the card at every launch. */
+        if (gs_cfg.priority != GPUSLICE_PRIORITY_NORMAL && gs_pace_possible())
+            mode = 1;
         if (!mode && gs_pace_possible()) {
-            /* Uncapped: watch the cards for a capped neighbour. */
+            /* Uncapped: watch the cards for a capped or prioritised neighbour. */
             int n = 0;
             if (HAS_REAL(cuDeviceGetCount) && REAL(cuDeviceGetCount)(&n) == CUDA_SUCCESS)
                 for (int i = 0; i < n && i < GPUSLICE_MAX_DEVICES; i++)
@@ -172,7 +179,7 @@ int gs_pace_wanted_slow(int mode)
     if (mode != 2)
         return mode;
     for (int i = 0; i < nwatched; i++)
-        if (__atomic_load_n(&watched[i]->capped_ns, __ATOMIC_RELAXED))
+        if (__atomic_load_n(&watched[i]->managed_ns, __ATOMIC_RELAXED))
             return 1;
     return 0;
 }
@@ -259,6 +266,36 @@ static void io_sleep(struct gs_pace_io *io, unsigned long long ns)
         ;
 }
 
+/* A futex on the card file, a MAP_SHARED mapping of one file for every
+ * tenant: shared, not private, futex operations. Anyone can write the word,
+ * so a wake-up proves nothing: the pacer looks again and bounds every wait. */
+static void io_wait_word(struct gs_pace_io *io, unsigned *word, unsigned seen,
+                         unsigned long long ns)
+{
+    (void)io;
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+static void io_wake_word(struct gs_pace_io *io, unsigned *word)
+{
+    (void)io;
+    syscall(SYS_futex, word, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+}
+
+/* A few microseconds awake (a waiter about to be handed the card). */
+static void io_pause(struct gs_pace_io *io)
+{
+    (void)io;
+    for (int i = 0; i < 64; i++) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+    }
+}
+
 static unsigned io_cap(struct gs_pace_io *io)
 {
     unsigned cap = __atomic_load_n(&gs_region()->devices[of(io)->dev].core_limit,
@@ -300,7 +337,11 @@ static void io_init(struct pacer_dev *pd, int dev)
         .capturing = io_capturing, .event_done = event_done, .event_wait = event_wait, .event_gap_ns = event_gap_ns,
         .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
         .cap = io_cap, .card = pd->io.card, .slot = -1, .token = card_token,
-        .turns = gs_cfg.compute_turns,
+        .turns = gs_cfg.compute_turns, .wait_word = io_wait_word, .wake_word = io_wake_word,
+        .pause = io_pause,
+        .prio = gs_cfg.priority == GPUSLICE_PRIORITY_HIGH  ? GS_PRIO_HIGH
+                : gs_cfg.priority == GPUSLICE_PRIORITY_LOW ? GS_PRIO_LOW
+                                                           : GS_PRIO_NORMAL,
     };
     pd->dev = dev;
 }

@@ -65,6 +65,7 @@ int gs_pace_push(struct gs_pacer *p, void *ev, int marker, unsigned long long no
     } else {
         p->since_fence = 0;
         p->last_fence_ns = now;
+        p->fences++;
     }
     return 0;
 }
@@ -199,6 +200,7 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
                                             __ATOMIC_RELAXED)) {
                 __atomic_store_n(&s->backlog_ns, 0, __ATOMIC_RELAXED);
                 __atomic_store_n(&s->drained_ns, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&s->want_ns, 0, __ATOMIC_RELAXED);
                 return i;
             }
         }
@@ -226,6 +228,47 @@ int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, i
     return slot;
 }
 
+void gs_card_waiters(const struct gpuslice_card *c, int mine, unsigned long long now,
+                     struct gs_waiters *w)
+{
+    unsigned long long capped_since = 0, uncapped_since = 0;
+    w->next = -1;
+    w->uncapped = 0;
+    w->parties = 0;
+    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
+        const struct gpuslice_card_slot *s = &c->slots[i];
+        if (i == mine || !__atomic_load_n(&s->owner, __ATOMIC_RELAXED))
+            continue;
+        /* A waiter renews its want every poll: an older one is gone. */
+        if (!within(__atomic_load_n(&s->want_ns, __ATOMIC_RELAXED), now, GS_PACE_WANT_NS,
+                    GS_PACE_WANT_NS))
+            continue;
+        unsigned long long t = __atomic_load_n(&s->want_since_ns, __ATOMIC_RELAXED);
+        if (!within(t, now, GS_PACE_WANT_NS, GS_PACE_STALE_NS))
+            t = now; /* since when, it cannot say: from now on */
+        if (__atomic_load_n(&s->flags, __ATOMIC_RELAXED) & GPUSLICE_CARD_WAITS_CAPPED) {
+            w->parties++;
+            if (w->next < 0 || t < capped_since) {
+                w->next = i;
+                capped_since = t;
+            }
+        } else if (!w->uncapped || t < uncapped_since) {
+            w->uncapped = 1;
+            uncapped_since = t;
+        }
+    }
+    /* Whoever has waited longest goes first: the uncapped ones, together. */
+    if (w->next >= 0 && w->uncapped && uncapped_since < capped_since)
+        w->next = -1;
+    w->parties += w->uncapped;
+    w->any = w->parties != 0;
+    w->oldest_ns = !w->any                 ? 0
+                   : w->next < 0           ? uncapped_since
+                   : !w->uncapped          ? capped_since
+                   : capped_since < uncapped_since ? capped_since
+                                                   : uncapped_since;
+}
+
 /* ----------------------------------------------------------- orchestration */
 
 static void record(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int marker,
@@ -241,9 +284,13 @@ static void record(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int 
     }
 }
 
+/* Processes that ran beside us, for the discount of an interval in which our
+ * work queued behind theirs. Only side by side (turns off): with turns, the
+ * card is ours while we are charged, and a neighbour's stamp that lingers
+ * after its work (a guest's, say) would make us pay less than we used. */
 static unsigned competitors(struct gs_pace_io *io, unsigned long long now)
 {
-    return io->card ? gs_card_competitors(io->card, io->slot, now) : 0;
+    return io->card && !io->turns ? gs_card_competitors(io->card, io->slot, now) : 0;
 }
 
 static void complete_oldest(struct gs_pacer *p, struct gs_pace_io *io, unsigned others)
@@ -285,20 +332,25 @@ static void stamp(struct gs_pacer *p, struct gs_pace_io *io, int what, unsigned 
 static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
 {
     const struct gs_fence *f = gs_pace_oldest(p);
-    stamp(p, io, GS_CARD_BACKLOG, io->now(io));
+    unsigned long long t0 = io->now(io);
+    stamp(p, io, GS_CARD_BACKLOG, t0);
     if (io->event_wait(io, f->ev) != 0) {
         /* The context is broken: forget the ring, its events are lost. */
         gs_pace_reset(p);
         return;
     }
-    complete_oldest(p, io, competitors(io, io->now(io)));
+    unsigned long long now = io->now(io), took = now - t0;
+    p->blocked_ns = took > p->blocked_ns - p->blocked_ns / 8 ? took : p->blocked_ns - p->blocked_ns / 8;
+    complete_oldest(p, io, competitors(io, now));
 }
 
-/* Let our queue run dry (what was launched before the newest fence; the
- * caller fences first if it must), say so in the card, and start a new
- * busy period at the next launch. */
-static void drain(struct gs_pacer *p, struct gs_pace_io *io)
+/* Let our queue run dry (fencing our last launches first), say so in the
+ * card, and start a new busy period at the next launch: what we are charged
+ * after a wait is then never the time others held the card meanwhile. */
+static void drain(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
+    if (p->since_fence)
+        record(p, io, stream, 0, io->now(io));
     while (gs_pace_oldest(p))
         wait_oldest(p, io);
     stamp(p, io, GS_CARD_DRAINED, io->now(io));
@@ -315,132 +367,466 @@ static unsigned settle(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
     return cap;
 }
 
+/* ------------------------------------------------------- card stamps */
+
+static unsigned long long load(unsigned long long *w)
+{
+    return __atomic_load_n(w, __ATOMIC_RELAXED);
+}
+
+static void store(unsigned long long *w, unsigned long long v)
+{
+    __atomic_store_n(w, v, __ATOMIC_RELAXED);
+}
+
+/* *w = max(*w, v), unless *w is garbage (beyond GS_PACE_AHEAD_NS): then v. */
+static void raise_to(unsigned long long *w, unsigned long long v, unsigned long long now)
+{
+    unsigned long long old = load(w);
+    for (int tries = 0; tries < 8; tries++) {
+        if (old >= v && old - now <= GS_PACE_AHEAD_NS)
+            return;
+        if (__atomic_compare_exchange_n(w, &old, v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return;
+    }
+}
+
+/* A stamp that says "until t": still in force, and not garbage. */
+static int lasts(unsigned long long t, unsigned long long now)
+{
+    return t >= now && t - now <= GS_PACE_AHEAD_NS;
+}
+
+static int recent(unsigned long long t, unsigned long long now)
+{
+    return t && within(t, now, GS_PACE_STALE_NS, GS_PACE_STALE_NS);
+}
+
+/* How much longer the longest queue of the others lasts, as their slots say
+ * (a queue that has run dry since does not; one announced further ahead
+ * than `believed` is not believed). */
+static unsigned long long others_queued_ns(const struct gpuslice_card *c, int mine,
+                                           unsigned long long now, unsigned long long believed)
+{
+    unsigned long long most = 0;
+    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
+        const struct gpuslice_card_slot *s = &c->slots[i];
+        unsigned long long b = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
+        if (i != mine && b > now && b - now <= believed && b - now > most &&
+            __atomic_load_n(&s->owner, __ATOMIC_RELAXED) &&
+            __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED) < b)
+            most = b - now;
+    }
+    return most;
+}
+
+/* What others should know before we launch (a guest, high-priority work,
+ * normal work a low tenant yields to): until when they should stand aside.
+ * Our work runs after what they have queued now: the stamp lasts past that,
+ * or a neighbour with long launches (graph replays) would take the card
+ * back before our work has run and the GPU would have to cut in. */
+static void announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    struct gpuslice_card *c = io->card;
+    unsigned long long *w = io->prio == GS_PRIO_HIGH ? &c->high_until_ns
+                            : p->guest_since_ns      ? &c->guest_until_ns
+                            : io->prio == GS_PRIO_NORMAL && recent(load(&c->low_ns), now)
+                                ? &c->normal_until_ns
+                                : NULL;
+    if (!w)
+        return;
+    unsigned long long ahead = GS_PACE_ASIDE_NS;
+    if (w != &c->normal_until_ns) {
+        unsigned long long theirs =
+            others_queued_ns(c, io->slot, now, GS_PACE_TURN_NS) + GS_PACE_ASIDE_NS / 5;
+        ahead = theirs > ahead ? theirs : ahead;
+    }
+    raise_to(w, now + queued_ns(p) + ahead, now);
+}
+
+/* Until when we should stand aside for someone else's work (0: we need not),
+ * and in *rank whether only for normal work (we are low). A high process
+ * and a guest never stand aside. */
+static unsigned long long aside_until(const struct gs_pacer *p, struct gs_pace_io *io,
+                                      unsigned long long now, int *rank)
+{
+    struct gpuslice_card *c = io->card;
+    unsigned long long t = 0, v;
+    *rank = 0;
+    if (io->prio == GS_PRIO_HIGH || p->guest_since_ns)
+        return 0;
+    if (lasts(v = load(&c->high_until_ns), now) && v > t)
+        t = v;
+    if (lasts(v = load(&c->guest_until_ns), now) && v > t)
+        t = v;
+    if (io->prio == GS_PRIO_LOW && !t && lasts(v = load(&c->normal_until_ns), now)) {
+        t = v;
+        *rank = 1;
+    }
+    return t;
+}
+
+/* ------------------------------------------------------------ allowances */
+
+/* Refill a to `pct` of the wall time since it was last looked at (at most
+ * `max` saved): whatever the card file says (anyone can write it), a process
+ * waits at most that share of its time. Once spent, nothing is allowed
+ * until a quarter of `max` is back: the process then runs for a while, not
+ * for one launch between two waits. 1 if waiting is allowed. */
+static int allowed(struct gs_allowance *a, unsigned long long pct, unsigned long long max,
+                   unsigned long long now)
+{
+    if (a->stamp_ns == 0 || now < a->stamp_ns) {
+        a->left_ns = (long long)max;
+    } else {
+        unsigned long long dt = now - a->stamp_ns;
+        if (dt > max)
+            dt = max;
+        long long v = a->left_ns + (long long)(dt * pct / 100);
+        a->left_ns = v > (long long)max ? (long long)max : v;
+    }
+    a->stamp_ns = now;
+    if (a->left_ns <= 0)
+        a->spent = 1;
+    else if (a->spent && a->left_ns >= (long long)(max / 4))
+        a->spent = 0;
+    return !a->spent;
+}
+
+static int patient(struct gs_pacer *p, unsigned long long now)
+{
+    return allowed(&p->patience, GS_PACE_PATIENCE_PCT, GS_PACE_PATIENCE_NS, now);
+}
+
+static int courteous(struct gs_pacer *p, unsigned long long now)
+{
+    return allowed(&p->courtesy, GS_PACE_COURTESY_PCT, GS_PACE_COURTESY_NS, now);
+}
+
+/* Sleep for ns (or on the card's seq, when seq is given), charging the time to a. */
+static void wait_spending(struct gs_pace_io *io, struct gs_allowance *a, unsigned *seq,
+                          unsigned seen, unsigned long long ns)
+{
+    unsigned long long t0 = io->now(io);
+    if (seq)
+        io->wait_word(io, seq, seen, ns);
+    else
+        io->sleep(io, ns);
+    a->left_ns -= (long long)(io->now(io) - t0);
+}
+
 /* ------------------------------------------------------------------ turns */
+
+/* A window a holder left uncapped waiters: it ends after the holder's queue
+ * and GS_PACE_FREE_NS, no further ahead than GS_PACE_DRAIN_NS. */
+static int window_open(unsigned long long until, unsigned long long now)
+{
+    return until > now && until - now <= GS_PACE_DRAIN_NS;
+}
 
 /* Whose turn it is, if it is someone else's and still running. */
 static int turn_elsewhere(struct gs_pace_io *io, unsigned long long now)
 {
     struct gpuslice_card *c = io->card;
-    unsigned long long owner = __atomic_load_n(&c->turn_owner, __ATOMIC_RELAXED);
-    unsigned long long until = __atomic_load_n(&c->turn_until_ns, __ATOMIC_RELAXED);
-    /* A lease further ahead than one lease is garbage: ignore it. */
-    return owner && owner != io->token && now < until && until <= now + GS_PACE_LEASE_NS;
+    unsigned long long owner = load(&c->turn_owner);
+    return owner && owner != io->token && lasts(load(&c->turn_until_ns), now) &&
+           load(&c->turn_until_ns) > now;
 }
 
-static void renew(struct gs_pace_io *io, unsigned long long now)
+/* Our lease lasts as long as our queue, and a little: a holder that stops
+ * launching frees the card within GS_PACE_LEASE_NS of its last work. The
+ * little is twice what our waits for the queue took lately, if more: a
+ * holder whose kernels are slowed (by a neighbour that ran beside it) must
+ * not lose the card while it waits for them, or the neighbour runs beside
+ * it again. */
+static void renew(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
-    __atomic_store_n(&io->card->turn_until_ns, now + GS_PACE_LEASE_NS, __ATOMIC_RELAXED);
+    unsigned long long slack = 2 * p->blocked_ns > GS_PACE_LEASE_NS ? 2 * p->blocked_ns
+                                                                    : GS_PACE_LEASE_NS;
+    if (slack > GS_PACE_DRAIN_NS)
+        slack = GS_PACE_DRAIN_NS;
+    store(&io->card->turn_until_ns, now + queued_ns(p) + slack);
 }
 
-/* Waiting for others' turns spends patience, which comes back at
- * GS_PACE_PATIENCE_PCT of wall time: whatever a card file says (anyone can
- * write it), a process gets the card at least the rest of the time. */
-static int patient(struct gs_pacer *p, unsigned long long now)
+static void changed_hands(struct gs_pace_io *io)
 {
-    if (p->patience_stamp_ns == 0 || now < p->patience_stamp_ns) {
-        p->patience_ns = (long long)GS_PACE_PATIENCE_NS;
-    } else {
-        unsigned long long dt = now - p->patience_stamp_ns;
-        if (dt > GS_PACE_PATIENCE_NS)
-            dt = GS_PACE_PATIENCE_NS;
-        long long v = p->patience_ns + (long long)(dt * GS_PACE_PATIENCE_PCT / 100);
-        p->patience_ns = v > (long long)GS_PACE_PATIENCE_NS ? (long long)GS_PACE_PATIENCE_NS : v;
-    }
-    p->patience_stamp_ns = now;
-    return p->patience_ns > 0;
+    __atomic_add_fetch(&io->card->seq, 1, __ATOMIC_RELAXED);
+    io->wake_word(io, &io->card->seq);
 }
 
-static void wait_a_poll(struct gs_pacer *p, struct gs_pace_io *io)
-{
-    unsigned long long t0 = io->now(io);
-    io->sleep(io, GS_PACE_TURN_POLL_NS);
-    p->patience_ns -= (long long)(io->now(io) - t0);
-}
-
-/* Another's turn: empty our queue, then wait while it lasts. */
-static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
-{
-    if (p->since_fence)
-        record(p, io, stream, 0, io->now(io)); /* so the drain covers every launch */
-    drain(p, io);
-    unsigned long long now;
-    while (turn_elsewhere(io, now = io->now(io)) && patient(p, now))
-        wait_a_poll(p, io);
-}
-
-/* A capped process: take the card, then give the others' queues (up to
- * GS_PACE_DRAIN_NS: two kernels of 8 ms) to run dry, so that what we are
- * charged from here on is our own work. */
-static void take_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
+/* Give the card up, if we hold it, and let our queue run dry: to the capped
+ * process that has waited longest, or to nobody; with `window`, a capped
+ * process (us too) leaves it to uncapped waiters for GS_PACE_FREE_NS before
+ * taking it again. We pass it as we stop launching, before our queue is
+ * dry: the next one's launches wait in its own queue while ours runs out,
+ * then the GPU turns to it at once (what it is charged starts there). */
+static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int window)
 {
     struct gpuslice_card *c = io->card;
-    /* Just gave the card up while it still had work (GS_PACE_TURN_MAX_NS):
-     * leave it free for a poll, so that whoever waits sees it free. */
-    unsigned long long given = io->now(io) - p->turn_given_ns;
-    if (p->turn_given_ns && given <= GS_PACE_TURN_POLL_NS)
-        io->sleep(io, GS_PACE_TURN_POLL_NS + GS_PACE_TURN_POLL_NS / 4 - given);
-    p->turn_given_ns = 0;
-    for (;;) {
-        unsigned long long now = io->now(io);
-        if (turn_elsewhere(io, now)) {
-            if (!patient(p, now)) {
-                p->turn = 0; /* out of patience: run beside the holder */
-                return;
+    if (p->turn) {
+        p->turn = 0;
+        if (p->since_fence)
+            record(p, io, stream, 0, io->now(io)); /* so the drain covers every launch */
+        unsigned long long now = io->now(io), mine = io->token, ours = queued_ns(p);
+        struct gs_waiters w;
+        gs_card_waiters(c, io->slot, now, &w);
+        unsigned long long token = w.next >= 0 ? load(&c->slots[w.next].owner) : 0;
+        if (load(&c->turn_owner) == mine) { /* else taken from us (our lease lapsed) */
+            if (token) {
+                store(&c->turn_until_ns, now + ours + GS_PACE_PASS_NS);
+                store(&c->turn_owner, token);
+            } else {
+                __atomic_compare_exchange_n(&c->turn_owner, &mine, 0, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED);
+                if (window && w.uncapped)
+                    store(&c->free_until_ns, now + ours + GS_PACE_FREE_NS);
             }
-            stand_aside(p, io, stream);
-            continue;
+            changed_hands(io);
         }
-        unsigned long long owner = __atomic_load_n(&c->turn_owner, __ATOMIC_RELAXED);
-        if (owner == io->token ||
-            __atomic_compare_exchange_n(&c->turn_owner, &owner, io->token, 0, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED))
-            break;
+    }
+    drain(p, io, stream);
+}
+
+/* A holder passes the card on when others wait: after GS_PACE_TURN_NS
+ * shared among the parties waiting (each capped process, the uncapped ones
+ * together), or once one has waited that long; both counting what the
+ * holder still has queued (its last work runs before theirs). So nobody
+ * waits much longer than GS_PACE_TURN_NS for a round of turns. Capped
+ * processes among themselves take turns of GS_PACE_CAPPED_TURN_NS: each
+ * pass costs the card a context switch (0.2 ms on an H200), and their
+ * buckets, not the turns, divide the card between them. */
+static int should_yield(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    struct gpuslice_card *c = io->card;
+    unsigned long long held = now - p->turn_since_ns;
+    if (held < GS_PACE_TURN_MIN_NS ||
+        !within(load(&c->want_ns), now, GS_PACE_WANT_NS, GS_PACE_WANT_NS))
+        return 0;
+    struct gs_waiters w;
+    gs_card_waiters(c, io->slot, now, &w);
+    unsigned long long q = queued_ns(p);
+    if (p->long_turn_ns)
+        return w.any && held + q >= p->long_turn_ns;
+    unsigned long long turn = w.uncapped ? GS_PACE_TURN_NS : GS_PACE_CAPPED_TURN_NS;
+    return w.any && (held + q >= turn / w.parties || now - w.oldest_ns + q >= turn);
+}
+
+/* Our turn begins, after waiting `drained_ns` for the others' queues. A
+ * neighbour whose single kernel runs for milliseconds cannot be drained
+ * sooner: after such a wait (a millisecond or more) a capped process keeps
+ * the card in proportion, cap / (100 - cap) times as long, or it would get
+ * less than its cap. */
+static void got_turn(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now,
+                     unsigned long long drained_ns)
+{
+    unsigned cap = io->cap(io);
+    p->long_turn_ns = 0;
+    if (cap && drained_ns >= GS_PACE_TURN_NS / 4) {
+        unsigned long long t = cap >= 100 ? GS_PACE_LONG_TURN_NS : drained_ns * cap / (100 - cap);
+        if (t > GS_PACE_TURN_NS)
+            p->long_turn_ns = t > GS_PACE_LONG_TURN_NS ? GS_PACE_LONG_TURN_NS : t;
     }
     p->turn = 1;
-    unsigned long long t0 = io->now(io), now = t0;
-    p->turn_since_ns = t0;
-    renew(io, now);
-    while (now - t0 < GS_PACE_DRAIN_NS && gs_card_competitors(c, io->slot, now)) {
-        io->sleep(io, GS_PACE_TURN_POLL_NS);
-        renew(io, now = io->now(io));
+    p->turn_since_ns = now;
+    store(&io->card->turn_since_ns, now);
+    renew(p, io, now);
+}
+
+/* When the holder's turn should end, as a waiter that has waited since
+ * `since` can tell: GS_PACE_TURN_NS after it began, or GS_PACE_WAIT_NS
+ * after we began to wait, whichever comes first. */
+static unsigned long long turn_due(struct gs_pace_io *io, unsigned long long since,
+                                   unsigned long long now)
+{
+    unsigned long long began = load(&io->card->turn_since_ns);
+    unsigned long long due = since + GS_PACE_WAIT_NS;
+    if (within(began, now, 0, GS_PACE_STALE_NS) && began + GS_PACE_TURN_NS < due)
+        due = began + GS_PACE_TURN_NS;
+    return due;
+}
+
+/* Another's turn: say we wait, and wait (our queue empty) until it is over,
+ * it is passed to us, or our patience runs out. Asleep until shortly before
+ * the turn should end, then awake: a sleeper on a virtual machine wakes a
+ * few hundred microseconds after it is woken, and the card would idle
+ * meanwhile. An honest holder passes the card within a round of turns: a
+ * wait shorter than GS_PACE_GRACE_NS costs no patience. One that outlasts
+ * it (a holder that never lets go: anyone can write the card file) makes us
+ * doubt, and until a wait ends within the grace again every wait spends
+ * patience from its start. */
+static void wait_for_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int capped)
+{
+    struct gpuslice_card *c = io->card;
+    drain(p, io, stream);
+    if (io->slot < 0)
+        return; /* no slot to say so in: nobody would pass us the card */
+    struct gpuslice_card_slot *s = &c->slots[io->slot];
+    unsigned long long now = io->now(io), since = now;
+    unsigned long long grace_until = p->doubt ? now : now + GS_PACE_GRACE_NS;
+    store(&s->want_since_ns, now);
+    __atomic_store_n(&s->flags, capped ? GPUSLICE_CARD_WAITS_CAPPED : 0u, __ATOMIC_RELAXED);
+    for (;;) {
+        store(&s->want_ns, now);
+        store(&c->want_ns, now);
+        unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
+        if (!turn_elsewhere(io, now)) {
+            if (now < grace_until)
+                p->doubt = 0;
+            break;
+        }
+        if (now >= grace_until) {
+            p->doubt = 1;
+            if (!patient(p, now))
+                break;
+        }
+        unsigned long long t0 = now, due = turn_due(io, since, now);
+        if (due <= now + GS_PACE_SPIN_NS && now <= due + GS_PACE_SPIN_NS) {
+            io->pause(io);
+        } else {
+            unsigned long long ns = load(&c->turn_until_ns) - now + 1;
+            if (due > now + GS_PACE_SPIN_NS && due - now - GS_PACE_SPIN_NS < ns)
+                ns = due - now - GS_PACE_SPIN_NS;
+            io->wait_word(io, &c->seq, seen, ns < GS_PACE_POLL_NS ? ns : GS_PACE_POLL_NS);
+        }
+        now = io->now(io);
+        unsigned long long from = t0 > grace_until ? t0 : grace_until;
+        if (now > from)
+            p->patience.left_ns -= (long long)(now - from);
+    }
+    store(&s->want_ns, 0);
+}
+
+/* A capped process takes the free card, then gives the others' queues (up
+ * to GS_PACE_DRAIN_NS) to run out to their last GS_PACE_QUEUE_NS, so that
+ * what it is charged from here on is its own work. 0: not now (a window
+ * left to uncapped waiters, or another took it first). */
+static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    struct gpuslice_card *c = io->card;
+    unsigned long long now = io->now(io);
+    unsigned long long free_until = load(&c->free_until_ns);
+    if (window_open(free_until, now) && patient(p, now)) {
+        wait_spending(io, &p->patience, NULL, 0, free_until - now);
+        return 0;
+    }
+    unsigned long long owner = load(&c->turn_owner);
+    if (!__atomic_compare_exchange_n(&c->turn_owner, &owner, io->token, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return 0;
+    p->turn = 1;
+    renew(p, io, now);
+    changed_hands(io); /* an uncapped process that used its window waits for this */
+    /* Our first work may queue behind the last few hundred microseconds of
+     * theirs: our marker completes when the GPU gets to us, so the charge
+     * stays ours, and the GPU need not idle while we hand over. */
+    unsigned long long t0 = now;
+    while (now - t0 < GS_PACE_DRAIN_NS &&
+           others_queued_ns(c, io->slot, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS) {
+        io->sleep(io, GS_PACE_POLL_NS / 5);
+        renew(p, io, now = io->now(io));
+    }
+    got_turn(p, io, now, now - t0); /* the turn's length counts from our own work */
+    return 1;
+}
+
+/* Stand aside (our queue empty) while a guest or higher-priority work runs,
+ * as far as our courtesy (or, for a low process beside normal work, our
+ * patience) goes. */
+static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
+{
+    drain(p, io, stream);
+    for (;;) {
+        unsigned long long now = io->now(io);
+        int rank;
+        unsigned long long until = aside_until(p, io, now, &rank);
+        struct gs_allowance *a = rank ? &p->patience : &p->courtesy;
+        if (!until || !(rank ? patient(p, now) : courteous(p, now)))
+            return;
+        wait_spending(io, a, NULL, 0, until - now < GS_PACE_POLL_NS ? until - now + 1
+                                                                     : GS_PACE_POLL_NS);
+        if (p->turn)
+            renew(p, io, io->now(io));
     }
 }
 
-/* Give the card back if we hold it (p->turn is only ever set with a card). */
-static void give_turn(struct gs_pacer *p, struct gs_pace_io *io)
+/* An uncapped process in a window a holder left it: one fence of work, then
+ * it waits for the window to close (the holder takes the card back). */
+static int window_used(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
-    unsigned long long mine = io->token;
-    if (p->turn)
-        __atomic_compare_exchange_n(&io->card->turn_owner, &mine, 0, 0, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED);
-    p->turn = 0;
+    unsigned long long w = load(&io->card->free_until_ns);
+    if (!window_open(w, now))
+        return 0;
+    if (p->window_ns != w) {
+        p->window_ns = w;
+        p->window_fences = p->fences;
+        return 0;
+    }
+    return p->fences != p->window_fences;
 }
 
-/* Before a launch, with turns on: a capped process holds the card while it
- * runs (what it is charged is then its own), an uncapped one stands aside
- * while a capped one does, unless it is light (its queue keeps running dry:
- * it barely slows the holder, and waiting would cost it dearly). */
-static void turn_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
-                      unsigned long long now)
+/* Before a launch on a card with a turn: a capped process holds the card
+ * while it runs and passes it on after GS_PACE_TURN_NS when others wait; an
+ * uncapped one waits while another holds it; all stand aside for guests and
+ * higher priorities. Returns with our launch allowed. */
+static void gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
-    int cap = io->cap(io) != 0;
-    if (!cap && p->light >= GS_PACE_LIGHT_FENCES)
-        return;
-    if (cap ? p->turn && !turn_elsewhere(io, now) : !turn_elsewhere(io, now))
-        return;
-    if (io->capturing(io, stream))
-        return; /* a launch into a graph runs later, when the graph does */
-    if (cap)
-        take_turn(p, io, stream);
-    else if (__atomic_load_n(&io->card->capped_ns, __ATOMIC_RELAXED) && patient(p, now))
-        stand_aside(p, io, stream);
+    struct gpuslice_card *c = io->card;
+    int capped = io->cap(io) != 0;
+    unsigned long long now = io->now(io);
+    announce(p, io, now);
+    if (io->prio == GS_PRIO_HIGH || p->guest_since_ns)
+        return; /* they never wait: others stand aside for them */
+    int checked = 0;
+    for (;;) {
+        now = io->now(io);
+        int rank;
+        unsigned long long until = aside_until(p, io, now, &rank);
+        int wait_aside = until && (rank ? patient(p, now) : courteous(p, now));
+        if (!p->turn && load(&c->turn_owner) == io->token)
+            got_turn(p, io, now, 0); /* passed to us */
+        int elsewhere = turn_elsewhere(io, now);
+        if (elsewhere)
+            p->turn = 0;
+        int yield = p->turn && should_yield(p, io, now);
+        int wait_turn = elsewhere && (!p->doubt || patient(p, now));
+        int used = !capped && !elsewhere && window_used(p, io, now);
+        if (!wait_aside && !yield && !wait_turn && !used && (!capped || p->turn || elsewhere))
+            return;
+        if (!checked) {
+            /* A launch into a graph being captured runs later, when the graph does. */
+            if (io->capturing(io, stream))
+                return;
+            checked = 1;
+        }
+        if (wait_aside) {
+            stand_aside(p, io, stream);
+        } else if (yield) {
+            give_turn(p, io, stream, 1);
+        } else if (wait_turn) {
+            wait_for_turn(p, io, stream, capped);
+        } else if (used) {
+            /* Until the holder takes the card back (or a little after the
+             * window, if it does not come): not a second launch as it does. */
+            unsigned long long w = load(&c->free_until_ns);
+            unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
+            if (!window_open(w, now) || !patient(p, now))
+                return;
+            wait_spending(io, &p->patience, &c->seq, seen, w - now + GS_PACE_SPIN_NS);
+            if (__atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seen &&
+                !turn_elsewhere(io, io->now(io)))
+                return;
+        } else if (take_turn(p, io)) {
+            return;
+        }
+    }
 }
 
-/* In debt: let our queue run dry, then sleep until the credit is back. */
-static void throttle(struct gs_pacer *p, struct gs_pace_io *io)
+/* In debt: let our queue run dry, give the card up, sleep until the credit is back. */
+static void throttle(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
-    drain(p, io);
-    give_turn(p, io);
+    give_turn(p, io, stream, 0);
+    p->slept = 1;
+    p->guest_since_ns = 0;
     unsigned long long wait;
     while (settle(p, io, &wait) && wait) {
         unsigned long long t0 = io->now(io);
@@ -457,66 +843,68 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     unsigned cap = io->cap(io);
     struct gpuslice_card *c = io->card;
     /* Two entries in flight: the GPU is behind us. */
-    int behind = p->count >= 2;
-    p->light = behind ? 0 : p->light < GS_PACE_LIGHT_FENCES ? p->light + 1 : p->light;
     if (c) {
-        if (behind) {
+        if (p->count >= 2) {
             stamp(p, io, GS_CARD_BACKLOG, now); /* we compete for the card */
             gs_pace_mark_behind(p);
         }
-        if (cap) {
-            __atomic_store_n(&c->capped_ns, now, __ATOMIC_RELAXED);
+        if (cap || io->prio != GS_PRIO_NORMAL) {
+            store(&c->managed_ns, now);
+            if (io->prio == GS_PRIO_LOW)
+                store(&c->low_ns, now);
         } else {
-            unsigned long long t = __atomic_load_n(&c->capped_ns, __ATOMIC_RELAXED);
-            /* The capped neighbour is gone: back to the free path. */
-            if (t && !within(t, now, GS_PACE_STALE_NS, GS_PACE_STALE_NS))
-                __atomic_compare_exchange_n(&c->capped_ns, &t, 0, 0, __ATOMIC_RELAXED,
+            unsigned long long t = load(&c->managed_ns);
+            /* The managed neighbours are gone: back to the free path. */
+            if (t && !recent(t, now))
+                __atomic_compare_exchange_n(&c->managed_ns, &t, 0, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED);
         }
     }
-    unsigned long long wait = 0;
     int taking_turns = io->turns && c;
-    if (taking_turns && p->turn) {
-        renew(io, now);
-        /* A long turn (a high cap) would keep the others waiting: give the
-         * card up, empty, and take it back after a poll. */
-        if (now - p->turn_since_ns > GS_PACE_TURN_MAX_NS) {
-            drain(p, io);
-            give_turn(p, io);
-            p->turn_given_ns = io->now(io);
-        }
+    if (taking_turns) {
+        if (p->turn)
+            renew(p, io, now);
+        announce(p, io, now);
     }
-    /* Taking turns, nobody's queue may run far into the next one's turn:
-     * a few fences, and an uncapped process no more than a few fences'
-     * worth of time either (one kernel at least), so it drains in time. */
-    while ((cap || taking_turns) &&
-           (p->count > GS_PACE_MAX_QUEUED ||
-            (!cap && p->count > 1 && queued_ns(p) > GS_PACE_MAX_QUEUED * GS_PACE_FENCE_NS)))
+    /* Keep the queue short (capped, or on a card with turns): a capped
+     * process's windows must not swing, and whoever holds the card must be
+     * able to pass it on, or stand aside for a guest, within a few hundred
+     * microseconds. */
+    while ((cap || taking_turns) && p->count > 1 &&
+           (queued_ns(p) > GS_PACE_QUEUE_NS ||
+            (p->per_launch_ns == 0 && p->count > GS_PACE_MAX_QUEUED)))
         wait_oldest(p, io);
-    if (!cap) {
-        settle(p, io, &wait); /* usage for `gpuslice status`; never waits */
-        return;
-    }
+    unsigned long long wait = 0;
     if (settle(p, io, &wait) && wait)
-        throttle(p, io);
+        throttle(p, io, stream); /* settle also keeps an uncapped process's usage */
 }
 
 void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     unsigned long long now = io->now(io);
-    if (io->turns && io->card) {
-        turn_gate(p, io, stream, now);
-        now = io->now(io);
-    }
-    p->launch_ns = now;
     int a = gs_pace_before(p, now);
-    if (!a || io->capturing(io, stream))
-        return;
+    if (a && io->capturing(io, stream))
+        a = 0;
     if (a & GS_PACE_GAP) {
         poll_ring(p, io, now);
         a = gs_pace_gap(p);
     }
-    if (a & GS_PACE_MARK)
+    if (io->turns && io->card) {
+        /* A launch after idle (the application launched nothing for a while,
+         * not because we made it wait or sleep for its cap) is a guest: a
+         * request, served at once, for a moment. Not a low one's: low yields
+         * to normal work, requests too (a high one needs no guest stretch). */
+        if ((a & GS_PACE_MARK) && !p->slept && now - p->returned_ns > GS_PACE_GAP_NS &&
+            io->prio == GS_PRIO_NORMAL)
+            p->guest_since_ns = now;
+        else if (p->guest_since_ns && now - p->guest_since_ns > GS_PACE_GUEST_NS)
+            p->guest_since_ns = 0;
+        p->slept = 0;
+        gate(p, io, stream);
+        now = io->now(io);
+    }
+    p->launch_ns = now;
+    if (p->need_mark && (a || !io->capturing(io, stream)))
         record(p, io, stream, 1, now);
 }
 
@@ -524,11 +912,20 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 {
     /* The clock as the launch began: one read per launch is enough. */
     unsigned long long now = p->launch_ns;
-    if (ok && (gs_pace_after(p, now) & GS_PACE_FENCE) && !io->capturing(io, stream))
+    p->returned_ns = now;
+    if (ok && (gs_pace_after(p, now) & GS_PACE_FENCE) && !io->capturing(io, stream)) {
         fence_point(p, io, stream, now);
+        p->returned_ns = io->now(io); /* it may have waited for its queue */
+    }
 }
 
 void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io)
 {
-    give_turn(p, io);
+    if (!io->card || !p->turn)
+        return;
+    unsigned long long mine = io->token;
+    p->turn = 0;
+    if (__atomic_compare_exchange_n(&io->card->turn_owner, &mine, 0, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        changed_hands(io);
 }

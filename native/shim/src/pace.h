@@ -7,43 +7,68 @@
  * Per process and device a pacer follows the launches: every GS_PACE_FENCE_NS
  * of GPU work (estimated) it asks for a fence, an event recorded after a
  * launch. The GPU time between two completed fences is the time the process
- * held the card; it is charged to the container's bucket. If our work was
- * queued up behind the GPU meanwhile, the charge is divided by the number
- * of contexts competing for the card (the GPU time-slices evenly between
- * busy contexts); a process whose queue runs dry is barely slowed by a
- * neighbour and is charged in full. A bucket in debt makes the next fence point
- * drain the process's queue and sleep until the credit is back.
+ * held the card (its card time); it is charged to the container's bucket. A
+ * bucket in debt makes the next fence point drain the process's queue and
+ * sleep until the credit is back.
+ *
+ * On a card shared with capped or prioritised tenants (a card file says so),
+ * every process keeps at most about half a millisecond of work queued, and:
+ * capped processes take turns holding the card, passing it on within
+ * GS_PACE_TURN_NS when another waits; everyone stands aside for a guest (a
+ * request that arrives after its process was idle: served at once) and for
+ * higher-priority work; what a holder is charged is then its own work.
  */
 #ifndef GPUSLICE_PACE_H
 #define GPUSLICE_PACE_H
 
 #include "gpuslice/region.h"
 
-#define GS_PACE_FENCE_NS 1000000ull     /* GPU work between two fences */
+#define GS_PACE_FENCE_NS 250000ull      /* GPU work between two fences */
+#define GS_PACE_QUEUE_NS 250000ull      /* work in flight a paced process waits down to at a fence */
+#define GS_PACE_MAX_QUEUED 2            /* fences in flight, while the time of a launch is unknown */
 #define GS_PACE_GAP_NS 2000000ull       /* no launch for this long: maybe a new busy period */
-#ifndef GS_PACE_MAX_QUEUED /* -D to experiment */
-#define GS_PACE_MAX_QUEUED 3            /* fences in flight before a capped launch waits */
-#endif
 #define GS_PACE_RESUME_NS 12000000ull   /* credit a throttled container sleeps for */
 #define GS_PACE_BURST_NS 20000000ull    /* most credit an idle container keeps */
 #define GS_PACE_BACKLOG_NS 5000000ull   /* a slot's backlog counts this long past its end */
-#define GS_PACE_AHEAD_NS 100000000ull   /* most queued work a slot may announce */
-#define GS_PACE_STALE_NS 1000000000ull  /* no capped tenant seen for this long: none left */
-#define GS_PACE_LEASE_NS 5000000ull     /* a turn lapses this long after its last renewal */
+#define GS_PACE_AHEAD_NS 100000000ull   /* furthest ahead a stamp may be; beyond is garbage */
+#define GS_PACE_STALE_NS 1000000000ull  /* no managed tenant seen for this long: none left */
+#define GS_PACE_LEASE_NS 500000ull      /* a turn lapses this long after its holder's queue */
+#define GS_PACE_PASS_NS 1000000ull      /* lease of a turn passed to a waiter, until it renews it */
+#define GS_PACE_TURN_NS 4000000ull      /* a holder passes the card on after this when others wait */
+#define GS_PACE_TURN_MIN_NS 500000ull   /* ... and holds it at least this long */
+#define GS_PACE_WAIT_NS 4000000ull      /* ... or once another has waited this long */
+#define GS_PACE_CAPPED_TURN_NS 12000000ull /* both, when only capped processes wait */
+#define GS_PACE_LONG_TURN_NS 100000000ull /* most a turn grows after a long drain */
+#define GS_PACE_GRACE_NS 8000000ull     /* a wait for turns spends patience only after this */
+#define GS_PACE_FREE_NS 250000ull       /* a holder that yielded leaves uncapped waiters this long */
 #define GS_PACE_DRAIN_NS 16000000ull    /* most a new holder waits for the others' queues */
-#define GS_PACE_TURN_POLL_NS 250000ull  /* how often a tenant waiting for the card looks */
-#define GS_PACE_TURN_MAX_NS 50000000ull /* a holder gives the card up this often, if only briefly */
-#define GS_PACE_PATIENCE_PCT 90ull      /* most of its time a process spends waiting for turns */
+#define GS_PACE_WANT_NS 1000000ull      /* a waiter renews its want this often: older is gone */
+#define GS_PACE_POLL_NS 250000ull       /* longest sleep of a waiter between two looks */
+#define GS_PACE_SPIN_NS 1000000ull      /* a waiter stays awake from this long before a turn ends */
+#define GS_PACE_GUEST_NS 2000000ull     /* a request after idle is a guest for this long */
+#define GS_PACE_ASIDE_NS 500000ull      /* others stand aside this long past a guest's last launch */
+#define GS_PACE_PATIENCE_PCT 90ull      /* most of its time a process waits past its grace */
 #define GS_PACE_PATIENCE_NS 20000000ull /* saved-up patience: a wait lasts 200 ms at most */
-#define GS_PACE_LIGHT_FENCES 4u         /* fence points not behind the GPU: the process is light */
+#define GS_PACE_COURTESY_PCT 50ull      /* most of its time a process stands aside for guests and high */
+#define GS_PACE_COURTESY_NS 20000000ull /* saved-up courtesy */
 #define GS_PACE_MAX_PER_FENCE 4096u
 #define GS_PACE_RING 8
+
+/* Priority classes, in order (io->prio). */
+enum { GS_PRIO_LOW, GS_PRIO_NORMAL, GS_PRIO_HIGH };
 
 struct gs_fence {
     void *ev;          /* the caller's event */
     unsigned launches; /* launches between the previous fence and this one */
     int marker;        /* recorded before a launch: starts a busy period, charges nothing */
     int behind;        /* the GPU was behind us when it was recorded: we competed */
+};
+
+/* A budget of waiting that refills at a share of wall time (patience, courtesy). */
+struct gs_allowance {
+    long long left_ns;
+    unsigned long long stamp_ns;
+    int spent; /* ran out: no waiting until a quarter is back */
 };
 
 struct gs_pacer {
@@ -55,15 +80,21 @@ struct gs_pacer {
     unsigned long long per_launch_ns; /* GPU time one launch takes, smoothed; 0: unknown */
     unsigned long long last_launch_ns, last_fence_ns;
     unsigned long long launch_ns;  /* the clock when the current launch began */
+    unsigned long long returned_ns; /* when the last launch returned to the application */
+    unsigned long long blocked_ns; /* how long a wait for our oldest fence took lately (decaying max) */
     int need_mark;                 /* the queue is known empty: mark the next launch */
     unsigned long long charge_ns;  /* charged here, not yet moved to the bucket */
     unsigned long long launches;   /* counted here, not yet moved to the bucket */
-    unsigned light;                /* fence points in a row that found the GPU not behind us */
     int turn;                      /* holds the turn on the card */
-    unsigned long long turn_since_ns; /* when it took it */
-    unsigned long long turn_given_ns; /* when it last gave it up while it had work */
-    long long patience_ns;         /* how much longer it may wait for others' turns */
-    unsigned long long patience_stamp_ns;
+    unsigned long long turn_since_ns; /* when it got it */
+    unsigned long long long_turn_ns; /* its turn after a long drain; 0: GS_PACE_TURN_NS */
+    unsigned long long guest_since_ns; /* when its current guest stretch began; 0: not a guest */
+    int slept;                     /* slept for its cap since its last launch: no guest */
+    int doubt;                     /* a wait for turns outlasted GS_PACE_GRACE_NS */
+    unsigned long long fences;     /* fences recorded, ever */
+    unsigned long long window_ns, window_fences; /* the free window it last ran in, and when */
+    struct gs_allowance patience;  /* for others' turns */
+    struct gs_allowance courtesy;  /* for guests and higher priorities */
 };
 
 enum { GS_PACE_MARK = 1, GS_PACE_GAP = 2, GS_PACE_FENCE = 4 };
@@ -77,7 +108,7 @@ int gs_pace_gap(struct gs_pacer *p);
 /* After a launch the driver took: GS_PACE_FENCE if a fence is due. */
 int gs_pace_after(struct gs_pacer *p, unsigned long long now);
 /* The caller recorded ev as a marker / a fence. 0, or -1: the ring is full
- * (cannot happen while the caller keeps count <= GS_PACE_MAX_QUEUED + 1). */
+ * (cannot happen while the caller keeps the queue bounded). */
 int gs_pace_push(struct gs_pacer *p, void *ev, int marker, unsigned long long now);
 /* The newest entry was recorded while older ones were still in flight. */
 void gs_pace_mark_behind(struct gs_pacer *p);
@@ -108,6 +139,11 @@ struct gs_pace_io {
     unsigned long long (*event_gap_ns)(struct gs_pace_io *io, void *from, void *to);
     unsigned long long (*now)(struct gs_pace_io *io);
     void (*sleep)(struct gs_pace_io *io, unsigned long long ns);
+    /* Sleep until *word is no longer `seen` (a futex on the card file), or
+     * for ns at most; and wake whoever sleeps on word. */
+    void (*wait_word)(struct gs_pace_io *io, unsigned *word, unsigned seen, unsigned long long ns);
+    void (*wake_word)(struct gs_pace_io *io, unsigned *word);
+    void (*pause)(struct gs_pace_io *io); /* a few microseconds on the CPU, awake */
     /* Move charge and launches into the bucket, refill it; returns the cap
      * (percent, 0: none) and in *wait how long the container must sleep. */
     unsigned (*settle)(struct gs_pace_io *io, unsigned long long charge_ns,
@@ -117,9 +153,10 @@ struct gs_pace_io {
     struct gpuslice_card *card; /* NULL: no view of the neighbours */
     int slot;
     unsigned long long token;
-    /* Capped tenants of a card run in turns instead of side by side
-     * (GPUSLICE_COMPUTE_TURNS, on unless 0); a turn is a process's (token). */
+    /* Tenants of a card take turns and stand aside for guests and higher
+     * priorities (GPUSLICE_COMPUTE_TURNS, on unless 0); a turn is a process's. */
     int turns;
+    int prio; /* GS_PRIO_*: the container's own claim (GPUSLICE_PRIORITY) */
 };
 
 /* Around one launch that goes to `stream`: begin before the driver call,
@@ -150,5 +187,18 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
 enum { GS_CARD_BACKLOG, GS_CARD_DRAINED };
 int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, int what,
                   unsigned long long until, unsigned long long now);
+/* Who waits for the turn on a card, but `mine`: next, the slot of the capped
+ * process (GPUSLICE_CARD_WAITS_CAPPED) to pass the turn to, -1 if there is
+ * none or uncapped waiters have waited longer (they get a window, together);
+ * uncapped: whether any uncapped process waits; any: whether anyone does;
+ * parties: how many wait (each capped process, the uncapped ones as one);
+ * oldest_ns: since when the one that has waited longest waits. */
+struct gs_waiters {
+    int next, uncapped, any;
+    unsigned parties;
+    unsigned long long oldest_ns;
+};
+void gs_card_waiters(const struct gpuslice_card *c, int mine, unsigned long long now,
+                     struct gs_waiters *w);
 
 #endif

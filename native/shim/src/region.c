@@ -59,6 +59,7 @@ void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg)
     for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
         r->devices[i].limit_bytes = cfg->mem_limit[i];
         r->devices[i].core_limit = cfg->core_limit[i];
+        r->devices[i].priority = cfg->priority;
     }
     r->version = GPUSLICE_REGION_VERSION;
     r->size = sizeof *r;

@@ -11,7 +11,7 @@
 #define GPUSLICE_REGION_H
 
 #define GPUSLICE_REGION_MAGIC 0x53555047
-#define GPUSLICE_REGION_VERSION 3
+#define GPUSLICE_REGION_VERSION 4
 #define GPUSLICE_MAX_DEVICES 16
 #define GPUSLICE_MAX_PROCS 128
 #define GPUSLICE_UUID_SIZE 96
@@ -24,6 +24,11 @@
 #define GPUSLICE_KIND_POOL 3
 #define GPUSLICE_KIND_ARRAY 4
 #define GPUSLICE_KINDS 5
+
+/* A container's compute priority, as its environment (GPUSLICE_PRIORITY) says. */
+#define GPUSLICE_PRIORITY_NORMAL 0
+#define GPUSLICE_PRIORITY_HIGH 1
+#define GPUSLICE_PRIORITY_LOW 2
 
 #define GPUSLICE_SLOT_FREE 0
 #define GPUSLICE_SLOT_LIVE 1
@@ -45,7 +50,7 @@ struct gpuslice_device {
     unsigned long long total_bytes;  /* the card's memory, as the driver reported it */
     unsigned long long used_bytes;   /* sum of live slots' usage on this device */
     unsigned int core_limit;         /* percent; 0 = none */
-    unsigned int reserved;
+    unsigned int priority;           /* GPUSLICE_PRIORITY_* */
     struct gpuslice_bucket compute;
 };
 
@@ -70,29 +75,43 @@ struct gpuslice_region {
 /*
  * The card file: <card dir>/<GPU UUID>, one per card for the whole host,
  * mapped by every process of every container that has the card in a slice.
- * It says who is competing for the card right now, which the GPU's time
- * slicing between contexts turns into each one's share (docs/compute-limit.md).
- * Fields are written with relaxed atomic stores, never under a lock: any
- * tenant can write here, so a reader trusts nothing it reads.
+ * It says whose turn the card is, who waits for it, and whose work others
+ * stand aside for (docs/compute-limit.md). Fields are written with relaxed
+ * atomic stores, never under a lock: any tenant can write here, so a reader
+ * trusts nothing it reads.
  */
 #define GPUSLICE_CARD_MAGIC 0x43535047
-#define GPUSLICE_CARD_VERSION 2
+#define GPUSLICE_CARD_VERSION 3
 #define GPUSLICE_CARD_SLOTS 256
 
+/* A slot's flags while it waits: it takes the turn when given (capped). */
+#define GPUSLICE_CARD_WAITS_CAPPED 1
+
 struct gpuslice_card_slot {
-    unsigned long long owner;      /* a process's random token; 0 = free */
-    unsigned long long backlog_ns; /* CLOCK_MONOTONIC until which it has GPU work queued */
-    unsigned long long drained_ns; /* when it last let its queue run dry */
+    unsigned long long owner;         /* a process's random token; 0 = free */
+    unsigned long long backlog_ns;    /* CLOCK_MONOTONIC until which it has GPU work queued */
+    unsigned long long drained_ns;    /* when it last let its queue run dry */
+    unsigned long long want_ns;       /* last time it said it waits for the turn (renewed while it does) */
+    unsigned long long want_since_ns; /* since when it has waited */
+    unsigned int flags;               /* GPUSLICE_CARD_WAITS_* */
+    unsigned int reserved;
 };
 
 struct gpuslice_card {
     unsigned int magic;
     unsigned int version;
     unsigned int size;
-    unsigned int reserved;
-    unsigned long long capped_ns;  /* last time a capped process ran here; 0: none */
-    unsigned long long turn_owner; /* the process (its slot's token) whose turn it is */
-    unsigned long long turn_until_ns; /* its lease: renewed while it runs */
+    unsigned int seq;                  /* changes when the turn changes hands: waiters sleep on it */
+    unsigned long long managed_ns;     /* last time a capped or prioritised process ran here; 0: none */
+    unsigned long long low_ns;         /* last time a low-priority process ran here; 0: none */
+    unsigned long long turn_owner;     /* the process (its slot's token) whose turn it is; 0: nobody's */
+    unsigned long long turn_until_ns;  /* its lease: renewed while it runs */
+    unsigned long long turn_since_ns;  /* when its turn began: waiters wake in time for its end */
+    unsigned long long free_until_ns;  /* a holder that yielded leaves the card to uncapped tenants until then */
+    unsigned long long want_ns;        /* last time anyone said it waits for the turn */
+    unsigned long long high_until_ns;  /* high-priority work is queued until then */
+    unsigned long long guest_until_ns; /* a fresh request (a guest) runs until then */
+    unsigned long long normal_until_ns; /* normal work is queued until then (said while a low tenant is here) */
     struct gpuslice_card_slot slots[GPUSLICE_CARD_SLOTS];
 };
 
