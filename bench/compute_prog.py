@@ -4,9 +4,12 @@
 
 PROGRAM is matmul (one fp16 4096x4096 torch.mm per unit), tiny (100 launches
 of a 256-element add per unit), graph (one replay of a captured CUDA graph
-of 20 x (mul_, 2048x2048 fp16 mm) per unit) or bigmm (one fp16 16384x16384
+of 20 x (mul_, 2048x2048 fp16 mm) per unit), triton (one launch of a kernel
+written in Triton, bench/triton_unit.py), bigmm (one fp16 16384x16384
 torch.mm per unit: kernels of ten-odd milliseconds, a neighbour that is slow
-to drain). START_AT is a CLOCK_MONOTONIC
+to drain) or latency (a request every 10 ms: two fp16 2048x2048 torch.mm,
+then it waits for them; the latency of each, from before its first launch
+to after the wait, on the host's clock). START_AT is a CLOCK_MONOTONIC
 time (time.monotonic(), one clock for every process of the machine), so
 that tenants of one scenario start together and setup time stays out of the
 measurement. Phases, so that a tenant touches the GPU as little as possible
@@ -18,7 +21,8 @@ while an earlier one is measured:
     START_AT .. +SECONDS            the loop, a timing event after every unit
 
 OUTFILE gets JSON: the monotonic times of the phases, and done_s: the
-seconds from the start event to each unit's event, on the GPU's timeline.
+seconds from the start event to each unit's event, on the GPU's timeline
+(and for latency, latency_s: each request's).
 """
 from __future__ import annotations
 
@@ -34,14 +38,16 @@ import torch  # noqa: E402  (imported after T_LAUNCH so its import time is known
 
 T_IMPORTED = time.monotonic()
 
-PROGRAMS = ("matmul", "tiny", "graph", "bigmm")
+PROGRAMS = ("matmul", "tiny", "graph", "triton", "bigmm", "latency")
 # Generous guesses of uncapped units/s on an H200, to size the event pool.
-RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "bigmm": 300}
+RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "triton": 8000, "bigmm": 300,
+              "latency": 120}
 # Units the CPU may queue ahead of the GPU: keeps the GPU fed, yet bounds the
 # queue so the GPU stops soon after the loop does (the next run is scheduled).
-AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "bigmm": 4}
+AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "latency": 1}
 # Units between two clock reads; one tiny or graph unit is long enough alone.
-CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "bigmm": 1}
+CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "latency": 1}
+REQUEST_EVERY_S = 0.010  # the latency tenant's period
 GROW = 2000          # events added at once if the pool runs out
 WARMUP_END_S = 0.1   # warm-up stops this long before START_AT, then synchronizes
 
@@ -67,6 +73,17 @@ def make_unit(program: str) -> Callable[[], None]:
         def matmul() -> None:
             torch.mm(a, b, out=c)
         return matmul
+    if program == "triton":
+        import triton_unit
+        return triton_unit.make_unit(dev)
+    if program == "latency":
+        x = torch.randn(2048, 2048, device=dev, dtype=torch.float16) * 0.02
+        y, z = torch.empty_like(x), torch.empty_like(x)
+
+        def request() -> None:
+            torch.mm(x, x, out=y)
+            torch.mm(y, x, out=z)
+        return request
     if program == "tiny":
         x = torch.zeros(256, device=dev, dtype=torch.float32)
 
@@ -118,6 +135,26 @@ def run_loop(unit: Callable[[], None], events: List[torch.cuda.Event], until: fl
             return n
 
 
+def run_requests(unit: Callable[[], None], events: List[torch.cuda.Event], until: float,
+                 latency: List[float]) -> int:
+    """A request every REQUEST_EVERY_S until `until`, each waited for; appends each latency."""
+    n = 0
+    t_next = time.monotonic()
+    while t_next < until:
+        sleep_until(t_next)
+        t0 = time.perf_counter()
+        unit()
+        if n == len(events):
+            events.extend(new_events(GROW))
+        events[n].record()
+        events[n].synchronize()
+        latency.append(time.perf_counter() - t0)
+        n += 1
+        # Late (a request took longer than a period): the next one at once, no burst.
+        t_next = max(t_next + REQUEST_EVERY_S, time.monotonic())
+    return n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("program", choices=PROGRAMS)
@@ -149,16 +186,23 @@ def main() -> None:
     torch.cuda.synchronize()
     t_setup_done = time.monotonic()
 
+    latency: List[float] = []
+
+    def loop(until: float) -> int:
+        if prog == "latency":
+            return run_requests(unit, events, until, latency)
+        return run_loop(unit, events, until, AHEAD[prog], CHECK_EVERY[prog])
+
     sleep_until(args.start_at - WARMUP_END_S - args.warmup)
     t_warmup = time.monotonic()
-    warm_units = run_loop(unit, events, max(args.start_at - WARMUP_END_S, t_warmup + 0.05),
-                          AHEAD[prog], CHECK_EVERY[prog])
+    warm_units = loop(max(args.start_at - WARMUP_END_S, t_warmup + 0.05))
     torch.cuda.synchronize()
+    latency.clear()
 
     sleep_until(args.start_at)
     start.record()
     t_start = time.monotonic()
-    units = run_loop(unit, events, t_start + args.seconds, AHEAD[prog], CHECK_EVERY[prog])
+    units = loop(t_start + args.seconds)
     t_loop_end = time.monotonic()
     torch.cuda.synchronize()
     t_end = time.monotonic()
@@ -171,7 +215,9 @@ def main() -> None:
         "pid": os.getpid(),
         "cpu": args.cpu,
         "env": {k: os.environ.get(k) for k in ("LD_PRELOAD", "GPUSLICE_CORE_LIMIT",
-                                               "GPUSLICE_STATE_DIR", "GPUSLICE_CARD_DIR")},
+                                               "GPUSLICE_PRIORITY", "GPUSLICE_STATE_DIR",
+                                               "GPUSLICE_CARD_DIR",
+                                               "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")},
         "device": torch.cuda.get_device_name(),
         "import_s": T_IMPORTED - T_LAUNCH,
         "setup_monotonic": t_setup,
@@ -187,6 +233,8 @@ def main() -> None:
         "events_pooled": len(events),
         "done_s": done_s,
     }
+    if prog == "latency":
+        result["latency_s"] = [round(v, 7) for v in latency]
     tmp = args.outfile.with_name(args.outfile.name + ".tmp")
     tmp.write_text(json.dumps(result))
     tmp.replace(args.outfile)  # whole or absent: the parent never reads half a file

@@ -3,9 +3,13 @@
 Pure Python (no torch), so CI tests it on synthetic timestamps
 (tests/test_compute_table.py). A tenant's run is the list of times, in
 seconds from its start on the GPU's timeline, at which each unit of work
-finished. Its share in a 1 s window is the units finished there against the
-same program's uncapped units per second, in percent. The issue's
-acceptance: every window after the first second within 3 points of the cap.
+finished. Two shares per 1 s window: its card time (busy_windows: the time
+its work held the card, as its own events show it; what a cap promises,
+docs/compute-limit.md) and its throughput (the units finished there against
+the same program's uncapped units per second, in percent: reported, since a
+lone card that boosts its clock does more per second of card time). The
+acceptance: card time in every window after the first second within 2
+points of the cap.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-TOLERANCE = 3.0      # points of share, the issue's acceptance
+TOLERANCE = 2.0      # points of card time, the acceptance
 SKIP_FIRST = 1       # windows not judged: the limiter may still be settling
 START_SPREAD_S = 0.05  # tenants of one scenario must start this close together
 
@@ -36,20 +40,29 @@ def windows(done_s: Sequence[float], seconds: int) -> List[int]:
     return counts
 
 
-def busy_windows(done_s: Sequence[float], seconds: int, unit_s: float) -> List[float]:
-    """Percent of each 1 s window in which the program's work occupied the GPU.
+# A gap longer than a unit by at most this (and by at most half a unit) is one
+# unit after another: a unit's own jitter, never a neighbour's turn and the
+# two context switches around it (0.2 ms each on an H200).
+BACK_TO_BACK_S = 0.00025
 
-    A unit ran from the previous unit's end to its own, but for at most
-    unit_s (the program's uncapped median time per unit): a unit after an
-    idle gap counts one unit's time, not the gap. So this is the program's
-    time share of the card as its own events show it, whatever its speed.
+
+def busy_windows(done_s: Sequence[float], seconds: int, unit_s: float) -> List[float]:
+    """Percent of each 1 s window in which the program's work held the card (its card time).
+
+    A unit that finished back to back with the one before (BACK_TO_BACK_S)
+    ran from that one's end to its own: its whole gap is the program's,
+    however long this unit took. After a longer gap (idle, a throttle, a
+    neighbour's turn) it counts unit_s, the program's uncapped mean time per
+    unit, not the gap. So this is the program's time share of the card as
+    its own events show it, whatever its speed, and an uncapped run reads 100 %.
     """
     if not unit_s > 0:
         raise ValueError(f"unit time must be positive, got {unit_s}")
     busy = [0.0] * seconds
     prev = 0.0
+    slack = min(unit_s / 2, BACK_TO_BACK_S)
     for t in done_s:
-        lo = max(prev, t - unit_s)
+        lo = prev if t - prev <= unit_s + slack else t - unit_s
         prev = t
         # Spread [lo, t] over the windows it covers.
         while lo < t:
@@ -67,14 +80,6 @@ def longest_gap(done_s: Sequence[float], after_s: float) -> float:
     """Longest time between two units done, from after_s on (0 if fewer than two)."""
     late = [t for t in done_s if t >= after_s]
     return max((b - a for a, b in zip(late, late[1:])), default=0.0)
-
-
-def median_gap(done_s: Sequence[float]) -> float:
-    """Median time between consecutive units: an uncapped run's time per unit."""
-    gaps = sorted(b - a for a, b in zip(done_s, done_s[1:]))
-    if not gaps:
-        raise ValueError("need two units to time one")
-    return gaps[len(gaps) // 2]
 
 
 def baseline_rate(counts: Sequence[int], skip_first: int = SKIP_FIRST) -> float:
@@ -99,8 +104,8 @@ def verdict(shares: Sequence[float], target: float, tol: float = TOLERANCE,
             skip_first: int = SKIP_FIRST) -> Tuple[float, bool]:
     """(worst signed deviation from target, whether every judged window is within tol).
 
-    Windows before skip_first are not judged. "Within 3 points" includes 3.0
-    itself; the epsilon keeps float rounding of an exact 3.0 from failing it.
+    Windows before skip_first are not judged. "Within 2 points" includes 2.0
+    itself; the epsilon keeps float rounding of an exact 2.0 from failing it.
     """
     judged = list(shares[skip_first:])
     if not judged:
@@ -168,22 +173,27 @@ class Row:
 
 
 def judge(row: Row, tol: float = TOLERANCE, skip_first: int = SKIP_FIRST) -> Row:
-    """Fill worst and result of a row that has a target; an INVALID or ERROR result is kept."""
+    """Fill worst and result of a row that has a target; an INVALID or ERROR result is kept.
+
+    The card time (busy) decides when the row has it; the throughput share
+    gets its own mark (busy_result names the card time's, for the table).
+    """
     if row.target is None or row.result == ERROR:
         return row
+    busy_ok = True
     if row.busy:
         row.busy_worst, busy_ok = verdict(row.busy, row.target, tol, skip_first)
         row.busy_result = PASS if busy_ok else FAIL
     row.worst, ok = verdict(row.shares, row.target, tol, skip_first)
     if row.result != INVALID:
-        row.result = PASS if ok else FAIL
+        row.result = PASS if (busy_ok if row.busy else ok) else FAIL
     return row
 
 
 def format_table(rows: Sequence[Row]) -> str:
     """The rows as an aligned text table, one line each, with a header."""
     head = ("scenario", "program", "cap", "target", "throughput share per 1 s window (%)",
-            "worst", "result", "busy share per 1 s window (%)", "worst", "busy", "note")
+            "worst", "result", "card time per 1 s window (%)", "worst", "card", "note")
     cells = [head]
     for r in rows:
         cells.append((
@@ -207,5 +217,6 @@ def summary(rows: Sequence[Row]) -> Tuple[str, bool]:
     ok = count[PASS] > 0 and count[FAIL] == count[INVALID] == count[ERROR] == 0
     line = (f"{'ALL PASS' if ok else 'NOT PASSED'}: {count[PASS]} passed, {count[FAIL]} failed, "
             f"{count[INVALID]} invalid, {count[ERROR]} errors "
-            f"(every window from {SKIP_FIRST} s on within {TOLERANCE:g} points of the target)")
+            f"(card time in every window from {SKIP_FIRST} s on within {TOLERANCE:g} points of "
+            f"the target, or throughput where no card time is measured)")
     return line, ok

@@ -1,0 +1,288 @@
+"""The tenants of the compute benches: each a process of bench/compute_prog.py.
+
+bench/compute_share and bench/compute_latency describe scenarios (tenants
+that run together), and this module runs them: every process is started at
+once and imports torch before the first run, each touches the GPU only
+after the run before it is done, and each scenario's tenants get their own
+card folder (GPUSLICE_CARD_DIR) and each tenant its own state folder (its
+own container). Clocks samples the card (SM clock, power, NVML's
+utilization) beside the runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+# Another build may be measured instead (an experiment): COMPUTE_SHARE_SHIM=<path>.
+SHIM = Path(os.environ.get("COMPUTE_SHARE_SHIM",
+                          REPO / "native" / "shim" / "build" / "libgpuslice.so"))
+PROG = HERE / "compute_prog.py"
+
+TAIL_S = 0.25  # tenants run this long past the last window, so it is full and partners overlap
+GAP_S = 0.25   # after a run's end, for its GPU queue to drain (compute_prog bounds it ~20 ms)
+WARMUP_S = 0.4  # compute_prog warms up from START_AT-0.5 to START_AT-0.1
+LATE_S = 0.05   # a tenant starting later than this is noted
+
+
+@dataclass
+class Tenant:
+    key: str                 # unique name, also its file names
+    program: str
+    cap: Optional[int]       # None: no GPUSLICE_CORE_LIMIT
+    shim: bool = True
+    priority: Optional[str] = None  # GPUSLICE_PRIORITY, if any
+    env: Dict[str, str] = field(default_factory=dict)  # more (an MPS client's, say)
+    proc: Optional[subprocess.Popen] = None
+    data: Optional[dict] = None
+    error: str = ""
+
+
+@dataclass
+class Scenario:
+    name: str
+    tenants: List[Tenant]
+    start_at: float = 0.0
+    card_dir: Optional[Path] = None
+
+
+def clean_env() -> Dict[str, str]:
+    """The caller's env without anything that steers the shim (GPUSLICE_LOG and the
+    GPUSLICE_COMPUTE_TURNS experiment may stay) or MPS."""
+    keep = ("GPUSLICE_LOG", "GPUSLICE_COMPUTE_TURNS")
+    env = {k: v for k, v in os.environ.items()
+           if k != "LD_PRELOAD" and not k.startswith("CUDA_MPS_") and not (
+               k.startswith(("GPUSLICE_", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT"))
+               and k not in keep)}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def tenant_env(t: Tenant, state_dir: Path, card_dir: Path) -> Dict[str, str]:
+    env = clean_env()
+    if t.shim:
+        env.update(LD_PRELOAD=str(SHIM), GPUSLICE_STATE_DIR=str(state_dir),
+                   GPUSLICE_CARD_DIR=str(card_dir))
+        if t.cap is not None:
+            env["GPUSLICE_CORE_LIMIT"] = str(t.cap)
+        if t.priority:
+            env["GPUSLICE_PRIORITY"] = t.priority
+    env.update(t.env)
+    return env
+
+
+def build_shim(bench: str) -> None:
+    if "COMPUTE_SHARE_SHIM" in os.environ:
+        if not SHIM.exists():
+            sys.exit(f"{bench}: COMPUTE_SHARE_SHIM={SHIM} does not exist")
+        return
+    if subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")]).returncode != 0:
+        sys.exit(f"{bench}: make -C native/shim failed")
+    if not SHIM.exists():
+        sys.exit(f"{bench}: {SHIM} was not built")
+
+
+def prewarm(bench: str) -> str:
+    """Import torch once (a cold first import must not make the first tenant late); the device."""
+    code = ("import torch; print(torch.__version__, torch.version.cuda, "
+            "torch.cuda.get_device_name(0))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, env=clean_env())
+    if res.returncode != 0:
+        sys.exit(f"{bench}: torch with CUDA does not work here:\n" + res.stderr.strip()[-2000:])
+    return res.stdout.strip().splitlines()[-1]
+
+
+def other_gpu_users() -> str:
+    """Compute processes already on the GPU (they would take a share); '' when none or unknown."""
+    try:
+        res = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
+def log_tail(path: Path, chars: int = 2000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:160] if lines else "no output"
+
+
+def tenant_cpu(sc: Scenario, t: Tenant) -> Optional[int]:
+    """The CPU a measured tenant runs on: the last ones we may use, one per tenant."""
+    cpus = sorted(os.sched_getaffinity(0))
+    j = sc.tenants.index(t)
+    return cpus[-1 - j] if len(cpus) > len(sc.tenants) + 1 else None
+
+
+def launch(sc: Scenario, t: Tenant, root: Path, seconds: int, setup_lead: float) -> None:
+    state = root / t.key / "state"
+    state.mkdir(parents=True)
+    cmd = [sys.executable, str(PROG), t.program, f"{seconds + TAIL_S}", f"{sc.start_at:.6f}",
+           str(root / t.key / "out.json"), "--setup-lead", f"{setup_lead}",
+           "--warmup", f"{WARMUP_S}"]
+    cpu = tenant_cpu(sc, t)
+    if cpu is not None:
+        cmd += ["--cpu", str(cpu)]
+    with open(root / t.key / "log", "w") as log:
+        t.proc = subprocess.Popen(cmd, env=tenant_env(t, state, sc.card_dir), stdout=log,
+                                  stderr=subprocess.STDOUT, cwd=str(REPO))
+
+
+def nothing_works(tenants: List[Tenant]) -> bool:
+    """Two or more tenants finished and every one of them failed: stop early."""
+    done = [t for t in tenants if t.proc is not None and t.proc.poll() is not None]
+    return len(done) >= 2 and all(t.proc.returncode != 0 for t in done)
+
+
+def schedule(plan: Sequence[Scenario], first_at: float, seconds: int, setup_lead: float,
+             gap: float = 0.0) -> float:
+    """Give each scenario its START_AT, one after another from first_at; the end of the last.
+
+    A run ends TAIL_S after its windows; the next may touch the GPU GAP_S later."""
+    stagger = seconds + TAIL_S + GAP_S + setup_lead
+    for i, sc in enumerate(plan):
+        sc.start_at = first_at + i * stagger
+    return first_at + len(plan) * stagger + gap
+
+
+def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, setup_lead: float,
+            bench: str, events: Sequence[Tuple[float, Callable[[], None]]] = ()) -> None:
+    """Launch every tenant at once, `lead` s before the first START_AT; wait for all, read results.
+
+    All of them import torch before the first run starts, then sleep until
+    their own setup: a torch import beside a run would take CPU from it, and
+    a CPU-bound program (tiny) then measures the bench, not the limiter.
+    `events`: (monotonic time, action) to run meanwhile, in order (starting
+    and stopping an MPS daemon between runs, say).
+    """
+    launched: List[Tenant] = []
+    pending = sorted(events, key=lambda e: e[0])
+    try:
+        launch_at = plan[0].start_at - lead
+        while time.monotonic() < launch_at:
+            time.sleep(min(0.5, max(0.0, launch_at - time.monotonic())))
+        for i, sc in enumerate(plan):
+            sc.card_dir = root / f"card-{i:02d}"
+            sc.card_dir.mkdir()
+            for t in sc.tenants:
+                launch(sc, t, root, seconds, setup_lead)
+                launched.append(t)
+            caps = ", ".join("none" if t.cap is None else str(t.cap) for t in sc.tenants)
+            print(f"[{i + 1}/{len(plan)}] {sc.name}: {sc.tenants[0].program} (cap {caps}) "
+                  f"starts in {sc.start_at - time.monotonic():.1f} s", file=sys.stderr, flush=True)
+        deadline = plan[-1].start_at + seconds + 120
+        while any(t.proc.poll() is None for t in launched) and time.monotonic() < deadline:
+            while pending and time.monotonic() >= pending[0][0]:
+                pending.pop(0)[1]()
+            if nothing_works(launched) and all(t.proc.poll() is not None for t in launched[:2]):
+                for t in launched:
+                    if t.proc.poll() is None:
+                        t.proc.kill()
+                for t in launched[:4]:
+                    print(f"--- {t.key}:\n{log_tail(root / t.key / 'log')}", file=sys.stderr)
+                sys.exit(f"{bench}: every tenant so far failed; stopped")
+            time.sleep(0.05)
+        for _, action in pending:
+            action()
+        for t in launched:
+            if t.proc.poll() is None:
+                t.proc.kill()
+                t.proc.wait()
+                t.error = "timed out"
+    finally:
+        for t in launched:  # only on an exception: normally all have exited by now
+            if t.proc.poll() is None:
+                t.proc.kill()
+    for t in launched:
+        out = root / t.key / "out.json"
+        if t.error:
+            continue
+        if t.proc.returncode != 0:
+            t.error = f"exit {t.proc.returncode}: {last_line(log_tail(root / t.key / 'log'))}"
+        elif not out.exists():
+            t.error = "wrote no result"
+        else:
+            t.data = json.loads(out.read_text())
+
+
+class Clocks:
+    """SM clock, power and utilization of GPU 0, sampled every 100 ms by a thread (NVML via ctypes).
+
+    A card that is not busy all the time boosts: a capped program runs faster
+    per second of GPU time than it does uncapped. NVML's utilization (the
+    share of time a kernel ran, over its own sample period) is the outside
+    check of the card time the bench measures from the tenants' events.
+    """
+
+    def __init__(self, samples: Optional[Sequence[Sequence[float]]] = None) -> None:
+        """Sample from now on; or, given samples (of a run replayed), hold those."""
+        import ctypes
+
+        class Utilization(ctypes.Structure):
+            _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+        self.util_t = Utilization
+        self.samples: List[Tuple[float, int, int, int]] = []  # (monotonic, MHz, mW, util %)
+        self.stop = threading.Event()
+        if samples is not None:
+            self.samples = [(float(t), int(c), int(p), int(u)) for t, c, p, u in samples]
+            self.nv = None
+            return
+        try:
+            self.nv = ctypes.CDLL("libnvidia-ml.so.1")
+            self.dev = ctypes.c_void_p()
+            if self.nv.nvmlInit_v2() or self.nv.nvmlDeviceGetHandleByIndex_v2(
+                    0, ctypes.byref(self.dev)):
+                raise OSError("nvml init")
+        except OSError:
+            self.nv = None
+            return
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        import ctypes
+        mhz, mw, util = ctypes.c_uint(), ctypes.c_uint(), self.util_t()
+        while not self.stop.wait(0.1):
+            if (self.nv.nvmlDeviceGetClockInfo(self.dev, 1, ctypes.byref(mhz)) == 0  # SM
+                    and self.nv.nvmlDeviceGetPowerUsage(self.dev, ctypes.byref(mw)) == 0):
+                u = util.gpu if self.nv.nvmlDeviceGetUtilizationRates(
+                    self.dev, ctypes.byref(util)) == 0 else -1
+                self.samples.append((time.monotonic(), mhz.value, mw.value, u))
+
+    def during(self, lo: float, hi: float) -> str:
+        """Mean SM clock, power and NVML utilization between lo and hi ('' without NVML)."""
+        got = [(c, p, u) for t, c, p, u in self.samples if lo <= t < hi]
+        if not got:
+            return ""
+        util = [u for _, _, u in got if u >= 0]
+        return (f"SM {sum(c for c, _, _ in got) / len(got):.0f} MHz, "
+                f"{sum(p for _, p, _ in got) / len(got) / 1000:.0f} W"
+                + (f", NVML util {sum(util) / len(util):.0f} %" if util else ""))
+
+
+def plan_from_raw(raw: dict) -> List[Scenario]:
+    """The scenarios of a run, with each tenant's result, from its raw JSON (to analyse again)."""
+    plan = []
+    for sc in raw["scenarios"]:
+        tenants = [Tenant(t["key"], t["program"], t["cap"], t["shim"], t.get("priority"),
+                          dict(t.get("env") or {}), data=t["result"], error=t["error"])
+                   for t in sc["tenants"]]
+        plan.append(Scenario(sc["name"], tenants, sc.get("start_at", 0.0)))
+    return plan
