@@ -190,7 +190,7 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, setup_l
         while any(t.proc.poll() is None for t in launched) and time.monotonic() < deadline:
             while pending and time.monotonic() >= pending[0][0]:
                 pending.pop(0)[1]()
-            if nothing_works(launched) and all(t.proc.poll() is not None for t in launched[:2]):
+            if nothing_works(launched):
                 for t in launched:
                     if t.proc.poll() is None:
                         t.proc.kill()

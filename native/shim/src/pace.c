@@ -235,6 +235,7 @@ void gs_card_waiters(const struct gpuslice_card *c, int mine, unsigned long long
     w->next = -1;
     w->uncapped = 0;
     w->parties = 0;
+    w->oldest_ns = 0;
     for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
         const struct gpuslice_card_slot *s = &c->slots[i];
         if (i == mine || !__atomic_load_n(&s->owner, __ATOMIC_RELAXED))
@@ -246,6 +247,8 @@ void gs_card_waiters(const struct gpuslice_card *c, int mine, unsigned long long
         unsigned long long t = __atomic_load_n(&s->want_since_ns, __ATOMIC_RELAXED);
         if (!within(t, now, GS_PACE_WANT_NS, GS_PACE_STALE_NS))
             t = now; /* since when, it cannot say: from now on */
+        if (!w->oldest_ns || t < w->oldest_ns)
+            w->oldest_ns = t;
         if (__atomic_load_n(&s->flags, __ATOMIC_RELAXED) & GPUSLICE_CARD_WAITS_CAPPED) {
             w->parties++;
             if (w->next < 0 || t < capped_since) {
@@ -262,11 +265,6 @@ void gs_card_waiters(const struct gpuslice_card *c, int mine, unsigned long long
         w->next = -1;
     w->parties += w->uncapped;
     w->any = w->parties != 0;
-    w->oldest_ns = !w->any                 ? 0
-                   : w->next < 0           ? uncapped_since
-                   : !w->uncapped          ? capped_since
-                   : capped_since < uncapped_since ? capped_since
-                                                   : uncapped_since;
 }
 
 /* ----------------------------------------------------------- orchestration */
@@ -340,7 +338,8 @@ static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
         return;
     }
     unsigned long long now = io->now(io), took = now - t0;
-    p->blocked_ns = took > p->blocked_ns - p->blocked_ns / 8 ? took : p->blocked_ns - p->blocked_ns / 8;
+    unsigned long long decayed = p->blocked_ns - p->blocked_ns / 8;
+    p->blocked_ns = took > decayed ? took : decayed;
     complete_oldest(p, io, competitors(io, now));
 }
 
@@ -528,9 +527,8 @@ static int window_open(unsigned long long until, unsigned long long now)
 static int turn_elsewhere(struct gs_pace_io *io, unsigned long long now)
 {
     struct gpuslice_card *c = io->card;
-    unsigned long long owner = load(&c->turn_owner);
-    return owner && owner != io->token && lasts(load(&c->turn_until_ns), now) &&
-           load(&c->turn_until_ns) > now;
+    unsigned long long owner = load(&c->turn_owner), until = load(&c->turn_until_ns);
+    return owner && owner != io->token && until > now && lasts(until, now);
 }
 
 /* Our lease lasts as long as our queue, and a little: a holder that stops
@@ -565,8 +563,6 @@ static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, i
     struct gpuslice_card *c = io->card;
     if (p->turn) {
         p->turn = 0;
-        if (p->since_fence)
-            record(p, io, stream, 0, io->now(io)); /* so the drain covers every launch */
         unsigned long long now = io->now(io), mine = io->token, ours = queued_ns(p);
         struct gs_waiters w;
         gs_card_waiters(c, io->slot, now, &w);
