@@ -1,7 +1,7 @@
 """Builds the native parts with the package (gcc, make and libsqlite3's
 headers; no CUDA toolkit): `pip install .` compiles libgpuslice.so, the
-preloaded shim, and ships it with the shared-region header that
-ocihook.region reads in ocihook/native/; it compiles gpuslice-hook, the OCI
+preloaded shim, and ships it with the shared headers that ocihook.cheader
+reads (native/include/gpuslice/*.h) in ocihook/native/; it compiles gpuslice-hook, the OCI
 hook, and gpuslice-runtime, the runtime wrapper (C: they run on every container
 start), and installs them in <prefix>/bin, beside the `gpuslice` command. Metadata lives in pyproject.toml.
 """
@@ -24,7 +24,8 @@ class BuildWithShim(build_py):
         dest = Path(self.build_lib) / "ocihook" / "native"
         dest.mkdir(parents=True, exist_ok=True)
         shutil.copy2(SHIM / "build" / "libgpuslice.so", dest / "libgpuslice.so")
-        shutil.copy2(SHIM / "include" / "gpuslice" / "region.h", dest / "region.h")
+        for header in sorted((HERE / "native" / "include" / "gpuslice").glob("*.h")):
+            shutil.copy2(header, dest / header.name)
 
 
 # Built before setup() names it. A data file, not a script: setuptools reads

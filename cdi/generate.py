@@ -29,9 +29,9 @@ from cdi.nvml import DiscoveryError, Gpu, Inventory
 from cdi.profiles import Profile, slice_device_name
 from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdi.version import minimum_version
+from ocihook import statedir
 
 SHIM_CONTAINER_PATH = "/usr/lib/gpuslice/libgpuslice.so"
-CARD_DIR_CONTAINER_PATH = "/run/gpuslice/cards"  # the shim's default GPUSLICE_CARD_DIR
 CARD_DIR_OPTIONS = ["rw", "nosuid", "nodev", "noexec", "bind"]
 DRIVER_VERSION_ENV = "GPUSLICE_DRIVER_VERSION"
 PRIORITY_ENV = "GPUSLICE_PRIORITY"  # read by the shim: high, normal or low
@@ -47,7 +47,7 @@ class GenerateOptions:
     sys_root: str = "/sys"
     shim_path: str = "/usr/lib/gpuslice/libgpuslice.so"
     hook_path: str = "/usr/bin/gpuslice-hook"
-    card_dir: str = "/run/gpuslice/cards"  # on the host: <state_dir>/cards
+    card_dir: str = statedir.card_files_dir("/run/gpuslice")  # on the host
     # What every hook run is told (the hook reads no configuration file: its
     # start is on every container start), e.g. --database, --state-dir, and
     # what admission adds (--placement, --overcommit, --preload).
@@ -89,7 +89,7 @@ def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: P
     env.append(f"{PRIORITY_ENV}={profile.priority}")
     env.append(f"LD_PRELOAD={SHIM_CONTAINER_PATH}")
     shim = Mount(opts.shim_path, SHIM_CONTAINER_PATH, options=list(driverfiles.MOUNT_OPTIONS))
-    cards = Mount(opts.card_dir, CARD_DIR_CONTAINER_PATH, options=list(CARD_DIR_OPTIONS))
+    cards = Mount(opts.card_dir, statedir.card_files_mount(), options=list(CARD_DIR_OPTIONS))
     return Device(name, ContainerEdits(env=env, device_nodes=nodes, mounts=[shim, cards],
                                        hooks=_hooks(opts, name, request)))
 

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from cdi import names
 from cdi.profiles import DEFAULT_PRIORITY, Profile, ProfileError, validate_priority
-from ocihook import units
+from ocihook import statedir, units
 
 DEFAULT_PATH = "/etc/gpuslice/config.yaml"
 ENV_VAR = "GPUSLICE_CONFIG"
@@ -75,7 +75,7 @@ class Config:
 
     def card_dir(self) -> str:
         """The host's card files, which every slice mounts: <state_dir>/cards."""
-        return os.path.join(self.state_dir, "cards")
+        return statedir.card_files_dir(self.state_dir)
 
     def hook_common_args(self) -> List[str]:
         """What every gpuslice-hook run is told: where the books and the state dirs are."""

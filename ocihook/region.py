@@ -1,7 +1,8 @@
 """Read-only view of a container's shared region (the file libgpuslice.so maps).
 
-The layout comes from the shim's own header, native/shim/include/gpuslice/
-region.h, parsed by cffi: one definition for C and Python. A file with another
+The layout comes from the shim's own header, native/include/gpuslice/
+region.h (and cardfile.h), parsed by cffi through ocihook.cheader: one
+definition for C and Python. A file with another
 magic, version or size is refused rather than misread.
 """
 from __future__ import annotations
@@ -9,41 +10,16 @@ from __future__ import annotations
 import mmap
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import List, Tuple
 
-_HEADER_CANDIDATES = (
-    Path(__file__).resolve().parent / "native" / "region.h",  # an installed package
-    Path(__file__).resolve().parent.parent / "native" / "shim" / "include" / "gpuslice" / "region.h",
-)
+from ocihook import cheader
+
 KIND_NAMES = ("context", "alloc", "vmm", "pool", "array")
 
 
 class RegionError(ValueError):
     """A region file that cannot be read as ours; the message names the file and why."""
-
-
-@lru_cache(maxsize=None)
-def _ffi() -> Any:
-    import cffi
-
-    for header in _HEADER_CANDIDATES:
-        if header.exists():
-            text = header.read_text()
-            break
-    else:
-        raise RegionError("region.h not found beside the package nor in the source tree")
-    # cdef takes the declarations between the include guard's lines.
-    body = text.split("#define GPUSLICE_REGION_H", 1)[1].rsplit("#endif", 1)[0]
-    ffi = cffi.FFI()
-    ffi.cdef(body)
-    return ffi
-
-
-def constant(name: str) -> int:
-    lib = _ffi().dlopen(None)
-    return int(getattr(lib, name))
 
 
 @dataclass(frozen=True)
@@ -76,7 +52,7 @@ class Region:
 
 def read(path: str) -> Region:
     """A consistent-enough snapshot: counters are read as they are, without the lock."""
-    ffi = _ffi()
+    ffi = cheader.ffi()
     size = ffi.sizeof("struct gpuslice_region")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -123,8 +99,8 @@ class Card:
 
 def read_card(path: str) -> Card:
     """A card file (<card dir>/<GPU UUID>): who competes for the card."""
-    ffi = _ffi()
-    size = ffi.sizeof("struct gpuslice_card")
+    ffi = cheader.ffi()
+    size = ffi.sizeof("struct gpuslice_cardfile")
     try:
         data = Path(path).read_bytes()
     except OSError as e:
@@ -132,10 +108,10 @@ def read_card(path: str) -> Card:
     lib = ffi.dlopen(None)
     if len(data) != size:
         raise RegionError(f"{path}: {len(data)} bytes, a card file has {size}")
-    c = ffi.cast("struct gpuslice_card *", ffi.from_buffer(data))
-    if (c.magic, c.version) != (lib.GPUSLICE_CARD_MAGIC, lib.GPUSLICE_CARD_VERSION):
+    c = ffi.cast("struct gpuslice_cardfile *", ffi.from_buffer(data))
+    if (c.magic, c.version) != (lib.GPUSLICE_CARDFILE_MAGIC, lib.GPUSLICE_CARDFILE_VERSION):
         raise RegionError(f"{path}: magic/version {(c.magic, c.version)} is not a gpuslice "
                           "card file of this version")
-    slots = [(c.slots[i].owner, c.slots[i].backlog_ns) for i in range(lib.GPUSLICE_CARD_SLOTS)
+    slots = [(c.slots[i].owner, c.slots[i].backlog_ns) for i in range(lib.GPUSLICE_CARDFILE_SLOTS)
              if c.slots[i].owner]
     return Card(path, c.managed_ns, slots, c.turn_owner)

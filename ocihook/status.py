@@ -2,11 +2,10 @@
 and what is in use now (each container's shared region)."""
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List
 
 from cdi.profiles import DEFAULT_PRIORITY
-from ocihook import accountant, region
+from ocihook import accountant, region, statedir
 from ocihook.config import Config
 
 MIB = 1024 * 1024
@@ -14,7 +13,7 @@ MIB = 1024 * 1024
 
 def _used_mib(cfg: Config, container_id: str, card_uuid: str) -> int:
     """What the container's processes hold on that card now; 0 if no region (yet)."""
-    path = os.path.join(cfg.state_dir, "containers", container_id, "region")
+    path = statedir.region_path(cfg.state_dir, container_id)
     try:
         r = region.read(path)
     except region.RegionError:

@@ -106,7 +106,7 @@ def test_three_6g_on_one_card_two_run_third_refused_until_one_stops(node: Node) 
         res = node.create(cid, "0-6g")
         assert res.returncode == 0, res.stderr
         d = node.state_dir / "containers" / cid
-        assert not (d / "card").exists()  # a card named by the device: nothing to place
+        assert not (d / "placement").exists()  # a card named by the device: nothing to place
         st = d.stat()
         if os.geteuid() == 0:
             assert (st.st_uid, st.st_gid) == (1000, 1000)  # the container's user writes there
@@ -143,7 +143,7 @@ def test_cardless_profile_is_placed_and_whole_card_excludes(node: Node) -> None:
     for cid in ("a", "b"):
         assert node.create(cid, "4g-30").returncode == 0
         # Placed by the accountant: the card it picked, for the shim.
-        card = (node.state_dir / "containers" / cid / "card").read_text()
+        card = (node.state_dir / "containers" / cid / "placement").read_text()
         assert card == f"0 {fake_gpu(0)['uuid']}\n"
     held = node.held()
     assert held[fake_gpu(0)["uuid"]] == ["a", "b"] and held[fake_gpu(1)["uuid"]] == ["w"]
@@ -446,13 +446,13 @@ def test_state_dir_is_mounted_in_the_rootfs_with_the_card_files(node: Node) -> N
                         "bundle": str(bundle)})
     # Create and look, in one private mount namespace (as the container's).
     script = (f'{shlex.join([str(node.hook_path), *node.create_args("6g")])} && '
-              f'cat {bundle}/rootfs/run/gpuslice/card {bundle}/rootfs/run/gpuslice/cards/marker')
+              f'cat {bundle}/rootfs/run/gpuslice/placement {bundle}/rootfs/run/gpuslice/cards/marker')
     res = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                          input=state.encode(), capture_output=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.decode().splitlines() == [f"0 {fake_gpu(0)['uuid']}", "host card files"]
     # The host's namespace never saw the mounts.
-    assert not (bundle / "rootfs" / "run" / "gpuslice" / "card").exists()
+    assert not (bundle / "rootfs" / "run" / "gpuslice" / "placement").exists()
     assert node.release("m1").returncode == 0
     assert not (node.state_dir / "containers" / "m1").exists()
     assert (node.state_dir / "cards" / "marker").exists()

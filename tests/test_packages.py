@@ -59,7 +59,8 @@ KEY_FILES = {
     "/usr/lib/tmpfiles.d/gpuslice.conf", HOOKS_D + "/gpuslice-poststop.json",
     "/usr/share/man/man8/gpuslice.8.gz", "/usr/share/man/man8/gpuslice-hook.8.gz",
     "/usr/share/man/man8/gpuslice-runtime.8.gz", "/usr/share/man/man8/gpuslice-runtime-apply.8.gz",
-    "SITE/ocihook/cli.py", "SITE/ocihook/native/region.h", "SITE/cdi/nvml.py",
+    "SITE/ocihook/cli.py", "SITE/cdi/nvml.py",
+    *(f"SITE/ocihook/native/{h}" for h in ("region.h", "cardfile.h", "statedir.h", "statedb.h")),
 }
 # Not compared: documentation, the Python metadata (dist-info from pybuild,
 # egg-info from setup.py install), byte code, build-id links, and the rpm's

@@ -1,11 +1,11 @@
 """ocihook.region reads the layout of native/shim's region.h and refuses others."""
 import pytest
 
-from ocihook import region
+from ocihook import cheader, region
 
 
 def write_region(path, magic=None, version=None, size=None, truncate=0):
-    ffi = region._ffi()
+    ffi = cheader.ffi()
     lib = ffi.dlopen(None)
     r = ffi.new("struct gpuslice_region *")
     r.magic = lib.GPUSLICE_REGION_MAGIC if magic is None else magic

@@ -26,7 +26,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from ocihook import region  # noqa: E402
+from ocihook import cheader, region  # noqa: E402
 
 SHIM_DIR = REPO / "native" / "shim"
 PROGS_DIR = REPO / "tests" / "shim"
@@ -571,11 +571,11 @@ def test_capped_process_says_so_in_the_card_file(shim: Shim, tmp_path: Path) -> 
 
 
 def write_card(path: Path, managed_ns: int, turn_owner: int = 0, turn_until_ns: int = 0) -> None:
-    ffi = region._ffi()
+    ffi = cheader.ffi()
     lib = ffi.dlopen(None)
-    c = ffi.new("struct gpuslice_card *")
-    c.magic, c.version = lib.GPUSLICE_CARD_MAGIC, lib.GPUSLICE_CARD_VERSION
-    c.size = ffi.sizeof("struct gpuslice_card")
+    c = ffi.new("struct gpuslice_cardfile *")
+    c.magic, c.version = lib.GPUSLICE_CARDFILE_MAGIC, lib.GPUSLICE_CARDFILE_VERSION
+    c.size = ffi.sizeof("struct gpuslice_cardfile")
     c.managed_ns = managed_ns
     c.turn_owner, c.turn_until_ns = turn_owner, turn_until_ns
     path.write_bytes(bytes(ffi.buffer(c)))
@@ -612,7 +612,7 @@ def test_stale_capped_mark_is_cleared(shim: Shim, tmp_path: Path) -> None:
     assert s.region().devices[0].compute_launches < 20
 
 
-CARD_SIZE = region._ffi().sizeof("struct gpuslice_card")
+CARD_SIZE = cheader.ffi().sizeof("struct gpuslice_cardfile")
 
 
 @pytest.mark.parametrize("content", [b"", b"x" * 100, b"\xff" * CARD_SIZE],
@@ -696,13 +696,13 @@ class LeaseForger:
     tests/test_pace_sim.py's: the simulator's forge program)."""
 
     def __init__(self, path: Path) -> None:
-        ffi = region._ffi()
+        ffi = cheader.ffi()
         self.f = open(path, "r+b")
         self.m = mmap.mmap(self.f.fileno(), 0)
         # One 8-byte store each, as the shim's own: struct.pack_into zeroes
         # its target before it writes, and a reader could catch the zero.
         self.capped, self.owner, self.until = (
-            ctypes.c_uint64.from_buffer(self.m, ffi.offsetof("struct gpuslice_card", name))
+            ctypes.c_uint64.from_buffer(self.m, ffi.offsetof("struct gpuslice_cardfile", name))
             for name in ("managed_ns", "turn_owner", "turn_until_ns"))
         self.stop = threading.Event()
         self.renewals = 0
@@ -765,7 +765,7 @@ def test_placed_card_is_the_only_one_cuda_sees(shim: Shim) -> None:
 
     shim.state.mkdir(parents=True, exist_ok=True)
     placed = fake_gpu(1)["uuid"]
-    (shim.state / "card").write_text(f"1 {placed}\n")
+    (shim.state / "placement").write_text(f"1 {placed}\n")
     s = shim.with_env(CUDA_VISIBLE_DEVICES="0", GPUSLICE_LOG="info")
     res = s.run("direct", "init", "pctx", "0", "alloc", "1")
     # The accountant's placement wins over the image's CUDA_VISIBLE_DEVICES.
@@ -773,7 +773,7 @@ def test_placed_card_is_the_only_one_cuda_sees(shim: Shim) -> None:
     devs = s.region().devices
     assert devs[0].uuid == placed and len(devs) == 1
     # Garbage in the file is not put in the environment.
-    (shim.state / "card").write_text("1 GPU-$(reboot)\nnonsense\n0 GPU-\n")
+    (shim.state / "placement").write_text("1 GPU-$(reboot)\nnonsense\n0 GPU-\n")
     (shim.state / "region").unlink()
     res = s.run("direct", "init", "pctx", "0")
     assert "replaced" not in res.stderr
@@ -802,7 +802,7 @@ def test_placed_card_is_the_only_one_nvml_shows(variant: Variant, shim: Shim) ->
     from fakehost import fake_gpu
 
     shim.state.mkdir(parents=True, exist_ok=True)
-    (shim.state / "card").write_text(f"1 {fake_gpu(1)['uuid']}\n")
+    (shim.state / "placement").write_text(f"1 {fake_gpu(1)['uuid']}\n")
     env = shim.with_env(LD_PRELOAD=variant.preload(instrumented=False)).env
     env.update(variant.sanitizer_env(instrumented=False))
     res = subprocess.run([sys.executable, "-c", PLACED_NVML_SCRIPT, fake_gpu(0)["uuid"]],
@@ -815,8 +815,8 @@ def test_placed_card_is_the_only_one_nvml_shows(variant: Variant, shim: Shim) ->
 
 
 def card_field(path: Path, name: str) -> int:
-    ffi = region._ffi()
-    c = ffi.cast("struct gpuslice_card *", ffi.from_buffer(path.read_bytes()))
+    ffi = cheader.ffi()
+    c = ffi.cast("struct gpuslice_cardfile *", ffi.from_buffer(path.read_bytes()))
     return getattr(c, name)
 
 
@@ -852,11 +852,11 @@ def test_an_uncapped_neighbour_of_high_work_still_finishes(shim: Shim, tmp_path:
     # a neighbour half its time at most (the simulator bounds it).
     s, path = tenant_of_a_card(shim, tmp_path, None)
     now = time.monotonic_ns()
-    ffi = region._ffi()
+    ffi = cheader.ffi()
     lib = ffi.dlopen(None)
-    c = ffi.new("struct gpuslice_card *")
-    c.magic, c.version = lib.GPUSLICE_CARD_MAGIC, lib.GPUSLICE_CARD_VERSION
-    c.size = ffi.sizeof("struct gpuslice_card")
+    c = ffi.new("struct gpuslice_cardfile *")
+    c.magic, c.version = lib.GPUSLICE_CARDFILE_MAGIC, lib.GPUSLICE_CARDFILE_VERSION
+    c.size = ffi.sizeof("struct gpuslice_cardfile")
     c.managed_ns, c.high_until_ns = now, now + 10_000_000_000
     path.write_bytes(bytes(ffi.buffer(c)))
     res = s.run("gpa", "init", "pctx", "0", "launch", "kernel", "40", timeout=20)

@@ -143,7 +143,7 @@ static ucontext_t sched_uc;
 static struct proc *current;
 static struct gpuslice_bucket buckets[MAX_PROCS + 1];
 static unsigned bucket_cap[MAX_PROCS + 1];
-static struct gpuslice_card card;
+static struct gpuslice_cardfile card;
 static int turns = 1;
 /* The GPU's state: the context it runs (-1: none), the one it ran last, how
  * much of the slice and of a context switch is left, the time it executed. */

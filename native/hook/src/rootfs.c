@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpuslice/statedir.h"
 #include "statedir.h"
 #include "util.h"
 
@@ -80,17 +81,18 @@ int gs_mounts_prepare(int cdir_fd, const char *cdir, const char *state_dir, cons
                       struct gs_mounts *m)
 {
     char *cards = NULL;
-    *m = (struct gs_mounts){-1, -1, -1, cdir_fd, gs_path_join(cdir, "cards")};
+    *m = (struct gs_mounts){-1, -1, -1, cdir_fd, gs_path_join(cdir, GPUSLICE_CARDFILES_DIR)};
     int rc = gs_open_card_dir(state_dir, &m->cards_fd, &cards);
     free(cards);
     if (rc != GS_OK)
         return rc;
-    if (mkdirat(cdir_fd, "cards", 0777) != 0 && errno != EEXIST)
+    if (mkdirat(cdir_fd, GPUSLICE_CARDFILES_DIR, 0777) != 0 && errno != EEXIST)
         return gs_fail_errno(m->inner, errno);
-    m->inner_fd = openat(cdir_fd, "cards", DIR_PATH_FLAGS);
+    m->inner_fd = openat(cdir_fd, GPUSLICE_CARDFILES_DIR, DIR_PATH_FLAGS);
     if (m->inner_fd < 0)
         return gs_fail_errno(m->inner, errno);
-    return gs_open_in_rootfs(rootfs, "run/gpuslice", &m->target_fd);
+    /* The mount point, relative to the rootfs: without its leading slash. */
+    return gs_open_in_rootfs(rootfs, GPUSLICE_STATE_MOUNT + 1, &m->target_fd);
 }
 
 int gs_mounts_bind(struct gs_mounts *m)
@@ -101,7 +103,7 @@ int gs_mounts_bind(struct gs_mounts *m)
         /* Take the cards mount back, or the container dir could not be
          * removed (its `cards` busy). Opened again, "cards" is the mount's
          * root: unmounted through its fd, whatever the paths are now. */
-        int fd = openat(m->cdir_fd, "cards", DIR_PATH_FLAGS);
+        int fd = openat(m->cdir_fd, GPUSLICE_CARDFILES_DIR, DIR_PATH_FLAGS);
         if (fd >= 0) {
             char proc[64];
             snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);

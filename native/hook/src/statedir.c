@@ -12,9 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpuslice/statedir.h"
 #include "util.h"
 
-#define CARD_FILE_MAX_BYTES (64 * 1024) /* a line per card; a few dozen bytes each */
+#define PLACEMENT_TMP "." GPUSLICE_PLACEMENT_FILE ".tmp"
 
 char *gs_path_join(const char *dir, const char *name)
 {
@@ -29,7 +30,7 @@ char *gs_path_join(const char *dir, const char *name)
 int gs_make_container_dir(const char *state_dir, const char *cid, uid_t uid, gid_t gid,
                           int *fd_out, char **path_out)
 {
-    char *parent = gs_path_join(state_dir, "containers");
+    char *parent = gs_path_join(state_dir, GPUSLICE_CONTAINERS_DIR);
     char *path = gs_path_join(parent, cid);
     int rc = GS_ERROR, pfd = -1, fd = -1;
     if (gs_mkdirs(parent, 0755) != 0) {
@@ -78,14 +79,14 @@ out:
 int gs_write_placement(int dirfd, const char *path, int64_t index, const char *uuid)
 {
     struct gs_str line = {0}, body = {0};
-    char *card = gs_path_join(path, "card"), *tmp = gs_path_join(path, ".card.tmp");
+    char *card = gs_path_join(path, GPUSLICE_PLACEMENT_FILE), *tmp = gs_path_join(path, PLACEMENT_TMP);
     char *data = NULL;
     size_t n = 0;
     int rc = GS_ERROR;
     gs_str_addf(&line, "%lld %s\n", (long long)index, uuid);
     /* The lines already there stay (the hook may run once per device);
      * the container's user owns the dir: no link, no FIFO, bounded. */
-    int fd = openat(dirfd, "card", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd = openat(dirfd, GPUSLICE_PLACEMENT_FILE, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0 && errno != ENOENT) {
         gs_fail_errno(card, errno);
         goto out;
@@ -97,14 +98,14 @@ int gs_write_placement(int dirfd, const char *path, int64_t index, const char *u
             gs_fail("%s is not a regular file", card);
             goto out;
         }
-        int r = gs_read_bounded(fd, CARD_FILE_MAX_BYTES, &data, &n), e = errno;
+        int r = gs_read_bounded(fd, GPUSLICE_PLACEMENT_MAX_BYTES, &data, &n), e = errno;
         close(fd);
         if (r < 0) {
             gs_fail_errno(card, e);
             goto out;
         }
-        if (n > CARD_FILE_MAX_BYTES) {
-            gs_fail("%s is over %d bytes", card, CARD_FILE_MAX_BYTES);
+        if (n > GPUSLICE_PLACEMENT_MAX_BYTES) {
+            gs_fail("%s is over %d bytes", card, GPUSLICE_PLACEMENT_MAX_BYTES);
             goto out;
         }
     }
@@ -117,7 +118,7 @@ int gs_write_placement(int dirfd, const char *path, int64_t index, const char *u
         i += len;
     }
     gs_str_add(&body, line.s);
-    rc = gs_replace_at(dirfd, ".card.tmp", "card", body.s, body.len, tmp);
+    rc = gs_replace_at(dirfd, PLACEMENT_TMP, GPUSLICE_PLACEMENT_FILE, body.s, body.len, tmp);
 out:
     free(data);
     free(card);
@@ -129,7 +130,7 @@ out:
 
 int gs_open_card_dir(const char *state_dir, int *fd_out, char **path_out)
 {
-    char *path = gs_path_join(state_dir, "cards");
+    char *path = gs_path_join(state_dir, GPUSLICE_CARDFILES_DIR);
     int fd = -1;
     if (gs_mkdirs(path, 0777) != 0)
         goto fail;
@@ -149,8 +150,9 @@ fail:
 
 void gs_remove_container_dir(const char *state_dir, const char *cid)
 {
-    static const char *const files[] = {"card", ".card.tmp", "region"};
-    char *parent = gs_path_join(state_dir, "containers");
+    static const char *const files[] = {GPUSLICE_PLACEMENT_FILE, PLACEMENT_TMP,
+                                        GPUSLICE_REGION_FILE};
+    char *parent = gs_path_join(state_dir, GPUSLICE_CONTAINERS_DIR);
     int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     free(parent);
     if (pfd < 0)
@@ -159,7 +161,7 @@ void gs_remove_container_dir(const char *state_dir, const char *cid)
     if (fd >= 0) {
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
             unlinkat(fd, files[i], 0);
-        unlinkat(fd, "cards", AT_REMOVEDIR);
+        unlinkat(fd, GPUSLICE_CARDFILES_DIR, AT_REMOVEDIR);
         close(fd);
         unlinkat(pfd, cid, AT_REMOVEDIR);
     }

@@ -166,7 +166,7 @@ void gs_config_load(struct gs_config *cfg)
     }
 
     /* Room is kept for the file names appended to each. */
-    read_dir(cfg, "GPUSLICE_STATE_DIR", "/run/gpuslice", cfg->state_dir, sizeof cfg->state_dir,
+    read_dir(cfg, "GPUSLICE_STATE_DIR", GPUSLICE_STATE_MOUNT, cfg->state_dir, sizeof cfg->state_dir,
              16, "an absolute path shorter than 496 bytes");
 
     /* Tenants of a card take turns unless told not to. */
@@ -192,17 +192,17 @@ void gs_config_load(struct gs_config *cfg)
                          "normal or low); the container runs at normal priority", v);
     }
 
-    read_dir(cfg, "GPUSLICE_CARD_DIR", "/run/gpuslice/cards", cfg->card_dir,
+    read_dir(cfg, "GPUSLICE_CARD_DIR", GPUSLICE_STATE_MOUNT "/" GPUSLICE_CARDFILES_DIR, cfg->card_dir,
              sizeof cfg->card_dir, 128, "an absolute path shorter than 384 bytes");
 }
 
-/* The cards the accountant placed this container on: <state_dir>/card, one
- * "<index> <uuid>" line per card-less device (written by gpuslice-hook).
+/* The cards the accountant placed this container on: the placement file
+ * (statedir.h), one "<index> <uuid>" line per card-less device.
  * Writes "GPU-a,GPU-b" to out; returns the number of cards, 0 if none. */
 int gs_placement_load(struct gs_config *cfg, char *out, size_t len)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/card", cfg->state_dir);
+    snprintf(path, sizeof path, "%s/" GPUSLICE_PLACEMENT_FILE, cfg->state_dir);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return 0;

@@ -23,6 +23,7 @@
 
 #include "gpuslice/cuda_api.h"
 #include "gpuslice/region.h"
+#include "gpuslice/statedir.h"
 #include "functions.h"
 
 #define GS_API __attribute__((visibility("default")))

@@ -46,7 +46,7 @@ struct pacer_dev {
 static struct pacer_dev pacers[GPUSLICE_MAX_DEVICES];
 /* Mode 2: the cards of this process's devices, checked on every launch for a
  * capped or prioritised tenant (managed_ns). */
-static struct gpuslice_card *watched[GPUSLICE_MAX_DEVICES];
+static struct gpuslice_cardfile *watched[GPUSLICE_MAX_DEVICES];
 static int nwatched;
 static unsigned long long card_token;
 static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
@@ -81,14 +81,14 @@ int gs_pace_possible(void)
 
 /* ------------------------------------------------------------- card file */
 
-static struct gpuslice_card *open_card(const char *uuid)
+static struct gpuslice_cardfile *open_card(const char *uuid)
 {
     char path[sizeof gs_cfg.card_dir + GPUSLICE_UUID_SIZE + 2];
     snprintf(path, sizeof path, "%s/%s", gs_cfg.card_dir, uuid);
     void *m;
     int fd;
     long long found;
-    switch (gs_map_locked(path, sizeof(struct gpuslice_card), 1, &m, &fd, &found)) {
+    switch (gs_map_locked(path, sizeof(struct gpuslice_cardfile), 1, &m, &fd, &found)) {
     case GS_MAP_OK:
         break;
     case GS_MAP_NO_FILE:
@@ -97,17 +97,17 @@ static struct gpuslice_card *open_card(const char *uuid)
         return NULL;
     case GS_MAP_BAD_SIZE:
         gs_log_write(GS_WARN, "%s has size %lld, expected %zu; compute caps assume no "
-                     "neighbours", path, found, sizeof(struct gpuslice_card));
+                     "neighbours", path, found, sizeof(struct gpuslice_cardfile));
         return NULL;
     default:
         return NULL;
     }
-    struct gpuslice_card *c = m;
+    struct gpuslice_cardfile *c = m;
     if (c->magic == 0) {
-        c->version = GPUSLICE_CARD_VERSION;
+        c->version = GPUSLICE_CARDFILE_VERSION;
         c->size = sizeof *c;
-        __atomic_store_n(&c->magic, GPUSLICE_CARD_MAGIC, __ATOMIC_RELEASE);
-    } else if (c->magic != GPUSLICE_CARD_MAGIC || c->version != GPUSLICE_CARD_VERSION ||
+        __atomic_store_n(&c->magic, GPUSLICE_CARDFILE_MAGIC, __ATOMIC_RELEASE);
+    } else if (c->magic != GPUSLICE_CARDFILE_MAGIC || c->version != GPUSLICE_CARDFILE_VERSION ||
                c->size != sizeof *c) {
         gs_log_write(GS_WARN, "%s is not a gpuslice card file of this version; compute "
                      "caps assume no neighbours", path);
@@ -119,7 +119,7 @@ static struct gpuslice_card *open_card(const char *uuid)
 }
 
 /* With pd->mu held (or before any launch thread exists). */
-static struct gpuslice_card *card_of(struct pacer_dev *pd, int dev)
+static struct gpuslice_cardfile *card_of(struct pacer_dev *pd, int dev)
 {
     if (!pd->card_opened) {
         pd->card_opened = 1;

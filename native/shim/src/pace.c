@@ -167,7 +167,7 @@ static int within(unsigned long long t, unsigned long long now, unsigned long lo
 /* Queued work it has not yet let run dry: a backlog that lasts until now or
  * ended at most GS_PACE_BACKLOG_NS ago, announced no further ahead than
  * GS_PACE_AHEAD_NS. */
-static int slot_competes(const struct gpuslice_card_slot *s, unsigned long long now)
+static int slot_competes(const struct gpuslice_cardfile_slot *s, unsigned long long now)
 {
     unsigned long long owner = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
     unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
@@ -175,22 +175,22 @@ static int slot_competes(const struct gpuslice_card_slot *s, unsigned long long 
     return owner && d < t && within(t, now, GS_PACE_AHEAD_NS, GS_PACE_BACKLOG_NS);
 }
 
-unsigned gs_card_competitors(const struct gpuslice_card *c, int mine, unsigned long long now)
+unsigned gs_card_competitors(const struct gpuslice_cardfile *c, int mine, unsigned long long now)
 {
     unsigned n = 0;
-    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++)
+    for (int i = 0; i < GPUSLICE_CARDFILE_SLOTS; i++)
         if (i != mine && slot_competes(&c->slots[i], now))
             n++;
     return n;
 }
 
-int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned long long now)
+int gs_card_claim(struct gpuslice_cardfile *c, unsigned long long token, unsigned long long now)
 {
-    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++)
+    for (int i = 0; i < GPUSLICE_CARDFILE_SLOTS; i++)
         if (__atomic_load_n(&c->slots[i].owner, __ATOMIC_RELAXED) == token)
             return i;
-    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
-        struct gpuslice_card_slot *s = &c->slots[i];
+    for (int i = 0; i < GPUSLICE_CARDFILE_SLOTS; i++) {
+        struct gpuslice_cardfile_slot *s = &c->slots[i];
         unsigned long long owner = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
         unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
         /* Free, or its owner has not competed for a second (dead or idle:
@@ -208,15 +208,15 @@ int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned lo
     return -1;
 }
 
-int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, int what,
+int gs_card_stamp(struct gpuslice_cardfile *c, int slot, unsigned long long token, int what,
                   unsigned long long until, unsigned long long now)
 {
     /* Someone took the slot while we were idle: take another. */
-    if (slot < 0 || slot >= GPUSLICE_CARD_SLOTS ||
+    if (slot < 0 || slot >= GPUSLICE_CARDFILE_SLOTS ||
         __atomic_load_n(&c->slots[slot].owner, __ATOMIC_RELAXED) != token)
         slot = gs_card_claim(c, token, now);
     if (slot >= 0) {
-        struct gpuslice_card_slot *s = &c->slots[slot];
+        struct gpuslice_cardfile_slot *s = &c->slots[slot];
         if (what == GS_CARD_DRAINED) {
             /* The backlog ends here: announced further, it would outlive the drain. */
             __atomic_store_n(&s->backlog_ns, now, __ATOMIC_RELAXED);
@@ -228,7 +228,7 @@ int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, i
     return slot;
 }
 
-void gs_card_waiters(const struct gpuslice_card *c, int mine, unsigned long long now,
+void gs_card_waiters(const struct gpuslice_cardfile *c, int mine, unsigned long long now,
                      struct gs_waiters *w)
 {
     unsigned long long capped_since = 0, uncapped_since = 0;
@@ -236,8 +236,8 @@ void gs_card_waiters(const struct gpuslice_card *c, int mine, unsigned long long
     w->uncapped = 0;
     w->parties = 0;
     w->oldest_ns = 0;
-    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
-        const struct gpuslice_card_slot *s = &c->slots[i];
+    for (int i = 0; i < GPUSLICE_CARDFILE_SLOTS; i++) {
+        const struct gpuslice_cardfile_slot *s = &c->slots[i];
         if (i == mine || !__atomic_load_n(&s->owner, __ATOMIC_RELAXED))
             continue;
         /* A waiter renews its want every poll: an older one is gone. */
@@ -249,7 +249,7 @@ void gs_card_waiters(const struct gpuslice_card *c, int mine, unsigned long long
             t = now; /* since when, it cannot say: from now on */
         if (!w->oldest_ns || t < w->oldest_ns)
             w->oldest_ns = t;
-        if (__atomic_load_n(&s->flags, __ATOMIC_RELAXED) & GPUSLICE_CARD_WAITS_CAPPED) {
+        if (__atomic_load_n(&s->flags, __ATOMIC_RELAXED) & GPUSLICE_CARDFILE_WAITS_CAPPED) {
             w->parties++;
             if (w->next < 0 || t < capped_since) {
                 w->next = i;
@@ -404,12 +404,12 @@ static int recent(unsigned long long t, unsigned long long now)
 /* How much longer the longest queue of the others lasts, as their slots say
  * (a queue that has run dry since does not; one announced further ahead
  * than `believed` is not believed). */
-static unsigned long long others_queued_ns(const struct gpuslice_card *c, int mine,
+static unsigned long long others_queued_ns(const struct gpuslice_cardfile *c, int mine,
                                            unsigned long long now, unsigned long long believed)
 {
     unsigned long long most = 0;
-    for (int i = 0; i < GPUSLICE_CARD_SLOTS; i++) {
-        const struct gpuslice_card_slot *s = &c->slots[i];
+    for (int i = 0; i < GPUSLICE_CARDFILE_SLOTS; i++) {
+        const struct gpuslice_cardfile_slot *s = &c->slots[i];
         unsigned long long b = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
         if (i != mine && b > now && b - now <= believed && b - now > most &&
             __atomic_load_n(&s->owner, __ATOMIC_RELAXED) &&
@@ -426,7 +426,7 @@ static unsigned long long others_queued_ns(const struct gpuslice_card *c, int mi
  * back before our work has run and the GPU would have to cut in. */
 static void announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
-    struct gpuslice_card *c = io->card;
+    struct gpuslice_cardfile *c = io->card;
     unsigned long long *w = io->prio == GS_PRIO_HIGH ? &c->high_until_ns
                             : p->guest_since_ns      ? &c->guest_until_ns
                             : io->prio == GS_PRIO_NORMAL && recent(load(&c->low_ns), now)
@@ -449,7 +449,7 @@ static void announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long lo
 static unsigned long long aside_until(const struct gs_pacer *p, struct gs_pace_io *io,
                                       unsigned long long now, int *rank)
 {
-    struct gpuslice_card *c = io->card;
+    struct gpuslice_cardfile *c = io->card;
     unsigned long long t = 0, v;
     *rank = 0;
     if (io->prio == GS_PRIO_HIGH || p->guest_since_ns)
@@ -526,7 +526,7 @@ static int window_open(unsigned long long until, unsigned long long now)
 /* Whose turn it is, if it is someone else's and still running. */
 static int turn_elsewhere(struct gs_pace_io *io, unsigned long long now)
 {
-    struct gpuslice_card *c = io->card;
+    struct gpuslice_cardfile *c = io->card;
     unsigned long long owner = load(&c->turn_owner), until = load(&c->turn_until_ns);
     return owner && owner != io->token && until > now && lasts(until, now);
 }
@@ -560,7 +560,7 @@ static void changed_hands(struct gs_pace_io *io)
  * then the GPU turns to it at once (what it is charged starts there). */
 static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int window)
 {
-    struct gpuslice_card *c = io->card;
+    struct gpuslice_cardfile *c = io->card;
     if (p->turn) {
         p->turn = 0;
         unsigned long long now = io->now(io), mine = io->token, ours = queued_ns(p);
@@ -593,7 +593,7 @@ static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, i
  * buckets, not the turns, divide the card between them. */
 static int should_yield(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
-    struct gpuslice_card *c = io->card;
+    struct gpuslice_cardfile *c = io->card;
     unsigned long long held = now - p->turn_since_ns;
     if (held < GS_PACE_TURN_MIN_NS ||
         !within(load(&c->want_ns), now, GS_PACE_WANT_NS, GS_PACE_WANT_NS))
@@ -652,15 +652,15 @@ static unsigned long long turn_due(struct gs_pace_io *io, unsigned long long sin
  * patience from its start. */
 static void wait_for_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int capped)
 {
-    struct gpuslice_card *c = io->card;
+    struct gpuslice_cardfile *c = io->card;
     drain(p, io, stream);
     if (io->slot < 0)
         return; /* no slot to say so in: nobody would pass us the card */
-    struct gpuslice_card_slot *s = &c->slots[io->slot];
+    struct gpuslice_cardfile_slot *s = &c->slots[io->slot];
     unsigned long long now = io->now(io), since = now;
     unsigned long long grace_until = p->doubt ? now : now + GS_PACE_GRACE_NS;
     store(&s->want_since_ns, now);
-    __atomic_store_n(&s->flags, capped ? GPUSLICE_CARD_WAITS_CAPPED : 0u, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->flags, capped ? GPUSLICE_CARDFILE_WAITS_CAPPED : 0u, __ATOMIC_RELAXED);
     for (;;) {
         store(&s->want_ns, now);
         store(&c->want_ns, now);
@@ -698,7 +698,7 @@ static void wait_for_turn(struct gs_pacer *p, struct gs_pace_io *io, void *strea
  * left to uncapped waiters, or another took it first). */
 static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
 {
-    struct gpuslice_card *c = io->card;
+    struct gpuslice_cardfile *c = io->card;
     unsigned long long now = io->now(io);
     unsigned long long free_until = load(&c->free_until_ns);
     if (window_open(free_until, now) && patient(p, now)) {
@@ -766,7 +766,7 @@ static int window_used(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
  * higher priorities. Returns with our launch allowed. */
 static void gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
-    struct gpuslice_card *c = io->card;
+    struct gpuslice_cardfile *c = io->card;
     int capped = io->cap(io) != 0;
     unsigned long long now = io->now(io);
     announce(p, io, now);
@@ -837,7 +837,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     record(p, io, stream, 0, now);
     poll_ring(p, io, now);
     unsigned cap = io->cap(io);
-    struct gpuslice_card *c = io->card;
+    struct gpuslice_cardfile *c = io->card;
     /* Two entries in flight: the GPU is behind us. */
     if (c) {
         if (p->count >= 2) {

@@ -21,6 +21,7 @@
 #ifndef GPUSLICE_PACE_H
 #define GPUSLICE_PACE_H
 
+#include "gpuslice/cardfile.h"
 #include "gpuslice/region.h"
 
 #define GS_PACE_FENCE_NS 250000ull      /* GPU work between two fences */
@@ -150,7 +151,7 @@ struct gs_pace_io {
                        unsigned long long launches, unsigned long long *wait);
     void (*throttled)(struct gs_pace_io *io, unsigned long long ns);
     unsigned (*cap)(struct gs_pace_io *io);
-    struct gpuslice_card *card; /* NULL: no view of the neighbours */
+    struct gpuslice_cardfile *card; /* NULL: no view of the neighbours */
     int slot;
     unsigned long long token;
     /* Tenants of a card take turns and stand aside for guests and higher
@@ -178,17 +179,17 @@ unsigned long long gs_bucket_wait_ns(const struct gpuslice_bucket *b, unsigned c
 /* How many other processes' slots say they have GPU work queued now (or
  * had, until GS_PACE_BACKLOG_NS ago) and have not let their queue run dry
  * since: they compete for the card (a turn taker waits for them). */
-unsigned gs_card_competitors(const struct gpuslice_card *c, int mine, unsigned long long now);
+unsigned gs_card_competitors(const struct gpuslice_cardfile *c, int mine, unsigned long long now);
 /* A slot for token (its own, a free or a stale one); -1 if none. */
-int gs_card_claim(struct gpuslice_card *c, unsigned long long token, unsigned long long now);
+int gs_card_claim(struct gpuslice_cardfile *c, unsigned long long token, unsigned long long now);
 /* Say that we have work queued until at least `until` (GS_CARD_BACKLOG), or
  * that our queue ran dry (GS_CARD_DRAINED, until ignored); returns our slot
  * (it may have moved). */
 enum { GS_CARD_BACKLOG, GS_CARD_DRAINED };
-int gs_card_stamp(struct gpuslice_card *c, int slot, unsigned long long token, int what,
+int gs_card_stamp(struct gpuslice_cardfile *c, int slot, unsigned long long token, int what,
                   unsigned long long until, unsigned long long now);
 /* Who waits for the turn on a card, but `mine`: next, the slot of the capped
- * process (GPUSLICE_CARD_WAITS_CAPPED) to pass the turn to, -1 if there is
+ * process (GPUSLICE_CARDFILE_WAITS_CAPPED) to pass the turn to, -1 if there is
  * none or uncapped waiters have waited longer (they get a window, together);
  * uncapped: whether any uncapped process waits; any: whether anyone does;
  * parties: how many wait (each capped process, the uncapped ones as one);
@@ -198,7 +199,7 @@ struct gs_waiters {
     unsigned parties;
     unsigned long long oldest_ns;
 };
-void gs_card_waiters(const struct gpuslice_card *c, int mine, unsigned long long now,
+void gs_card_waiters(const struct gpuslice_cardfile *c, int mine, unsigned long long now,
                      struct gs_waiters *w);
 
 #endif

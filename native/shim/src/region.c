@@ -130,7 +130,7 @@ void gs_map_done(int fd)
 static struct gpuslice_region *open_file(void)
 {
     char path[sizeof gs_cfg.state_dir + 16];
-    snprintf(path, sizeof path, "%s/region", gs_cfg.state_dir);
+    snprintf(path, sizeof path, "%s/" GPUSLICE_REGION_FILE, gs_cfg.state_dir);
     if (mkdir_p(gs_cfg.state_dir) != 0) {
         gs_log_write(GS_WARN, "state dir %s unusable (%s); memory caps hold per process only",
                      gs_cfg.state_dir, strerror(errno));

@@ -1,0 +1,31 @@
+/*
+ * The names in gpuslice's state dir, shared by the hook (which makes them),
+ * the shim (which reads them inside the container) and the host tools
+ * (ocihook/cheader.py reads this header). Plain C: integer #defines and
+ * #defines of one string literal, nothing else.
+ *
+ * On the host, <state_dir> (configuration key state_dir) holds:
+ *   containers/<id>/            one folder per admitted container, made at
+ *                               admission and removed with its reservation
+ *   containers/<id>/region      the shim's shared region (region.h)
+ *   containers/<id>/placement   where its card-less devices were placed
+ *   containers/<id>/cards       mount point: the host's cards/ bound here
+ *   cards/<GPU UUID>            the card files (cardfile.h), mode 01777
+ * Inside the container, containers/<id>/ is mounted at GPUSLICE_STATE_MOUNT.
+ */
+#ifndef GPUSLICE_STATEDIR_H
+#define GPUSLICE_STATEDIR_H
+
+#define GPUSLICE_STATE_MOUNT "/run/gpuslice"
+#define GPUSLICE_CONTAINERS_DIR "containers"
+#define GPUSLICE_REGION_FILE "region"
+#define GPUSLICE_CARDFILES_DIR "cards"
+
+/* The placement file: one line "<index> <GPU UUID>\n" per card-less device,
+ * in the order the devices were placed; written by the hook (replaced
+ * atomically), read by the shim, which takes a line only if it is exactly
+ * that form. Never longer than this. */
+#define GPUSLICE_PLACEMENT_FILE "placement"
+#define GPUSLICE_PLACEMENT_MAX_BYTES 65536
+
+#endif
