@@ -53,7 +53,7 @@ static int charge(int dev, int kind, unsigned long long bytes, int force)
     return GS_CHARGED;
 denied:
     gs_region_unlock(r);
-    GS_LOG(GS_DEBUG, "device %d: refusing %llu bytes (kind %d): cap %llu, used %llu", dev,
+    GS_LOG(GS_LOG_DEBUG, "device %d: refusing %llu bytes (kind %d): cap %llu, used %llu", dev,
            bytes, kind, limit, gs_used(dev));
     return GS_DENIED;
 }
@@ -95,6 +95,6 @@ void gs_uncharge(int dev, int kind, unsigned long long bytes)
     gs_region_unlock(r);
     static int warned;
     if (under && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-        gs_log_write(GS_WARN, "device %d: uncharging %llu bytes (kind %d) would underflow; "
+        gs_log_write(GS_LOG_WARN, "device %d: uncharging %llu bytes (kind %d) would underflow; "
                      "clamped at 0 (logged once)", dev, bytes, kind);
 }

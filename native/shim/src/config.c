@@ -58,7 +58,7 @@ int gs_parse_size(const char *text, unsigned long long *out)
 static void malformed(struct gs_config *cfg, const char *var, const char *value,
                       const char *rule)
 {
-    gs_log_write(GS_ERROR,
+    gs_log_write(GS_LOG_ERROR,
                  "%s=\"%s\" is malformed (expected %s); failing closed: every GPU memory "
                  "allocation in this process is refused",
                  var, value, rule);
@@ -176,7 +176,7 @@ void gs_config_load(struct gs_config *cfg)
             cfg->compute_turns = 0;
         else if (strcmp(v, "1") != 0)
             /* Turns only make caps tighter: a typo keeps them, nothing fails. */
-            gs_log_write(GS_WARN, "GPUSLICE_COMPUTE_TURNS=\"%s\" is malformed (expected 1 "
+            gs_log_write(GS_LOG_WARN, "GPUSLICE_COMPUTE_TURNS=\"%s\" is malformed (expected 1 "
                          "or 0); tenants take turns", v);
     }
 
@@ -188,7 +188,7 @@ void gs_config_load(struct gs_config *cfg)
         else if (strcmp(v, "low") == 0)
             cfg->priority = GPUSLICE_PRIORITY_LOW;
         else if (strcmp(v, "normal") != 0)
-            gs_log_write(GS_WARN, "GPUSLICE_PRIORITY=\"%s\" is malformed (expected high, "
+            gs_log_write(GS_LOG_WARN, "GPUSLICE_PRIORITY=\"%s\" is malformed (expected high, "
                          "normal or low); the container runs at normal priority", v);
     }
 

@@ -64,7 +64,7 @@ void gs_device_note(int dev)
         __atomic_store_n(&r->device_count, (unsigned)dev + 1, __ATOMIC_RELAXED);
     gs_region_unlock(r);
     if (clash)
-        gs_log_write(GS_WARN, "device %d is %s here but %s in the region: processes of this "
+        gs_log_write(GS_LOG_WARN, "device %d is %s here but %s in the region: processes of this "
                      "container see different device orders", dev, uuid, d->uuid);
     __atomic_fetch_or(&noted, 1u << dev, __ATOMIC_RELAXED);
 }
@@ -138,7 +138,7 @@ static void ctx_created(CUresult r, CUcontext *pctx, int dev)
     }
     struct gs_alloc a = {.dev = dev, .kind = GPUSLICE_KIND_CONTEXT, .bytes = 0};
     if (gs_ptrmap_put(GS_NS_CTX, (uint64_t)(uintptr_t)*pctx, &a) != 0)
-        GS_LOG(GS_WARN, "out of memory tracking a context; its reservation stays charged");
+        GS_LOG(GS_LOG_WARN, "out of memory tracking a context; its reservation stays charged");
 }
 
 #define CTX_CREATE(fn, call)                                                                  \

@@ -41,7 +41,7 @@ static void finish(int charged, CUresult r, int ns, uint64_t key, int dev, int k
     }
     struct gs_alloc a = {.dev = dev, .kind = kind, .bytes = bytes};
     if (gs_ptrmap_put(ns, key, &a) != 0)
-        GS_LOG(GS_WARN, "out of memory tracking an allocation; it stays charged");
+        GS_LOG(GS_LOG_WARN, "out of memory tracking an allocation; it stays charged");
 }
 
 /* The free side: returns whether `key` was charged (and fills *a). */
@@ -244,7 +244,7 @@ static CUresult alloc_stream_ordered(int fn, CUdeviceptr *dptr, size_t bytes,
     if (r == CUDA_SUCCESS) {
         struct gs_alloc a = {.dev = dev, .kind = GPUSLICE_KIND_POOL, .bytes = 0, .pool = pool};
         if (gs_ptrmap_put(GS_NS_PTR, *dptr, &a) != 0)
-            GS_LOG(GS_WARN, "out of memory tracking an allocation; its pool is settled later");
+            GS_LOG(GS_LOG_WARN, "out of memory tracking an allocation; its pool is settled later");
     }
     return r;
 }

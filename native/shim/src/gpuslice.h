@@ -33,7 +33,7 @@
 
 /* ------------------------------------------------------------------ log.c */
 
-enum { GS_ERROR = 0, GS_WARN = 1, GS_INFO = 2, GS_DEBUG = 3 };
+enum { GS_LOG_ERROR = 0, GS_LOG_WARN = 1, GS_LOG_INFO = 2, GS_LOG_DEBUG = 3 };
 extern int gs_log_level;
 /* Parse GPUSLICE_LOG's value (NULL: default warn). Returns -1 if unknown. */
 int gs_log_init(const char *value);

@@ -95,7 +95,7 @@ static void core_init_once(void)
 {
     const char *lvl = getenv("GPUSLICE_LOG");
     if (gs_log_init(lvl) != 0)
-        gs_log_write(GS_WARN, "GPUSLICE_LOG=\"%s\" is not error|warn|info|debug; using warn",
+        gs_log_write(GS_LOG_WARN, "GPUSLICE_LOG=\"%s\" is not error|warn|info|debug; using warn",
                      lvl);
     gs_config_load(&gs_cfg);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
@@ -106,11 +106,11 @@ static void core_init_once(void)
     if (!gs_cfg.disabled && gs_placement_load(&gs_cfg, placed, sizeof placed) > 0) {
         const char *was = getenv("CUDA_VISIBLE_DEVICES");
         if (was && strcmp(was, placed) != 0)
-            GS_LOG(GS_INFO, "CUDA_VISIBLE_DEVICES=%s replaced by the placed card(s) %s", was,
+            GS_LOG(GS_LOG_INFO, "CUDA_VISIBLE_DEVICES=%s replaced by the placed card(s) %s", was,
                    placed);
         setenv("CUDA_VISIBLE_DEVICES", placed, 1);
     }
-    GS_LOG(GS_INFO, "loaded: state dir %s, %s", gs_cfg.state_dir,
+    GS_LOG(GS_LOG_INFO, "loaded: state dir %s, %s", gs_cfg.state_dir,
            gs_cfg.disabled ? "disabled (pass-through)" : "enforcing");
 }
 
@@ -127,7 +127,7 @@ static void resolve(int lib)
     if (!h)
         h = dlopen(so, RTLD_NOW);
     if (!h) {
-        GS_LOG(GS_WARN, "cannot load %s: %s", so, dlerror());
+        GS_LOG(GS_LOG_WARN, "cannot load %s: %s", so, dlerror());
         return;
     }
     dlsym_fn sym = real_dlsym();
@@ -173,10 +173,11 @@ void *gs_wrapper_for(void *real)
     return real;
 }
 
-/* A pointer we know: one of our wrappers (a driver whose own exports are
- * interposed, built without -Bsymbolic as the test fake is, hands those out
- * directly), or a driver export we resolved (handed out as it is when we
- * choose so: an uncapped process's launch functions). */
+/* A pointer we know: one of our wrappers (a driver linked without
+ * -Bsymbolic resolves its own exports through the preloaded shim, so its
+ * cuGetProcAddress may hand out our wrappers), or a driver export we
+ * resolved (handed out as it is when we choose so: an uncapped process's
+ * launch functions). */
 static int is_known(void *p)
 {
     for (int i = 0; i < GS_FN_COUNT; i++)
@@ -209,7 +210,7 @@ static void map_proc(const char *symbol, void **pfn)
          * variants we resolved: we cannot tell which one it is. Say so. */
         static int warned;
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-            gs_log_write(GS_WARN, "cuGetProcAddress(\"%s\") returned an unknown pointer; "
+            gs_log_write(GS_LOG_WARN, "cuGetProcAddress(\"%s\") returned an unknown pointer; "
                          "calls through it are not capped (logged once)", symbol);
     }
     *pfn = w;

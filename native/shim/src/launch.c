@@ -92,11 +92,11 @@ static struct gpuslice_cardfile *open_card(const char *uuid)
     case GS_MAP_OK:
         break;
     case GS_MAP_NO_FILE:
-        GS_LOG(GS_INFO, "no card file %s (%s): compute caps assume no neighbours", path,
+        GS_LOG(GS_LOG_INFO, "no card file %s (%s): compute caps assume no neighbours", path,
                strerror(errno));
         return NULL;
     case GS_MAP_BAD_SIZE:
-        gs_log_write(GS_WARN, "%s has size %lld, expected %zu; compute caps assume no "
+        gs_log_write(GS_LOG_WARN, "%s has size %lld, expected %zu; compute caps assume no "
                      "neighbours", path, found, sizeof(struct gpuslice_cardfile));
         return NULL;
     default:
@@ -109,7 +109,7 @@ static struct gpuslice_cardfile *open_card(const char *uuid)
         __atomic_store_n(&c->magic, GPUSLICE_CARDFILE_MAGIC, __ATOMIC_RELEASE);
     } else if (c->magic != GPUSLICE_CARDFILE_MAGIC || c->version != GPUSLICE_CARDFILE_VERSION ||
                c->size != sizeof *c) {
-        gs_log_write(GS_WARN, "%s is not a gpuslice card file of this version; compute "
+        gs_log_write(GS_LOG_WARN, "%s is not a gpuslice card file of this version; compute "
                      "caps assume no neighbours", path);
         munmap(m, sizeof *c);
         c = NULL;
@@ -163,7 +163,7 @@ static void decide_mode(void)
         }
     }
     card_token = gs_unique_id();
-    GS_LOG(GS_INFO, "compute: %s", mode == 1 ? "capped" : mode == 2 ? "watching the card"
+    GS_LOG(GS_LOG_INFO, "compute: %s", mode == 1 ? "capped" : mode == 2 ? "watching the card"
                                                                    : "not paced");
     /* Release: whoever reads the mode without pthread_once sees watched[]. */
     __atomic_store_n(&gs_pace_mode, mode, __ATOMIC_RELEASE);
@@ -238,7 +238,7 @@ static int event_wait(struct gs_pace_io *io, void *e)
     struct pacer_dev *pd = of(io);
     if (REAL(cuEventSynchronize)(e) == CUDA_SUCCESS)
         return 0;
-    GS_LOG(GS_DEBUG, "device %d: event sync failed; pacing restarts", pd->dev);
+    GS_LOG(GS_LOG_DEBUG, "device %d: event sync failed; pacing restarts", pd->dev);
     pd->npool = 0; /* with the ring: the context's events are gone */
     return -1;
 }

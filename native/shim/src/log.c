@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int gs_log_level = GS_WARN;
+int gs_log_level = GS_LOG_WARN;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 

@@ -132,7 +132,7 @@ static struct gpuslice_region *open_file(void)
     char path[sizeof gs_cfg.state_dir + 16];
     snprintf(path, sizeof path, "%s/" GPUSLICE_REGION_FILE, gs_cfg.state_dir);
     if (mkdir_p(gs_cfg.state_dir) != 0) {
-        gs_log_write(GS_WARN, "state dir %s unusable (%s); memory caps hold per process only",
+        gs_log_write(GS_LOG_WARN, "state dir %s unusable (%s); memory caps hold per process only",
                      gs_cfg.state_dir, strerror(errno));
         return NULL;
     }
@@ -144,16 +144,16 @@ static struct gpuslice_region *open_file(void)
     case GS_MAP_OK:
         break;
     case GS_MAP_NO_FILE:
-        gs_log_write(GS_WARN, "cannot open %s (%s); memory caps hold per process only", path,
+        gs_log_write(GS_LOG_WARN, "cannot open %s (%s); memory caps hold per process only", path,
                      strerror(errno));
         return NULL;
     case GS_MAP_BAD_SIZE:
-        gs_log_write(GS_WARN, "%s has size %lld, expected %zu (another layout); "
+        gs_log_write(GS_LOG_WARN, "%s has size %lld, expected %zu (another layout); "
                      "memory caps hold per process only", path, found,
                      sizeof(struct gpuslice_region));
         return NULL;
     default:
-        gs_log_write(GS_WARN, "cannot use %s (%s); memory caps hold per process only", path,
+        gs_log_write(GS_LOG_WARN, "cannot use %s (%s); memory caps hold per process only", path,
                      strerror(errno));
         return NULL;
     }
@@ -164,7 +164,7 @@ static struct gpuslice_region *open_file(void)
         gs_region_init(r, &gs_cfg);
     } else if (magic != GPUSLICE_REGION_MAGIC || r->version != GPUSLICE_REGION_VERSION ||
                r->size != sizeof *r) {
-        gs_log_write(GS_WARN, "%s has magic %#x version %u size %u, expected %#x %u %zu; "
+        gs_log_write(GS_LOG_WARN, "%s has magic %#x version %u size %u, expected %#x %u %zu; "
                      "memory caps hold per process only", path, magic, r->version, r->size,
                      GPUSLICE_REGION_MAGIC, GPUSLICE_REGION_VERSION, sizeof *r);
         munmap(m, sizeof *r);
@@ -172,7 +172,7 @@ static struct gpuslice_region *open_file(void)
     } else {
         for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
             if (r->devices[i].limit_bytes != gs_cfg.mem_limit[i] && !gs_cfg.fail_closed)
-                GS_LOG(GS_INFO, "device %d: the region's cap %llu wins over this process's "
+                GS_LOG(GS_LOG_INFO, "device %d: the region's cap %llu wins over this process's "
                        "environment (%llu)", i, r->devices[i].limit_bytes,
                        gs_cfg.mem_limit[i]);
     }
@@ -194,7 +194,7 @@ static void open_once(void)
                        -1, 0);
         if (m == MAP_FAILED) {
             /* Cannot even do that: refuse, never crash. */
-            gs_log_write(GS_ERROR, "cannot map a private region; failing closed");
+            gs_log_write(GS_LOG_ERROR, "cannot map a private region; failing closed");
             gs_cfg.fail_closed = 1;
             static struct gpuslice_region empty;
             m = &empty;
@@ -219,13 +219,13 @@ int gs_region_lock(struct gpuslice_region *r)
          * Slots are updated before totals, and totals are derived: drop the
          * dead, recompute, and the state is exact again. */
         pthread_mutex_consistent(region_mutex(r));
-        gs_log_write(GS_WARN, "a process died holding the region lock; recomputing usage");
+        gs_log_write(GS_LOG_WARN, "a process died holding the region lock; recomputing usage");
         gs_reclaim_locked(r);
         gs_recompute_locked(r);
         return 0;
     }
     if (rc != 0) {
-        gs_log_write(GS_ERROR, "region lock failed (%s); refusing the allocation",
+        gs_log_write(GS_LOG_ERROR, "region lock failed (%s); refusing the allocation",
                      strerror(rc));
         return -1;
     }
@@ -291,7 +291,7 @@ void gs_reclaim_locked(struct gpuslice_region *r)
     for (int i = 0; i < GPUSLICE_MAX_PROCS; i++) {
         struct gpuslice_proc *s = &r->procs[i];
         if (s->state == GPUSLICE_SLOT_LIVE && i != slot_index && slot_dead(s)) {
-            GS_LOG(GS_INFO, "reclaiming slot %d of dead pid %d", i, s->pid);
+            GS_LOG(GS_LOG_INFO, "reclaiming slot %d of dead pid %d", i, s->pid);
             slot_clear_locked(r, s);
         }
     }
@@ -342,7 +342,7 @@ int gs_slot_locked(struct gpuslice_region *r)
         idx = take_free_locked(r);
     }
     if (idx < 0) {
-        gs_log_write(GS_ERROR, "all %d process slots are taken; refusing allocations",
+        gs_log_write(GS_LOG_ERROR, "all %d process slots are taken; refusing allocations",
                      GPUSLICE_MAX_PROCS);
         return -1;
     }
