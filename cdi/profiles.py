@@ -18,7 +18,7 @@ from typing import NamedTuple
 _PROFILE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _RESERVED = ("all",)
 # In the order of precedence. The accountant's CHECK (ocihook/accountant.py)
-# and gpuslice-hook's --priority (native/hook/src/args.c) list the same three.
+# and gpuslice-hook's --priority (native/hook/hook/args.c) list the same three.
 PRIORITIES = ("high", "normal", "low")
 DEFAULT_PRIORITY = "normal"
 

@@ -257,7 +257,7 @@ def test_reused_pid_is_not_the_same_container(tmp_path: Path) -> None:
 
 
 def test_the_hook_knows_this_schema(tmp_path: Path) -> None:
-    header = (HOOK_DIR / "src" / "accountant.h").read_text()
+    header = (HOOK_DIR / "hook" / "accountant.h").read_text()
     version = re.search(r"#define GS_SCHEMA_VERSION (\d+)", header)
     assert version and int(version.group(1)) == acct.SCHEMA_VERSION
     b = Books(tmp_path, [card(0)])

@@ -473,7 +473,7 @@ def _install_use_remove_purge(packages: Packages, listing: Dict[str, str], dirs_
 
         # A card-less slice: the installed hook places it, writes the card it
         # chose into the container's state folder, and mounts that.
-        res = podman.run(["sh", "-c", "cat /run/gpuslice/card; echo $GPUSLICE_MEMORY_LIMIT; "
+        res = podman.run(["sh", "-c", "cat /run/gpuslice/placement; echo $GPUSLICE_MEMORY_LIMIT; "
                           "wc -c < %s; head -c 4 %s | od -An -c" % (SHIM, SHIM)],
                          devices=["gpuslice.io/gpu=4g"])
         assert res.returncode == 0, res.stderr

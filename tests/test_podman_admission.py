@@ -128,7 +128,7 @@ def test_thirty_at_once_where_twenty_fit(podman, node20: Host) -> None:
 
 
 def test_container_sees_its_state_dir_and_the_card_files(podman, node: Host) -> None:
-    res = podman.run(["sh", "-c", "cat /run/gpuslice/card; touch /run/gpuslice/cards/probe && "
+    res = podman.run(["sh", "-c", "cat /run/gpuslice/placement; touch /run/gpuslice/cards/probe && "
                       "echo cards writable; echo region > /run/gpuslice/region && echo state "
                       "writable"], devices=["gpuslice.io/gpu=6g"])
     assert res.returncode == 0, res.stderr

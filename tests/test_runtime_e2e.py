@@ -24,7 +24,7 @@ podman = podman_fixture()
 SHIM_MARKER = "not a real shim: marks the mount"
 PROBE = ("for n in /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; do [ -c $n ] && echo node $n; "
          "done; env | grep -E '^GPUSLICE_(MEMORY|CORE)_LIMIT='; cat /usr/lib/gpuslice/libgpuslice.so; echo; "
-         "cat /run/gpuslice/card 2>/dev/null; [ -d /run/gpuslice/cards ] && echo cards")
+         "cat /run/gpuslice/placement 2>/dev/null; [ -d /run/gpuslice/cards ] && echo cards")
 
 
 def applier() -> str:

@@ -1,4 +1,4 @@
-"""gpuslice-runtime's own behaviour (native/hook/src/runtime_*.c), with a
+"""gpuslice-runtime's own behaviour (native/hook/runtime/), with a
 recording stand-in for runc and for the applier: what is passed through,
 byte for byte; where the bundle is found; when the applier runs; what a
 failure says, on stderr and in runc's JSON log; the lookups of the real

@@ -1,12 +1,12 @@
 /*
- * The OCI runtime command line as runc reads it (see runtime_args.h).
+ * The OCI runtime command line as runc reads it (see args.h).
  *
  * Go's flag package, which runc's CLI library uses, takes a flag as "-name"
  * or "--name", its value as "-name=value" or, unless the flag is boolean,
  * the next argument; "--" ends the flags; "-" alone is not a flag. The
  * first argument that is not a flag (nor a flag's value) is the command.
  */
-#include "runtime_args.h"
+#include "args.h"
 
 #include <stddef.h>
 #include <string.h>

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "json.h"
-#include "runtime_args.h"
+#include "args.h"
 #include "util.h"
 
 extern char **environ;
