@@ -59,7 +59,12 @@ def _parsed() -> Tuple[Any, Dict[str, str]]:
     for name in HEADERS:
         body = _body(name)
         strings.update(_STRING_DEFINE.findall(body))
-        ffi.cdef(_STRING_DEFINE.sub("", body))
+        try:
+            ffi.cdef(_STRING_DEFINE.sub("", body))
+        except cffi.CDefError as e:
+            said = [line.strip() for line in str(e).splitlines() if line.strip()]
+            raise HeaderError(f"{header_path(name)}: not the plain C this reader takes: "
+                              f"{'; '.join(said)}") from None
     return ffi, strings
 
 
