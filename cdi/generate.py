@@ -49,10 +49,12 @@ class GenerateOptions:
     hook_path: str = "/usr/bin/gpuslice-hook"
     card_dir: str = statedir.card_files_dir("/run/gpuslice")  # on the host
     # What every hook run is told (the hook reads no configuration file: its
-    # start is on every container start), e.g. --database, --state-dir, and
-    # what admission adds (--placement, --overcommit, --preload).
+    # start is on every container start): where things are (--database,
+    # --state-dir), and for create how the shim is preloaded (--preload). The
+    # admission policy is not the device's: the hook reads it from the
+    # accountant.
     hook_common: List[str] = field(default_factory=list)
-    hook_admission: List[str] = field(default_factory=list)
+    hook_create: List[str] = field(default_factory=list)
     hook_installed: bool = True
     warnings: List[str] = field(default_factory=list)
 
@@ -61,7 +63,7 @@ def _hooks(opts: GenerateOptions, device: str, request: List[str]) -> List[Hook]
     """createContainer admits `request` (the hook's --card/--exclusive/--memory-mib/--cores/
     --priority) under the name `device`; poststop gives it back."""
     create = ["gpuslice-hook", "create", "--device", device, *request, *opts.hook_common,
-              *opts.hook_admission]
+              *opts.hook_create]
     release = ["gpuslice-hook", "release", *opts.hook_common]
     return [Hook("createContainer", opts.hook_path, args=create, env=[HOOK_ENV_PATH]),
             Hook("poststop", opts.hook_path, args=release, env=[HOOK_ENV_PATH])]

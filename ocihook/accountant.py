@@ -3,14 +3,22 @@
 One SQLite file per host (configuration key ``database``, default
 /var/lib/gpuslice/state.db) in WAL mode. Two programs share it:
 
-- this module owns the schema (created and migrated here) and the cards
-  (``sync_cards``, from NVML, at ``gpuslice cdi generate``), and reads the
+- this module owns the schema (created and migrated here), the cards
+  (``sync_cards``, from NVML, at ``gpuslice cdi generate``) and the node's
+  admission policy (``set_policy``, from the configuration file, at
+  ``gpuslice cdi generate`` and ``gpuslice config apply``), and reads the
   reservations for ``gpuslice status``;
 - ``gpuslice-hook`` (native/hook, C: it runs on every container start) is the
-  one writer of reservations: admission, release, reclaiming what dead
-  containers held (``gpuslice release`` and ``gpuslice gc`` run it too). Its
-  rules are in docs/architecture.md; it refuses a schema version other than
-  its GS_SCHEMA_VERSION, which must equal SCHEMA_VERSION here.
+  one writer of reservations: admission (by the policy recorded here, read in
+  its own transaction), release, reclaiming what dead containers held
+  (``gpuslice release`` and ``gpuslice gc`` run it too). Its rules are in
+  docs/architecture.md.
+
+The file names itself as native/include/gpuslice/statedb.h says: ``PRAGMA
+application_id`` is GPUSLICE_DB_APPLICATION_ID and ``PRAGMA user_version``
+the schema version, GPUSLICE_DB_SCHEMA_VERSION, which the hook checks too.
+Versions 1 and 2 kept their version as text in a ``meta`` table instead;
+they are recognised by it and upgraded in place.
 """
 from __future__ import annotations
 
@@ -19,10 +27,14 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-SCHEMA_VERSION = 2
+from ocihook import cheader
+
+APPLICATION_ID = cheader.constant("GPUSLICE_DB_APPLICATION_ID")
+SCHEMA_VERSION = cheader.constant("GPUSLICE_DB_SCHEMA_VERSION")
 BUSY_TIMEOUT_MS = 30000
+PLACEMENTS = ("binpack", "spread")  # the policy table's CHECK says the same
 
 # Each entry takes the schema from version i to i + 1. Entries are never
 # edited once released: a database made by an older gpuslice is upgraded in
@@ -68,11 +80,54 @@ _MIGRATIONS: Tuple[str, ...] = (
     ALTER TABLE reservations ADD COLUMN priority TEXT NOT NULL DEFAULT 'normal'
         CHECK (priority IN ('high', 'normal', 'low'));
     """,
+    # 3: the node's admission policy, one row, written from the configuration
+    # (set_policy) and read by the hook inside each admission; no row until
+    # then (the hook refuses to admit without one). The configuration has no
+    # node-level priority rule (priority is each profile's), so none is kept.
+    # The version moves to PRAGMA user_version: meta goes.
+    """
+    CREATE TABLE policy (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        placement TEXT NOT NULL CHECK (placement IN ('binpack', 'spread')),
+        memory_overcommit REAL NOT NULL CHECK (memory_overcommit BETWEEN 1.0 AND 16.0),
+        cores_limit INTEGER NOT NULL
+            CHECK (typeof(cores_limit) = 'integer' AND cores_limit BETWEEN 1 AND 100),
+        updated REAL NOT NULL
+    );
+    DROP TABLE meta;
+    """,
 )
 
 
 class AccountantError(RuntimeError):
     """The database cannot be used (unreadable, another program's, a newer schema)."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the node admits: the one row of the policy table.
+
+    placement: binpack (the fullest card that fits) or spread (the emptiest),
+    for card-less devices; memory_overcommit: memory reservable on a card, as
+    a multiple of its total (1.0-16.0); cores_limit: the sum of compute caps
+    one card may carry (1-100)."""
+
+    placement: str = "binpack"
+    memory_overcommit: float = 1.0
+    cores_limit: int = 100
+
+    def differences(self, other: "Policy") -> Dict[str, Tuple[object, object]]:
+        """{key: (self's, other's)} for each rule the two disagree on."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"placement": self.placement, "memory_overcommit": self.memory_overcommit,
+                "cores_limit": self.cores_limit}
+
+    def capacity_mib(self, total_mib: int) -> int:
+        """What may be reserved on a card of total_mib (the hook rounds the same way)."""
+        return int(total_mib * self.memory_overcommit)
 
 
 @dataclass(frozen=True)
@@ -140,6 +195,9 @@ class Accountant:
         db.row_factory = sqlite3.Row
         try:
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            # Whose file it is before anything writes to it (journal_mode=WAL
+            # does): another program's file is left as it was.
+            Accountant._version(db, path)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA foreign_keys=ON")
             db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, never corrupt
@@ -147,31 +205,50 @@ class Accountant:
         except sqlite3.DatabaseError as e:
             db.close()
             raise AccountantError(f"{path}: not a usable gpuslice database: {e}") from None
+        except AccountantError:
+            db.close()
+            raise
         return db
+
+    @staticmethod
+    def _version(db: sqlite3.Connection, path: str) -> int:
+        """The schema version of the file: 0 for an empty one, 1 or 2 for what
+        gpuslice made before application_id (its meta table says), else
+        user_version. AccountantError for another program's file or a newer
+        schema."""
+        app_id = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if app_id == APPLICATION_ID:
+            if version > SCHEMA_VERSION:
+                raise AccountantError(f"{path}: schema version {version} is newer than this "
+                                      f"gpuslice knows ({SCHEMA_VERSION}); upgrade gpuslice")
+            return int(version)
+        if app_id != 0:
+            raise AccountantError(f"{path}: application_id {app_id:#010x} is not gpuslice's "
+                                  f"({APPLICATION_ID:#010x}): another program's SQLite file; "
+                                  "refusing to touch it (check the configuration key database)")
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if version == 0 and not tables:
+            return 0
+        if version == 0 and "meta" in tables:
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is not None and str(row[0]) in ("1", "2"):
+                return int(row[0])
+        raise AccountantError(f"{path}: holds tables that are not gpuslice's; refusing to "
+                              "touch it (check the configuration key database)")
 
     @staticmethod
     def _migrate(db: sqlite3.Connection, path: str) -> None:
         db.execute("BEGIN IMMEDIATE")
         try:
-            has_meta = db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-            if has_meta:
-                row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-                version = int(row["value"]) if row else 0
-            else:
-                others = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-                if others:
-                    raise AccountantError(f"{path}: holds tables that are not gpuslice's; "
-                                          "refusing to touch it")
-                version = 0
-            if version > SCHEMA_VERSION:
-                raise AccountantError(f"{path}: schema version {version} is newer than this "
-                                      f"gpuslice knows ({SCHEMA_VERSION}); upgrade gpuslice")
+            version = Accountant._version(db, path)  # again: another may have migrated it
             for v in range(version, SCHEMA_VERSION):
                 for statement in _statements(_MIGRATIONS[v]):
                     db.execute(statement)
-                db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                           (str(v + 1),))
+            if version < SCHEMA_VERSION:
+                # Both are in the file's header page, written with the transaction.
+                db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -212,6 +289,41 @@ class Accountant:
 
     def cards(self) -> List[Card]:
         return [_row_card(r) for r in self.db.execute("SELECT * FROM cards ORDER BY idx")]
+
+    # --------------------------------------------------------------- policy
+
+    def policy(self) -> Optional[Policy]:
+        """The node's admission policy as recorded; None before the first set_policy."""
+        row = self.db.execute("SELECT placement, memory_overcommit, cores_limit FROM policy "
+                              "WHERE id=1").fetchone()
+        if row is None:
+            return None
+        return Policy(row["placement"], float(row["memory_overcommit"]), int(row["cores_limit"]))
+
+    def set_policy(self, policy: Policy) -> bool:
+        """Record the node's admission policy (from the configuration); every admission
+        from the next one on follows it. True if it changed (an event says from what)."""
+        with self._tx():
+            old = self.policy()
+            if old == policy:
+                return False
+            try:
+                self._write_policy(policy)
+            except sqlite3.IntegrityError as e:  # the table's CHECKs: config.py checks first
+                raise AccountantError(f"{self.path}: policy {policy.to_dict()} breaks a rule "
+                                      f"of the policy table ({e}); fix the configuration "
+                                      "file") from None
+            self._event("policy", **policy.to_dict(), **({"was": old.to_dict()} if old else {}))
+            return True
+
+    def _write_policy(self, policy: Policy) -> None:
+        self.db.execute(
+            "INSERT INTO policy(id, placement, memory_overcommit, cores_limit, updated) "
+            "VALUES (1, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+            "placement=excluded.placement, memory_overcommit=excluded.memory_overcommit, "
+            "cores_limit=excluded.cores_limit, updated=excluded.updated",
+            (policy.placement, float(policy.memory_overcommit), int(policy.cores_limit),
+             time.time()))
 
     # --------------------------------------------------------------- status
 

@@ -7,12 +7,15 @@ an invalid spec) is one line on stderr and exit status 2; `--check` and
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import click
 
 from ocihook import config as config_mod
 from ocihook.messages import EXIT_NO, error as fail, warn
+
+if TYPE_CHECKING:
+    from ocihook import accountant
 
 
 class State:
@@ -43,7 +46,7 @@ def cli(ctx: click.Context, config_path: Optional[str]) -> None:
 
 @cli.group("config")
 def config_group() -> None:
-    """Show or check the configuration."""
+    """Show, check or apply the configuration."""
 
 
 @config_group.command("show")
@@ -62,6 +65,27 @@ def config_show(state: State, fmt: str) -> None:
         source = state.config.source or "built-in defaults (no configuration file)"
         click.echo(f"# effective configuration from {source}")
         click.echo(yamlout.dump(doc), nl=False)
+
+
+@config_group.command("apply")
+@click.pass_obj
+def config_apply(state: State) -> None:
+    """Record the file's admission policy in the accountant (placement,
+    memory_overcommit, cores_limit); admissions follow it from the next one on.
+    The CDI spec is not touched."""
+    from ocihook import accountant
+    from ocihook.status import policy_words
+
+    policy = state.config.policy()
+    acct = _accountant(state)
+    try:
+        changed = acct.set_policy(policy)
+    except accountant.AccountantError as e:
+        fail(str(e))
+    finally:
+        acct.close()
+    click.echo(f"{state.config.database}: admission policy "
+               f"{'recorded' if changed else 'already recorded'}: {policy_words(policy)}")
 
 
 @config_group.command("check")
@@ -205,7 +229,7 @@ if __name__ == "__main__":
 
 # -- the accountant -----------------------------------------------------------
 
-def _accountant(state: State) -> "object":
+def _accountant(state: State) -> "accountant.Accountant":
     from ocihook import accountant
 
     try:

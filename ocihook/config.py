@@ -13,11 +13,14 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from cdi import names
 from cdi.profiles import DEFAULT_PRIORITY, Profile, ProfileError, validate_priority
 from ocihook import statedir, units
+
+if TYPE_CHECKING:
+    from ocihook.accountant import Policy
 
 DEFAULT_PATH = "/etc/gpuslice/config.yaml"
 ENV_VAR = "GPUSLICE_CONFIG"
@@ -68,6 +71,7 @@ class Config:
     placement: str = "binpack"
     preload: str = "env"  # or "ld.so.preload": the hook adds the shim to /etc/ld.so.preload
     memory_overcommit: float = 1.0
+    cores_limit: int = 100  # the sum of compute caps one card may carry
     shim_path: str = field(default_factory=_default_shim_path)
     hook_path: str = field(default_factory=_default_hook_path)
     runtime_path: str = field(default_factory=_default_runtime_path)
@@ -81,10 +85,17 @@ class Config:
         """What every gpuslice-hook run is told: where the books and the state dirs are."""
         return ["--database", self.database, "--state-dir", self.state_dir]
 
-    def hook_admission_args(self) -> List[str]:
-        """The admission policy, for gpuslice-hook create (it reads no configuration)."""
-        return ["--placement", self.placement, "--overcommit", f"{self.memory_overcommit:g}",
-                "--preload", self.preload]
+    def hook_create_args(self) -> List[str]:
+        """How gpuslice-hook create preloads the shim (it reads no configuration file)."""
+        return ["--preload", self.preload]
+
+    def policy(self) -> "Policy":
+        """The admission policy this file asks for; the hook admits by the one
+        recorded in the accountant, which `gpuslice cdi generate` and `gpuslice
+        config apply` write from here."""
+        from ocihook.accountant import Policy  # not on the runtime applier's path
+
+        return Policy(self.placement, self.memory_overcommit, self.cores_limit)
 
     def to_dict(self) -> Dict[str, Any]:
         """The effective configuration in the file's own shape."""
@@ -103,6 +114,7 @@ class Config:
             "placement": self.placement,
             "preload": self.preload,
             "memory_overcommit": self.memory_overcommit,
+            "cores_limit": self.cores_limit,
             "shim_path": self.shim_path,
             "hook_path": self.hook_path,
             "runtime_path": self.runtime_path,
@@ -171,6 +183,8 @@ def from_document(doc: Any, source: str) -> Config:
             setattr(cfg, key, doc[key])
     if "memory_overcommit" in doc:
         cfg.memory_overcommit = float(doc["memory_overcommit"])
+    if "cores_limit" in doc:
+        cfg.cores_limit = int(doc["cores_limit"])  # 50.0 is an integer to the schema
     if "profiles" in doc:
         cfg.profiles = _profiles(source, doc["profiles"])
     try:

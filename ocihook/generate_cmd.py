@@ -56,7 +56,8 @@ def ensure_card_dir(path: str) -> None:
 
 
 def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
-    """Tell the accountant which cards there are: the hook admits against them."""
+    """Tell the accountant which cards there are and the node's admission policy
+    (the configuration's): the hook admits against both."""
     from ocihook import accountant
 
     try:
@@ -67,6 +68,9 @@ def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
     try:
         acct.sync_cards([accountant.Card(g.index, g.uuid, g.memory_mib, g.name, g.mig)
                          for g in inventory.gpus])
+        acct.set_policy(cfg.policy())
+    except accountant.AccountantError as e:
+        error(str(e))
     finally:
         acct.close()
 
@@ -89,7 +93,7 @@ def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
         kind=cfg.cdi_kind, profiles=cfg.profiles, driver_root=driver_root, dev_root=dev_root,
         sys_root=req.sys_root, shim_path=cfg.shim_path, hook_path=cfg.hook_path,
         card_dir=cfg.card_dir(), hook_common=cfg.hook_common_args(),
-        hook_admission=cfg.hook_admission_args(),
+        hook_create=cfg.hook_create_args(),
         hook_installed=os.access(cfg.hook_path, os.X_OK),
     )
     return build_spec(inventory, opts), opts.warnings, inventory

@@ -3,7 +3,8 @@
 one writer of reservations, run as `gpuslice-hook admit|release|gc`).
 
 Admission rules, placement, release, reclaiming what dead containers held,
-the schema's guard rails, and many processes admitting at the same moment.
+the recorded policy, the schema's guard rails, and many processes admitting
+at the same moment.
 """
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from typing import List, Optional
 
 import pytest
 
-from fakehost import HOOK_DIR, build_hook
+from fakehost import build_hook
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from ocihook import accountant as acct  # noqa: E402
+from ocihook import accountant as acct, cheader  # noqa: E402
 
 GIB = 1024
 
@@ -37,17 +38,25 @@ def start_time(pid: int) -> int:
 
 
 class Books:
-    """A database whose cards Python records (as `gpuslice cdi generate` does)
-    and whose reservations gpuslice-hook writes."""
+    """A database whose cards and policy Python records (as `gpuslice cdi
+    generate` does) and whose reservations gpuslice-hook writes."""
 
-    def __init__(self, tmp: Path, cards: List[acct.Card], *policy: str) -> None:
+    def __init__(self, tmp: Path, cards: List[acct.Card],
+                 policy: acct.Policy = acct.Policy()) -> None:
         self.path = tmp / "state.db"
         self.state_dir = tmp / "run"
-        self.policy = list(policy)
         self.hook = build_hook()
         a = acct.Accountant(str(self.path))
         a.sync_cards(cards)
+        a.set_policy(policy)
         a.close()
+
+    def set_policy(self, policy: acct.Policy) -> bool:
+        a = acct.Accountant(str(self.path))
+        try:
+            return a.set_policy(policy)
+        finally:
+            a.close()
 
     def run(self, verb: str, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.hook), verb, *args, "--database", str(self.path),
@@ -72,7 +81,7 @@ class Books:
             args += ["--pid", str(pid)]
             if pid_start is not None:
                 args += ["--pid-start", str(pid_start)]
-        return self.run("admit", *args, *self.policy)
+        return self.run("admit", *args)
 
     def placed(self, cid: str, **kw) -> str:
         """The card uuid the admission got; fails the test on a refusal."""
@@ -119,7 +128,7 @@ def test_three_6g_on_a_16g_card_two_fit_then_the_third(tmp_path: Path) -> None:
     assert b.placed("c3", on=0) == card(0).uuid
     assert [u.reserved_mib for u in b.usage()] == [12 * GIB]
     kinds = [e["kind"] for e in reversed(b.events())]
-    assert kinds == ["admit", "admit", "operator-release", "admit"]
+    assert kinds == ["policy", "admit", "admit", "operator-release", "admit"]
     assert b.run("release", "--id", "c1").returncode == 1  # holds nothing now
 
 
@@ -127,7 +136,7 @@ def test_refusal_writes_nothing(tmp_path: Path) -> None:
     b = Books(tmp_path, [card(0, 4 * GIB)])
     b.refusal("big", mib=8 * GIB, on=0)
     assert b.usage()[0].reservations == []
-    assert b.events() == []
+    assert [e["kind"] for e in b.events()] == ["policy"]  # Books recorded it
 
 
 def test_same_device_twice_is_the_same_reservation(tmp_path: Path) -> None:
@@ -186,7 +195,7 @@ def test_priority_is_recorded_and_bends_no_rule(tmp_path: Path) -> None:
 
 
 def test_cores_limit_policy(tmp_path: Path) -> None:
-    b = Books(tmp_path, [card(0)], "--cores-limit", "50")
+    b = Books(tmp_path, [card(0)], acct.Policy(cores_limit=50))
     b.placed("a", mib=1 * GIB, on=0, cores=40)
     assert "has 10% of its compute left, 20% asked" in b.refusal("b", mib=1 * GIB, on=0, cores=20)
 
@@ -212,7 +221,7 @@ def test_unhealthy_or_vanished_card_takes_nothing_new(tmp_path: Path) -> None:
 
 
 def test_overcommit(tmp_path: Path) -> None:
-    b = Books(tmp_path, [card(0)], "--overcommit", "1.5")
+    b = Books(tmp_path, [card(0)], acct.Policy(memory_overcommit=1.5))
     for i in range(4):
         b.placed(f"c{i}", on=0)  # 24 GiB on a 16 GiB card
     assert "0 MiB free of 24576 MiB" in b.refusal("c5", mib=1 * GIB, on=0)
@@ -221,7 +230,7 @@ def test_overcommit(tmp_path: Path) -> None:
 @pytest.mark.parametrize("placement,expected", [("binpack", [0, 0, 1, 1]),
                                                 ("spread", [0, 1, 0, 1])])
 def test_placement(tmp_path: Path, placement: str, expected: List[int]) -> None:
-    b = Books(tmp_path, [card(0), card(1)], "--placement", placement)
+    b = Books(tmp_path, [card(0), card(1)], acct.Policy(placement=placement))
     uuids = [card(0).uuid, card(1).uuid]
     assert [uuids.index(b.placed(f"c{i}")) for i in range(4)] == expected
     assert "no card has room; the likeliest: 6g: card 0" in b.refusal("c5")
@@ -256,40 +265,145 @@ def test_reused_pid_is_not_the_same_container(tmp_path: Path) -> None:
     assert b.holders() == ["mine", "unknown"]
 
 
-def test_the_hook_knows_this_schema(tmp_path: Path) -> None:
-    header = (HOOK_DIR / "hook" / "accountant.h").read_text()
-    version = re.search(r"#define GS_SCHEMA_VERSION (\d+)", header)
-    assert version and int(version.group(1)) == acct.SCHEMA_VERSION
+def test_the_policy_is_read_at_each_admission(tmp_path: Path) -> None:
+    """A policy recorded between two admissions rules the second: no spec is regenerated."""
+    b = Books(tmp_path, [card(0), card(1)])
+    assert b.placed("a", mib=1 * GIB) == card(0).uuid
+    assert b.placed("b", mib=1 * GIB) == card(0).uuid  # binpack
+    assert b.set_policy(acct.Policy(placement="spread", memory_overcommit=2.0, cores_limit=30))
+    assert not b.set_policy(acct.Policy(placement="spread", memory_overcommit=2.0,
+                                        cores_limit=30))  # the same: nothing written
+    assert b.placed("c", mib=1 * GIB) == card(1).uuid  # spread now
+    assert "has 30% of its compute left, 40% asked" in b.refusal("d", mib=1 * GIB, on=0,
+                                                                 cores=40)
+    b.placed("e", mib=24 * GIB, on=1)  # 25 of 32 GiB on a 16 GiB card
+    events = [e for e in b.events() if e["kind"] == "policy"]
+    assert len(events) == 2 and '"was": {"cores_limit": 100' in events[0]["detail"]
+
+
+def test_no_policy_recorded_admits_nothing(tmp_path: Path) -> None:
     b = Books(tmp_path, [card(0)])
     db = sqlite3.connect(b.path)
-    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.execute("DELETE FROM policy")
     db.commit()
     db.close()
     res = b.admit("c", on=0)
-    assert res.returncode == 2 and "99" in res.stderr and "upgrade gpuslice" in res.stderr
+    assert res.returncode == 2 and res.stderr.count("\n") == 1
+    assert res.stderr == (f"gpuslice-hook: error: {b.path}: no admission policy recorded; run "
+                          "`gpuslice cdi generate` or `gpuslice config apply` (they record "
+                          "the configuration's)\n")
+    assert b.usage()[0].reservations == []
+
+
+def test_a_policy_row_that_breaks_the_rules_is_refused(tmp_path: Path) -> None:
+    """The CHECKs hold whoever writes; the hook checks again where they were switched off."""
+    b = Books(tmp_path, [card(0)])
+    db = sqlite3.connect(b.path)
+    for bad in ("placement='random'", "memory_overcommit=0.5", "memory_overcommit=1e999",
+                "cores_limit=0", "cores_limit=50.5"):
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            db.execute(f"UPDATE policy SET {bad}")
+    with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
+        db.execute("UPDATE policy SET memory_overcommit=?", (float("nan"),))
+    db.execute("PRAGMA ignore_check_constraints=ON")
+    for bad, named in (("placement='ran\ndom'", 'policy placement "ran\\ndom" is not binpack'),
+                       ("memory_overcommit=20.0", "policy memory_overcommit 20 is not a number "
+                                                  "from 1.0 to 16.0"),
+                       ("cores_limit=101", "policy cores_limit 101 is not a whole number")):
+        db.execute("UPDATE policy SET placement='binpack', memory_overcommit=1.0, "
+                   "cores_limit=100")
+        db.execute(f"UPDATE policy SET {bad}")
+        db.commit()
+        res = b.admit("c", on=0)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert named in res.stderr and "run `gpuslice config apply`" in res.stderr
+    db.close()
+    assert b.usage()[0].reservations == []
+    with pytest.raises(acct.AccountantError, match="breaks a rule of the policy table"):
+        b.set_policy(acct.Policy(memory_overcommit=float("inf")))
+
+
+def test_the_schema_version_has_one_owner(tmp_path: Path) -> None:
+    assert acct.SCHEMA_VERSION == cheader.constant("GPUSLICE_DB_SCHEMA_VERSION")
+    assert acct.APPLICATION_ID == cheader.constant("GPUSLICE_DB_APPLICATION_ID")
+    assert len(acct._MIGRATIONS) == acct.SCHEMA_VERSION  # the list ends at that version
+
+
+def test_the_hook_knows_this_schema(tmp_path: Path) -> None:
+    b = Books(tmp_path, [card(0)])
+    for version, said in ((99, "schema version 99 is newer than this gpuslice knows (3); "
+                               "upgrade gpuslice"),
+                          (2, "schema version 2 is older than this gpuslice knows (3); run "
+                              "`gpuslice cdi generate` with this gpuslice")):
+        db = sqlite3.connect(b.path)
+        db.execute(f"PRAGMA user_version={version}")
+        db.commit()
+        db.close()
+        res = b.admit("c", on=0)
+        assert res.returncode == 2 and res.stderr == f"gpuslice-hook: error: {b.path}: {said}\n"
     missing = subprocess.run([str(b.hook), "gc", "--database", str(tmp_path / "none.db"),
                               "--state-dir", str(tmp_path)], capture_output=True, text=True)
     assert missing.returncode == 2
     assert "no gpuslice database; run `gpuslice cdi generate`" in missing.stderr
     assert not (tmp_path / "none.db").exists()  # never made by the hook
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    res = subprocess.run([str(b.hook), "gc", "--database", str(empty), "--state-dir",
+                          str(tmp_path)], capture_output=True, text=True)
+    assert res.returncode == 2 and "is empty, not a gpuslice database yet" in res.stderr
+    assert empty.read_bytes() == b""
+
+
+def sqlite_file(path: Path, *statements: str) -> bytes:
+    db = sqlite3.connect(path)
+    for s in statements:
+        db.execute(s)
+    db.commit()
+    db.close()
+    return path.read_bytes()
+
+
+def test_another_programs_file_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    hook = build_hook()
+    cases = [("another application_id", ["PRAGMA application_id=1234567",
+                                         "CREATE TABLE cards (x)"],
+              "application_id 0x0012d687 is not gpuslice's (0x47505344): another program's "
+              "SQLite file; refusing to touch it (check the configuration key database)"),
+             ("tables, no id", ["CREATE TABLE customers (id INTEGER)"],
+              "holds tables that are not gpuslice's; refusing to touch it (check the "
+              "configuration key database)"),
+             ("a user_version of its own", ["PRAGMA user_version=7", "CREATE TABLE meta (k)"],
+              "holds tables that are not gpuslice's")]
+    for name, statements, said in cases:
+        path = tmp_path / f"{len(name)}.db"
+        before = sqlite_file(path, *statements)
+        with pytest.raises(acct.AccountantError) as e:
+            acct.Accountant(str(path))
+        assert str(e.value).startswith(f"{path}: {said}"), name
+        res = subprocess.run([str(hook), "gc", "--database", str(path), "--state-dir",
+                              str(tmp_path)], capture_output=True, text=True)
+        assert res.returncode == 2 and res.stderr.startswith(
+            f"gpuslice-hook: error: {path}: {said}") and res.stderr.count("\n") == 1, name
+        assert path.read_bytes() == before, name
+        assert sorted(p.name for p in tmp_path.glob(f"{path.name}*")) == [path.name], name
+    # gpuslice's own commands say the same in one line, exit 2.
+    path = tmp_path / "another.db"
+    sqlite_file(path, "PRAGMA application_id=1234567", "CREATE TABLE t (x)")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"database: {path}\n")
+    for args in (["status"], ["config", "apply"]):
+        res = subprocess.run(["gpuslice", "--config", str(config), *args],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, (args, res.stderr)
+        assert "application_id 0x0012d687 is not gpuslice's" in res.stderr
 
 
 def test_schema_guard_rails(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     acct.Accountant(str(path)).close()
-    db = sqlite3.connect(path)
-    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
-    db.commit()
-    db.close()
+    sqlite_file(path, "PRAGMA user_version=99")
     with pytest.raises(acct.AccountantError, match="schema version 99 is newer than this"):
         acct.Accountant(str(path))
-    other = tmp_path / "other.db"
-    db = sqlite3.connect(other)
-    db.execute("CREATE TABLE customers (id INTEGER)")
-    db.commit()
-    db.close()
-    with pytest.raises(acct.AccountantError, match="not gpuslice's; refusing to touch it"):
-        acct.Accountant(str(other))
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"not a database at all" * 100)
     with pytest.raises(acct.AccountantError, match="not a usable gpuslice database"):
@@ -301,8 +415,12 @@ def test_wal_and_version_recorded(tmp_path: Path) -> None:
     a = acct.Accountant(str(tmp_path / "state.db"))
     a.sync_cards([card(0)])
     assert a.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert a.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == \
-        str(acct.SCHEMA_VERSION)
+    assert a.db.execute("PRAGMA user_version").fetchone()[0] == acct.SCHEMA_VERSION == 3
+    assert a.db.execute("PRAGMA application_id").fetchone()[0] == 0x47505344
+    tables = {r[0] for r in a.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "meta" not in tables and "policy" in tables  # the version is no longer text
+    assert a.policy() is None  # until the configuration's is recorded
+    a.close()
 
 
 def test_thirty_at_once_where_twenty_fit(tmp_path: Path) -> None:

@@ -85,13 +85,12 @@ def test_slice_edits(host_factory):
     create, release = capped["hooks"]
     assert create["hookName"] == "createContainer" and create["path"] == str(host.hook)
     # The hook reads no configuration: the spec tells it the request and where
-    # the books are.
+    # the books are; the admission policy is the books', not the device's.
     books = ["--database", str(host.tmp / "state.db"), "--state-dir", str(host.tmp / "state")]
     assert create["args"] == ["gpuslice-hook", "create", "--device", "0-4g-30",
                               "--card", fake_gpu(0)["uuid"], "--memory-mib", "4096",
                               "--cores", "30", "--priority", "normal", *books,
-                              "--placement", "binpack",
-                              "--overcommit", "1", "--preload", "env"]
+                              "--preload", "env"]
     assert release["hookName"] == "poststop"
     assert release["args"] == ["gpuslice-hook", "release", *books]
     assert all(e.startswith("PATH=") for e in create["env"])
@@ -262,6 +261,9 @@ BAD_CONFIGS = [
     ("profiles: [{name: a, memory: 1g, priority: }]\n", "priority None is not high"),
     ("profiles: [{name: a, memory: 1g}, {name: a, memory: 2g}]\n",
      "profile name 'a' is already used by profiles[0]"),
+    ("cores_limit: 0\n", "cores_limit: 0 is less than the minimum of 1"),
+    ("cores_limit: 101\n", "cores_limit: 101 is greater than the maximum of 100"),
+    ("cores_limit: 50.5\n", "cores_limit: 50.5 is not of type 'integer'"),
 ]
 
 
@@ -342,6 +344,7 @@ def test_config_show_is_the_effective_configuration(host_factory):
     shown = json.loads(res.stdout)
     assert shown["spec_dir"] == str(host.spec_dir)
     assert shown["placement"] == "binpack" and shown["memory_overcommit"] == 1.0
+    assert shown["cores_limit"] == 100
     assert shown["profiles"][1] == {"name": "4g-30", "memory": "4GiB", "cores": 30,
                                     "priority": "normal"}
     res = host.run("config", "check", str(host.config))

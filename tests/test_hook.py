@@ -123,9 +123,10 @@ def test_three_6g_on_one_card_two_run_third_refused_until_one_stops(node: Node) 
 
 
 def test_the_spec_tells_the_hook_the_request(node: Node) -> None:
-    """The hook reads no configuration: its args carry the request and the policy."""
+    """The hook reads no configuration: its args carry the request and where things
+    are; the admission policy is the accountant's, not the device's."""
     common = ["--database", str(node.db), "--state-dir", str(node.state_dir)]
-    policy = ["--placement", "binpack", "--overcommit", "1", "--preload", "env"]
+    policy = ["--preload", "env"]
     uuid0, uuid1 = fake_gpu(0)["uuid"], fake_gpu(1)["uuid"]
     assert node.create_args("0-6g") == ["create", "--device", "0-6g", "--card", uuid0,
                                         "--memory-mib", "6144", "--cores", "0",
@@ -170,8 +171,12 @@ def test_dead_container_reclaimed_at_next_admission(node: Node) -> None:
     assert node.create("c3", "0-6g").returncode == 1
     child.kill()  # kill -9 of the container: its poststop never comes
     child.wait()
+    assert (node.state_dir / "containers" / "victim").is_dir()
     assert node.create("c3", "0-6g").returncode == 0
     assert node.held()[fake_gpu(0)["uuid"]] == ["c2", "c3"]
+    # Its folder went with its reservation: nothing is left for gc to miss.
+    assert not (node.state_dir / "containers" / "victim").exists()
+    assert (node.state_dir / "containers" / "c2").is_dir()
 
 
 def hostile_cases(node: Node) -> List[tuple]:
@@ -229,12 +234,22 @@ def test_usage_errors(node: Node) -> None:
         assert res.returncode == 2 and "usage: gpuslice-hook" in err(res), (args, res.stderr)
     bad = [(["--memory-mib", "lots"], "--memory-mib 'lots'"),
            (["--memory-mib", "6144", "--cores", "101"], "--cores '101'"),
-           (["--memory-mib", "6144", "--overcommit", "0.5"], "--overcommit '0.5'"),
-           (["--memory-mib", "6144", "--placement", "random"], "--placement 'random'"),
            (["--memory-mib", "6144", "--preload", "both"], "--preload 'both'")]
     for extra, named in bad:
         res = node.hook(["create", "--device", "x", *common, *extra], b"{}")
         assert res.returncode == 2 and named in err(res), (extra, res.stderr)
+    # The policy is the accountant's: the hook takes none on its command line.
+    for verb, ident in (("create", []), ("admit", ["--id", "c"])):
+        for option, value in (("--overcommit", "1.5"), ("--placement", "spread"),
+                              ("--cores-limit", "50")):
+            res = node.hook([verb, "--device", "x", *ident, *common, "--memory-mib", "6144",
+                             option, value], b"{}")
+            assert res.returncode == 2, (verb, option, res.stderr)
+            assert err(res).startswith(f"gpuslice-hook: error: {verb}: unknown option "
+                                       f"'{option}'; usage: gpuslice-hook {verb}")
+    help_text = subprocess.run([str(node.hook_path), "--help"], capture_output=True,
+                               text=True).stdout
+    assert "--overcommit" not in help_text and "--placement" not in help_text
 
 
 @pytest.mark.parametrize("verb", ["create", "admit"])
@@ -349,6 +364,46 @@ def version_1_database(path: Path, card_uuid: str) -> None:
     db.close()
 
 
+OLDER_DATABASE = ("gpuslice-hook: error: {db}: made by an older gpuslice (schema version 1 or "
+                  "2); run `gpuslice cdi generate` with this gpuslice (it upgrades the "
+                  "database in place, rows kept)")
+
+
+def assert_version_3(node: Node) -> None:
+    """Named by PRAGMAs, no meta table, the configuration's policy recorded."""
+    assert rows(node.db, "PRAGMA user_version") == [(3,)]
+    assert rows(node.db, "PRAGMA application_id") == [(0x47505344,)]
+    assert rows(node.db, "SELECT name FROM sqlite_master WHERE name='meta'") == []
+    assert rows(node.db, "SELECT placement, memory_overcommit, cores_limit FROM policy") == \
+        [("binpack", 1.0, 100)]
+
+
+def test_a_version_2_database_is_upgraded_in_place(node: Node) -> None:
+    """What gpuslice 2 left (its version as text in meta): every row and event kept."""
+    from ocihook import accountant as acct
+
+    uuid0 = fake_gpu(0)["uuid"]
+    version_1_database(node.db, uuid0)
+    db = sqlite3.connect(node.db)
+    db.executescript(acct._MIGRATIONS[1])
+    db.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    db.execute("INSERT INTO reservations(container_id, device, card_uuid, memory_mib, cores, "
+               "exclusive, pid, pid_start, runtime, created, priority) VALUES "
+               "('hi', '0-2g', ?, 2048, 0, 0, NULL, NULL, 'crun', 3.5, 'high')", (uuid0,))
+    db.commit()
+    db.close()
+    before = rows(node.db, "SELECT * FROM reservations ORDER BY created")
+    events = rows(node.db, "SELECT * FROM events")
+    res = node.create("new", "0-6g")
+    assert res.returncode == 2 and err(res) == OLDER_DATABASE.format(db=node.db)
+    node.generate()
+    assert_version_3(node)
+    assert rows(node.db, "SELECT * FROM reservations ORDER BY created") == before
+    assert rows(node.db, "SELECT * FROM events")[:len(events)] == events
+    assert node.create("new", "0-6g").returncode == 0  # 6144 + 2048 + 6144 of 16384
+    assert node.create("more", "0-6g").returncode == 1  # the old rows count
+
+
 def test_a_version_1_database_is_upgraded_in_place(node: Node) -> None:
     uuid0 = fake_gpu(0)["uuid"]
     version_1_database(node.db, uuid0)
@@ -356,11 +411,10 @@ def test_a_version_1_database_is_upgraded_in_place(node: Node) -> None:
     # The hook migrates nothing: it says what will.
     res = node.create("new", "0-6g")
     assert res.returncode == 2
-    assert err(res) == (f"gpuslice-hook: error: {node.db}: schema version 1 is older than this "
-                        "gpuslice knows (2); run `gpuslice cdi generate` with this gpuslice")
+    assert err(res) == OLDER_DATABASE.format(db=node.db)
     assert rows(node.db, "SELECT value FROM meta") == [("1",)]
-    node.generate()  # opens the books: version 1 -> 2, in place
-    assert rows(node.db, "SELECT value FROM meta WHERE key='schema_version'") == [("2",)]
+    node.generate()  # opens the books: version 1 -> 3, in place
+    assert_version_3(node)
     after = rows(node.db, "SELECT * FROM reservations")
     assert after == [before[0] + ("normal",)]  # every column kept; admitted before priorities
     assert rows(node.db, "SELECT kind, container_id, detail FROM events WHERE id=1") == \
@@ -525,3 +579,127 @@ def test_all_holds_every_card_or_none(node: Node) -> None:
     assert node.create("late", "6g").returncode == 1
     assert node.release("everything").returncode == 0
     assert all(v == [] for v in node.held().values())
+
+
+def spec_env(node: Node, device: str) -> Dict[str, str]:
+    """The GPUSLICE_* variables the spec gives `device`'s containers."""
+    import yaml
+
+    [path] = node.host.spec_dir.glob("gpuslice.yaml")
+    [dev] = [d for d in yaml.safe_load(path.read_text())["devices"] if d["name"] == device]
+    return dict(e.split("=", 1) for e in dev["containerEdits"]["env"]
+                if e.startswith("GPUSLICE_"))
+
+
+def cuprog(node: Node, cid: str, device: str, *ops: str) -> List[List[str]]:
+    """Run the shim's test program as a process of container `cid` (its state dir,
+    the spec's env for `device`) with the fake driver; its result lines, split."""
+    env = dict(os.environ, GPUSLICE_FAKE_GPUS=str(node.host.gpus_json),
+               LD_LIBRARY_PATH=str(node.fakedriver),
+               LD_PRELOAD=str(REPO / "native" / "shim" / "build" / "libgpuslice.so"),
+               GPUSLICE_STATE_DIR=str(node.state_dir / "containers" / cid),
+               GPUSLICE_CARD_DIR=str(node.state_dir / "cards"), GPUSLICE_CONTEXT_RESERVE="0",
+               **spec_env(node, device))
+    res = subprocess.run([str(REPO / "tests" / "shim" / "build-plain" / "cuprog"), "direct",
+                          *ops], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return [line.split() for line in res.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_a_reused_id_gets_a_fresh_folder_and_only_its_own_cap(node: Node, asan: bool) -> None:
+    """A container killed without its poststop, then a new one with the same id
+    (ctr lets users choose ids) admitted for less: the old folder and region go with
+    the old reservation, and the shim sees the new admission's cap only."""
+    subprocess.run(["make", "-s", "-C", str(REPO / "tests" / "shim"), "VARIANT=plain"],
+                   check=True)
+    with_profile(node, "{name: 1g, memory: 1GiB}")
+    if asan:  # the reclaimed rows are handed to the caller and freed there
+        node.hook_path = build_hook(asan=True)
+    cid, gib = "reused", 1 << 30
+    folder = node.state_dir / "containers" / cid
+    child = subprocess.Popen(["sleep", "60"])
+    assert node.create(cid, "6g", pid=child.pid).returncode == 0  # card-less: placed
+    old = cuprog(node, cid, "6g", "init", "pctx", "0", "alloc", "512M")
+    assert old[-1] == ["alloc", "0"]
+    from ocihook import region
+
+    assert region.read(str(folder / "region")).devices[0].limit_bytes == 6 * gib
+    assert (folder / "placement").exists()
+    child.kill()  # kill -9: no poststop; the reservation is dead
+    child.wait()
+    assert node.create(cid, "0-1g", pid=os.getpid()).returncode == 0
+    assert node.held()[fake_gpu(0)["uuid"]] == [cid]
+    reclaimed = rows(node.db, "SELECT container_id FROM events WHERE kind='reclaim'")
+    assert reclaimed == [(cid,)]
+    # Fresh: no region, no placement of the old container (0-1g names its card);
+    # only the mount point of the card files, made again.
+    assert sorted(p.name for p in folder.iterdir()) == ["cards"]
+    assert list((folder / "cards").iterdir()) == []
+    new = cuprog(node, cid, "0-1g", "init", "pctx", "0", "info", "fill", "64M", "alloc", "1")
+    assert new[2] == ["info", "0", str(gib), str(gib)]  # cuMemGetInfo: free, total = 1 GiB
+    assert new[3] == ["fill", "2", str(gib)] and new[4] == ["alloc", "2"]
+    assert region.read(str(folder / "region")).devices[0].limit_bytes == gib
+    assert node.release(cid).returncode == 0
+    assert not folder.exists()
+
+
+def test_a_leftover_folder_that_cannot_go_is_refused(node: Node) -> None:
+    """What gpuslice did not put in a container's folder keeps it from being made
+    fresh: the start is refused with the folder named, and nothing is held."""
+    folder = node.state_dir / "containers" / "left"
+    folder.mkdir(parents=True)
+    (folder / "region").write_bytes(b"old region")
+    (folder / "notes.txt").write_text("the tenant's\n")
+    res = node.create("left", "0-6g")
+    assert res.returncode == 2
+    assert err(res) == (f"gpuslice-hook: error: {folder} is left by an earlier container of "
+                        "this id and holds what gpuslice did not put there; remove it, then "
+                        "start the container again")
+    assert all(v == [] for v in node.held().values())
+    assert not (folder / "region").exists()  # gpuslice's own file went all the same
+    (folder / "notes.txt").unlink()
+    assert node.create("left", "0-6g").returncode == 0
+
+
+def test_policy_has_one_owner_the_accountant(node: Node) -> None:
+    """Admission and status follow the recorded policy; a changed file takes effect with
+    `gpuslice config apply`, without a new spec, and status says they differ until then."""
+    with_profile(node, "{name: 1g-40, memory: 1GiB, cores: 40}")  # the profiles list is last
+    spec = next(node.host.spec_dir.glob("gpuslice.yaml"))
+    generated = spec.read_bytes()
+    for cid in ("a", "b"):
+        assert node.create(cid, "0-6g").returncode == 0
+    node.config.write_text(node.config.read_text() + "memory_overcommit: 1.5\ncores_limit: 60\n")
+    res = node.create("c", "0-6g")
+    assert res.returncode == 1 and "4096 MiB free of 16384 MiB" in err(res)  # the recorded 1.0
+    doc = json.loads(gpuslice(node, "status", "--json").stdout)
+    assert doc["policy"] == {"placement": "binpack", "memory_overcommit": 1.0, "cores_limit": 100}
+    assert doc["policy_file_differs"] == {
+        "memory_overcommit": {"recorded": 1.0, "file": 1.5},
+        "cores_limit": {"recorded": 100, "file": 60}}
+    assert doc["cards"][0]["free_mib"] == 4096
+    text = gpuslice(node, "status").stdout.splitlines()
+    assert text[:3] == [
+        "policy: placement binpack, memory_overcommit 1, cores_limit 100",
+        "policy: the configuration file says memory_overcommit 1.5, the accountant admits by "
+        "1.0: `gpuslice config apply` records the file's",
+        "policy: the configuration file says cores_limit 60, the accountant admits by 100: "
+        "`gpuslice config apply` records the file's"]
+    res = gpuslice(node, "config", "apply")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (f"{node.db}: admission policy recorded: placement binpack, "
+                          "memory_overcommit 1.5, cores_limit 60\n")
+    assert "already recorded" in gpuslice(node, "config", "apply").stdout
+    assert spec.read_bytes() == generated  # the spec is not touched
+    assert node.create("c", "0-6g").returncode == 0  # 18 of 24 GiB
+    doc = json.loads(gpuslice(node, "status", "--json").stdout)
+    assert doc["policy_file_differs"] == {} and doc["cards"][0]["free_mib"] == 24576 - 18432
+    assert node.create("p1", "1-1g-40").returncode == 0
+    res = node.create("p2", "1-1g-40")
+    assert res.returncode == 1 and "has 20% of its compute left, 40% asked" in err(res)
+    # cdi generate records the file's policy too.
+    node.config.write_text(node.config.read_text().replace("cores_limit: 60", "cores_limit: 80"))
+    node.generate()
+    assert rows(node.db, "SELECT cores_limit FROM policy") == [(80,)]
+    assert node.create("p2", "1-1g-40").returncode == 0

@@ -876,3 +876,55 @@ def test_malformed_priority_is_named_and_normal_is_kept(shim: Shim, tmp_path: Pa
     rows = results(res)
     assert rc_of(rows, "launch") == 0 and rc_of(rows, "alloc") == 0  # nothing fails closed
     assert s.region().devices[0].priority == "normal"
+
+
+# ------------------------------------------ a region the shim did not make
+
+
+def region_bytes(limits: Tuple[int, int] = (0, 0), lock: bool = False) -> bytes:
+    """A region with a valid header: limits per device, the rest zero (lock
+    True: the lock bytes of a region a shim made, copied in)."""
+    ffi = cheader.ffi()
+    r = ffi.new("struct gpuslice_region *")
+    r.magic = cheader.constant("GPUSLICE_REGION_MAGIC")
+    r.version = cheader.constant("GPUSLICE_REGION_VERSION")
+    r.size = ffi.sizeof("struct gpuslice_region")
+    r.devices[0].limit_bytes, r.devices[1].limit_bytes = limits
+    return bytes(ffi.buffer(r))
+
+
+def test_a_zero_body_region_caps_by_the_environment(shim: Shim) -> None:
+    """A header and nothing behind it (zeroed, or forged): the process's own
+    caps hold, and the region is made anew for the others."""
+    shim.state.mkdir(parents=True)
+    (shim.state / "region").write_bytes(region_bytes())
+    res = shim.run("direct", "init", "pctx", "0", "info", "fill", "64M", "alloc", "1")
+    rows = results(res)
+    assert value_of(rows, "info") == [0, GIB, GIB]
+    assert value_of(rows, "fill") == [OOM, GIB] and rc_of(rows, "alloc") == OOM
+    assert "has a header but no region behind it; made anew" in res.stderr
+    assert [d.limit_bytes for d in shim.region().devices[:2]] == [GIB, 2 * GIB]
+
+
+def test_the_environment_wins_over_a_regions_caps(shim: Shim) -> None:
+    """A region left with other caps (5 GiB, by an earlier container of the same
+    id): the environment's (the spec's, 1 GiB) hold and the region says so."""
+    old = shim.with_env(GPUSLICE_MEMORY_LIMIT_0="5GiB", GPUSLICE_CORE_LIMIT_0="70")
+    p = old.start("direct", "init", "pctx", "0", "alloc", "512M", "hold")
+    wait_held(p)
+    assert shim.region().devices[0].limit_bytes == 5 * GIB
+    res = shim.run("direct", "init", "pctx", "0", "info", "fill", "64M")
+    rows = results(res)
+    assert value_of(rows, "info") == [0, GIB - 512 * MIB, GIB]  # the usage is kept
+    assert value_of(rows, "fill") == [OOM, GIB - 512 * MIB]
+    assert "device 0 had cap 5368709120 bytes, 70%; this process's environment says " \
+        "1073741824 bytes, 0%, which the region holds now" in res.stderr
+    d = shim.region().devices[0]
+    assert (d.limit_bytes, d.core_limit) == (GIB, 0)
+    release(p)
+    # A process that sets no limit (a clean environment under ld.so.preload)
+    # keeps the region's: the container's other processes wrote them.
+    bare = shim.with_env(GPUSLICE_MEMORY_LIMIT_0=None, GPUSLICE_MEMORY_LIMIT_1=None)
+    rows = results(bare.run("direct", "init", "pctx", "0", "info"))
+    assert value_of(rows, "info")[2] == GIB  # the total seen is the region's cap
+    assert shim.region().devices[0].limit_bytes == GIB

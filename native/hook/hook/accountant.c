@@ -12,14 +12,24 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gpuslice/statedb.h"
 #include "procs.h"
 #include "pyfmt.h"
 #include "util.h"
 
+enum placement { BINPACK, SPREAD };
+
+/* The node's admission policy: the policy table's one row (accountant.py). */
+struct policy {
+    double overcommit;   /* 1.0-16.0 */
+    enum placement placement;
+    int64_t cores_limit; /* 1-100 */
+};
+
 struct gs_acct {
     sqlite3 *db;
     char *path;
-    struct gs_policy policy;
+    struct policy policy; /* read in each admission's transaction */
 };
 
 struct card {
@@ -113,58 +123,60 @@ static int first_row(struct gs_acct *a, const char *sql, int *has_row, sqlite3_s
     return GS_OK;
 }
 
-/* The schema is Python's to make and migrate: this side only checks that
- * it is the one it was written for. */
-static int schema_check(struct gs_acct *a)
+/* One integer PRAGMA (application_id, user_version) into *out. */
+static int pragma_int(struct gs_acct *a, const char *sql, long long *out)
 {
-    const char *path = a->path;
-    sqlite3_stmt *st;
-    int has_meta, row;
-    if (first_row(a, "SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'", &has_meta,
-               &st) != GS_OK)
+    sqlite3_stmt *st = NULL;
+    int row = 0;
+    if (first_row(a, sql, &row, &st) != GS_OK)
         return GS_ERROR;
+    *out = row ? sqlite3_column_int64(st, 0) : 0;
     sqlite3_finalize(st);
-    long long version = 0;
-    if (has_meta) {
-        if (first_row(a, "SELECT value FROM meta WHERE key='schema_version'", &row, &st) != GS_OK)
-            return GS_ERROR;
-        const char *v = row ? (const char *)sqlite3_column_text(st, 0) : NULL;
-        if (v) {
-            char *end = NULL;
-            errno = 0;
-            version = strtoll(v, &end, 10);
-            while (*end == ' ' || *end == '\n' || *end == '\t')
-                end++;
-            if (errno || end == v || *end) {
-                struct gs_str b = {0};
-                gs_py_repr_bytes(&b, v, strlen(v));
-                sqlite3_finalize(st);
-                int r = gs_fail("%s: schema version %s is not a number; run `gpuslice cdi "
-                                "generate` with this gpuslice", path, gs_str_cstr(&b));
-                gs_str_free(&b);
-                return r;
-            }
-        }
-        sqlite3_finalize(st);
-    } else {
-        if (first_row(a, "SELECT count(*) FROM sqlite_master", &row, &st) != GS_OK)
-            return GS_ERROR;
-        long long others = row ? sqlite3_column_int64(st, 0) : 0;
-        sqlite3_finalize(st);
-        if (others)
-            return gs_fail("%s: holds tables that are not gpuslice's; refusing to touch it", path);
-    }
-    if (version > GS_SCHEMA_VERSION)
-        return gs_fail("%s: schema version %lld is newer than this gpuslice knows (%d); "
-                       "upgrade gpuslice", path, version, GS_SCHEMA_VERSION);
-    if (version < GS_SCHEMA_VERSION)
-        return gs_fail("%s: schema version %lld is older than this gpuslice knows (%d); run "
-                       "`gpuslice cdi generate` with this gpuslice", path, version,
-                       GS_SCHEMA_VERSION);
     return GS_OK;
 }
 
-int gs_acct_open(const char *path, const struct gs_policy *policy, struct gs_acct **out)
+/* The schema is Python's to make and migrate: this side only checks that
+ * the file names itself gpuslice's (statedb.h) at the version it was built
+ * for. A file of gpuslice 1 or 2 (no application_id; a meta table) is
+ * older; an empty one was never made by `gpuslice cdi generate`. */
+static int schema_check(struct gs_acct *a)
+{
+    const char *path = a->path;
+    long long app_id, version, tables, meta;
+    if (pragma_int(a, "PRAGMA application_id", &app_id) != GS_OK ||
+        pragma_int(a, "PRAGMA user_version", &version) != GS_OK)
+        return GS_ERROR;
+    if (app_id != GPUSLICE_DB_APPLICATION_ID) {
+        if (app_id != 0)
+            return gs_fail("%s: application_id %#010llx is not gpuslice's (%#010x): another "
+                           "program's SQLite file; refusing to touch it (check the "
+                           "configuration key database)", path, app_id,
+                           GPUSLICE_DB_APPLICATION_ID);
+        if (pragma_int(a, "SELECT count(*) FROM sqlite_master", &tables) != GS_OK ||
+            pragma_int(a, "SELECT count(*) FROM sqlite_master WHERE type='table' AND "
+                          "name='meta'", &meta) != GS_OK)
+            return GS_ERROR;
+        if (version == 0 && tables == 0)
+            return gs_fail("%s: is empty, not a gpuslice database yet; run `gpuslice cdi "
+                           "generate` (it records the cards)", path);
+        if (version == 0 && meta)
+            return gs_fail("%s: made by an older gpuslice (schema version 1 or 2); run "
+                           "`gpuslice cdi generate` with this gpuslice (it upgrades the "
+                           "database in place, rows kept)", path);
+        return gs_fail("%s: holds tables that are not gpuslice's; refusing to touch it (check "
+                       "the configuration key database)", path);
+    }
+    if (version > GPUSLICE_DB_SCHEMA_VERSION)
+        return gs_fail("%s: schema version %lld is newer than this gpuslice knows (%d); "
+                       "upgrade gpuslice", path, version, GPUSLICE_DB_SCHEMA_VERSION);
+    if (version < GPUSLICE_DB_SCHEMA_VERSION)
+        return gs_fail("%s: schema version %lld is older than this gpuslice knows (%d); run "
+                       "`gpuslice cdi generate` with this gpuslice", path, version,
+                       GPUSLICE_DB_SCHEMA_VERSION);
+    return GS_OK;
+}
+
+int gs_acct_open(const char *path, struct gs_acct **out)
 {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -185,7 +197,6 @@ int gs_acct_open(const char *path, const struct gs_policy *policy, struct gs_acc
     struct gs_acct *a = gs_xmalloc(sizeof *a);
     a->db = db;
     a->path = gs_xstrdup(path);
-    a->policy = *policy;
     sqlite3_busy_timeout(db, GS_BUSY_TIMEOUT_MS);
     /* The schema before journal_mode=WAL, which writes to the file: a file
      * that is not ours is left as it was. */
@@ -486,7 +497,8 @@ static int card_usage(struct gs_acct *a, const struct card *c, struct usage *u)
 
 static int64_t capacity_mib(const struct gs_acct *a, const struct card *c)
 {
-    return (int64_t)((double)c->total_mib * a->policy.overcommit); /* Python's int(): toward 0 */
+    /* Python's int(): toward 0 (accountant.Policy.capacity_mib) */
+    return (int64_t)((double)c->total_mib * a->policy.overcommit);
 }
 
 static int64_t free_mib(const struct gs_acct *a, const struct card *c, const struct usage *u)
@@ -709,7 +721,7 @@ static int admit_locked(struct gs_acct *a, const struct gs_request *req,
             continue;
         }
         int64_t pf = free_mib(a, cand[pick], &use[pick]);
-        if (a->policy.placement == GS_SPREAD
+        if (a->policy.placement == SPREAD
                 ? (f > pf || (f == pf && cand[i]->index < cand[pick]->index))
                 : (f < pf || (f == pf && cand[i]->index < cand[pick]->index)))
             pick = i;
@@ -734,22 +746,85 @@ out:
     return rc;
 }
 
+/* The policy row, checked against the table's rules once more (a CHECK
+ * can be switched off by whoever writes the file). */
+static int load_policy(struct gs_acct *a)
+{
+    static const char fix[] = "run `gpuslice config apply` (it records the configuration's)";
+    sqlite3_stmt *st = prepare(a, "SELECT placement, memory_overcommit, cores_limit FROM "
+                                  "policy WHERE id=1");
+    if (!st)
+        return GS_ERROR;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE)
+            return sql_fail(a);
+        return gs_fail("%s: no admission policy recorded; run `gpuslice cdi generate` or "
+                       "`gpuslice config apply` (they record the configuration's)", a->path);
+    }
+    const char *placement = (const char *)sqlite3_column_text(st, 0);
+    double overcommit = sqlite3_column_double(st, 1);
+    int64_t cores_limit = sqlite3_column_int64(st, 2);
+    int typed = sqlite3_column_type(st, 1) == SQLITE_FLOAT &&
+                sqlite3_column_type(st, 2) == SQLITE_INTEGER;
+    int r = GS_OK;
+    if (!placement || (strcmp(placement, "binpack") != 0 && strcmp(placement, "spread") != 0)) {
+        struct gs_str q = {0};
+        gs_json_quote(&q, placement ? placement : "");
+        r = gs_fail("%s: policy placement %s is not binpack or spread; %s", a->path, q.s, fix);
+        gs_str_free(&q);
+    } else if (!typed || !(overcommit >= 1.0 && overcommit <= 16.0))
+        r = gs_fail("%s: policy memory_overcommit %g is not a number from 1.0 to 16.0; %s",
+                    a->path, overcommit, fix);
+    else if (cores_limit < 1 || cores_limit > 100)
+        r = gs_fail("%s: policy cores_limit %lld is not a whole number from 1 to 100; %s",
+                    a->path, (long long)cores_limit, fix);
+    else
+        a->policy = (struct policy){overcommit, strcmp(placement, "spread") == 0 ? SPREAD
+                                                                                 : BINPACK,
+                                    cores_limit};
+    sqlite3_finalize(st);
+    return r;
+}
+
+/* Whether the container holds anything yet (another device's hook may have
+ * admitted it already). */
+static int holds_any(struct gs_acct *a, const char *cid, int *any)
+{
+    sqlite3_stmt *st = prepare(a, "SELECT 1 FROM reservations WHERE container_id=? LIMIT 1");
+    if (!st)
+        return GS_ERROR;
+    text(st, 1, cid);
+    int rc = sqlite3_step(st);
+    *any = rc == SQLITE_ROW;
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? GS_OK : sql_fail(a);
+}
+
 int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
-                  struct gs_reservations *out)
+                  struct gs_reservations *out, struct gs_reservations *reclaimed, int *first)
 {
     if (begin(a) != GS_OK)
         return GS_ERROR;
-    struct gs_reservations dead = {0};
-    int rc = reclaim_dead(a, &dead);
-    gs_reservations_free(&dead);
-    size_t first = out->n;
+    size_t held = out->n, dead = reclaimed->n;
+    int any = 0;
+    int rc = load_policy(a);
+    if (rc == GS_OK)
+        rc = reclaim_dead(a, reclaimed);
+    if (rc == GS_OK && n > 0)
+        rc = holds_any(a, reqs[0].container_id, &any);
     for (size_t i = 0; rc == GS_OK && i < n; i++)
         rc = admit_locked(a, &reqs[i], out);
     rc = finish(a, rc);
-    if (rc != GS_OK) { /* nothing was written: nothing is held */
-        for (size_t i = first; i < out->n; i++)
+    if (rc != GS_OK) { /* nothing was written: nothing is held, nothing reclaimed */
+        for (size_t i = held; i < out->n; i++)
             reservation_free(&out->v[i]);
-        out->n = first;
+        out->n = held;
+        for (size_t i = dead; i < reclaimed->n; i++)
+            reservation_free(&reclaimed->v[i]);
+        reclaimed->n = dead;
     }
+    *first = !any;
     return rc;
 }

@@ -1,10 +1,13 @@
 /*
  * The node accountant's write side, on the SQLite database that
- * ocihook/accountant.py creates (schema, migrations and card records are
- * Python's; this side reads and writes rows only, and never creates a
- * table). The rules: memory
- * within total x overcommit, whole cards exclusive, compute caps adding up
- * to cores_limit, no slice of a MIG card, nothing new on an unhealthy card.
+ * ocihook/accountant.py creates (schema, migrations, card records and the
+ * admission policy are Python's; this side reads and writes rows only, and
+ * never creates a table). It opens only a file whose application_id and
+ * user_version are gpuslice/statedb.h's. The rules: memory within total x
+ * memory_overcommit, whole cards exclusive, compute caps adding up to
+ * cores_limit, no slice of a MIG card, nothing new on an unhealthy card;
+ * placement binpack or spread; the policy (placement, memory_overcommit,
+ * cores_limit) is the policy table's row, read inside each admission.
  * Each operation is one BEGIN IMMEDIATE transaction, so hooks that start at
  * the same moment serialise on the database's write lock.
  */
@@ -14,18 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Must equal SCHEMA_VERSION in ocihook/accountant.py (a test compares them). */
-#define GS_SCHEMA_VERSION 2
-
 #define GS_BUSY_TIMEOUT_MS 30000
-
-enum gs_placement { GS_BINPACK, GS_SPREAD };
-
-struct gs_policy {
-    double overcommit;    /* 1.0-16.0 */
-    enum gs_placement placement;
-    int64_t cores_limit;  /* 1-100 */
-};
 
 /* What one device of a container asks for (accountant.Request). */
 struct gs_request {
@@ -61,17 +53,21 @@ void gs_reservations_free(struct gs_reservations *list);
 
 struct gs_acct;
 
-/* Open an existing database (never create one) and check its schema
- * version. GS_OK, or GS_ERROR with the message. */
-int gs_acct_open(const char *path, const struct gs_policy *policy, struct gs_acct **out);
+/* Open an existing database (never create one) and check that it is
+ * gpuslice's, at this schema version. GS_OK, or GS_ERROR with the message. */
+int gs_acct_open(const char *path, struct gs_acct **out);
 void gs_acct_close(struct gs_acct *a);
 
-/* Reserve every request or none, after reclaiming dead reservations.
- * GS_OK and one reservation per request in out; GS_NO with the refusal;
- * GS_ERROR. A request already held (same container, device and, for one
+/* Reserve every request or none (all of one container), by the recorded
+ * policy, after reclaiming dead reservations. GS_OK and one reservation
+ * per request in out, what was reclaimed in reclaimed (their state dirs
+ * are the caller's to remove), *first: the container held nothing before
+ * (its state dir is to be made fresh); GS_NO with the refusal; GS_ERROR.
+ * On GS_NO or GS_ERROR nothing was written and nothing is added to out or
+ * reclaimed. A request already held (same container, device and, for one
  * card, card) gives the reservation it holds: the hook ran twice. */
 int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
-                  struct gs_reservations *out);
+                  struct gs_reservations *out, struct gs_reservations *reclaimed, int *first);
 
 /* Drop all a container holds, an event of kind `why` for each row
  * ("release", "undo", "operator-release"); out gets what was held. */

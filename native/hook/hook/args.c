@@ -16,14 +16,13 @@
 
 static const char *const usages[] = {
     "gpuslice-hook create --device NAME --database DB --state-dir DIR [--card UUID]... "
-    "[--exclusive] [--memory-mib N] [--cores N] [--priority high|normal|low] [--overcommit X] "
-    "[--placement binpack|spread] [--cores-limit N] [--preload env|ld.so.preload]",
+    "[--exclusive] [--memory-mib N] [--cores N] [--priority high|normal|low] "
+    "[--preload env|ld.so.preload]",
     "gpuslice-hook release --database DB --state-dir DIR [--id CID]",
     "gpuslice-hook gc --database DB --state-dir DIR",
-    "gpuslice-hook admit --database DB [--state-dir DIR] --id CID --device NAME "
+    "gpuslice-hook admit --database DB --state-dir DIR --id CID --device NAME "
     "[--card UUID]... [--exclusive] [--memory-mib N] [--cores N] [--priority high|normal|low] "
-    "[--overcommit X] [--placement binpack|spread] [--cores-limit N] [--pid N [--pid-start T]] "
-    "[--runtime NAME]",
+    "[--pid N [--pid-start T]] [--runtime NAME]",
 };
 
 static const char help_text[] =
@@ -38,8 +37,8 @@ static const char help_text[] =
     "Request: --card UUID (repeatable; none: placement picks), --exclusive (whole card(s);\n"
     "several --card: all or none), --memory-mib N (a slice), --cores N (0-100, 0: no cap),\n"
     "--priority high|normal|low (a slice's; default normal).\n"
-    "Policy: --overcommit X (1.0-16.0, default 1.0), --placement binpack|spread (default\n"
-    "binpack), --cores-limit N (1-100, default 100).\n"
+    "Policy (placement, memory overcommit, cores limit): the accountant's, read in each\n"
+    "admission (`gpuslice config apply` records the configuration's).\n"
     "Exit: 0 ok, 1 refused, 2 bad input or usage.\n";
 
 static const struct {
@@ -49,16 +48,12 @@ static const struct {
 } optdefs[O_COUNT] = {
     [O_DEVICE] = {"--device", 1, V_CREATE | V_ADMIT},
     [O_DATABASE] = {"--database", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT},
-    /* admit makes no dir; it takes --state-dir so that callers can pass the
-     * common arguments (--database, --state-dir) to every verb. */
+    /* admit makes no dir, but removes those of the dead containers it reclaims. */
     [O_STATE_DIR] = {"--state-dir", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT},
     [O_CARD] = {"--card", 1, REQUEST_VERBS},
     [O_EXCLUSIVE] = {"--exclusive", 0, REQUEST_VERBS},
     [O_MEMORY] = {"--memory-mib", 1, REQUEST_VERBS},
     [O_CORES] = {"--cores", 1, REQUEST_VERBS},
-    [O_OVERCOMMIT] = {"--overcommit", 1, REQUEST_VERBS},
-    [O_PLACEMENT] = {"--placement", 1, REQUEST_VERBS},
-    [O_CORES_LIMIT] = {"--cores-limit", 1, REQUEST_VERBS},
     [O_PRELOAD] = {"--preload", 1, V_CREATE},
     [O_PRIORITY] = {"--priority", 1, REQUEST_VERBS},
     [O_ID] = {"--id", 1, V_RELEASE | V_ADMIT},
@@ -153,19 +148,6 @@ static int choice(enum opt o, const char *s, const char *const *names, int n, in
     return rc;
 }
 
-static int check_overcommit(const char *s, double *out)
-{
-    /* digits[.digits]: no sign, exponent, hex, inf or nan */
-    size_t i = strspn(s, "0123456789");
-    if (i > 0 && s[i] == '.' && s[i + 1])
-        i += 1 + strspn(s + i + 1, "0123456789");
-    double v = i > 0 && s[i] == '\0' && i < 32 ? strtod(s, NULL) : 0;
-    if (v < 1.0 || v > 16.0)
-        return bad_value(O_OVERCOMMIT, s, "is not a number from 1.0 to 16.0");
-    *out = v;
-    return GS_OK;
-}
-
 /* A CDI device name (cdi/names.py validate_device_name): letters, digits
  * and _ - . : inside, a letter or digit at both ends; at most 128 here. */
 static int check_device(const char *name)
@@ -218,10 +200,8 @@ static int check_abs_path(enum opt o, const char *path)
     return GS_OK;
 }
 
-/* The choices of --placement (in enum gs_placement's order), --preload (its
- * index is preload_file) and --priority (the accountant's CHECK on the
- * column; cdi/profiles.py PRIORITIES). */
-static const char *const placements[] = {"binpack", "spread"};
+/* The choices of --preload (its index is preload_file) and --priority (the
+ * accountant's CHECK on the column; cdi/profiles.py PRIORITIES). */
 static const char *const preloads[] = {"env", "ld.so.preload"};
 static const char *const priorities[] = {"high", "normal", "low"};
 #define COUNT(v) ((int)(sizeof v / sizeof v[0]))
@@ -229,7 +209,6 @@ static const char *const priorities[] = {"high", "normal", "low"};
 int gs_parse_args(int argc, char **argv, struct gs_args *a)
 {
     memset(a, 0, sizeof *a);
-    a->policy = (struct gs_policy){1.0, GS_BINPACK, 100};
     a->priority = "normal";
     a->cards = gs_xmalloc((size_t)argc * sizeof *a->cards);
     static const char general[] = "usage: gpuslice-hook create|release|gc|admit OPTIONS "
@@ -283,14 +262,14 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         a->value[o] = value;
     }
     /* What each verb needs. */
-    static const enum opt needed[][3] = {
-        {O_DEVICE, O_DATABASE, O_STATE_DIR}, /* create */
-        {O_DATABASE, O_STATE_DIR, O_DATABASE},
-        {O_DATABASE, O_STATE_DIR, O_DATABASE},
-        {O_DATABASE, O_ID, O_DEVICE}, /* admit */
+    static const enum opt needed[][4] = {
+        {O_DEVICE, O_DATABASE, O_STATE_DIR, O_DEVICE}, /* create */
+        {O_DATABASE, O_STATE_DIR, O_DATABASE, O_DATABASE},
+        {O_DATABASE, O_STATE_DIR, O_DATABASE, O_DATABASE},
+        {O_DATABASE, O_STATE_DIR, O_ID, O_DEVICE}, /* admit */
     };
     int vi = a->verb == V_CREATE ? 0 : a->verb == V_RELEASE ? 1 : a->verb == V_GC ? 2 : 3;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         if (!a->value[needed[vi][k]])
             return usage_error(a, "%s is required", optdefs[needed[vi][k]].name);
     /* Each value against its rule. */
@@ -299,7 +278,7 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         return GS_ERROR;
     if (check_abs_path(O_DATABASE, v[O_DATABASE]) != GS_OK)
         return GS_ERROR;
-    if (v[O_STATE_DIR] && check_abs_path(O_STATE_DIR, v[O_STATE_DIR]) != GS_OK)
+    if (check_abs_path(O_STATE_DIR, v[O_STATE_DIR]) != GS_OK)
         return GS_ERROR;
     for (size_t k = 0; k < a->n_cards; k++)
         if (check_card(a->cards[k]) != GS_OK)
@@ -308,17 +287,7 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         return GS_ERROR;
     if (v[O_CORES] && whole(O_CORES, v[O_CORES], 0, 100, &a->cores) != GS_OK)
         return GS_ERROR;
-    if (v[O_OVERCOMMIT] && check_overcommit(v[O_OVERCOMMIT], &a->policy.overcommit) != GS_OK)
-        return GS_ERROR;
     int at;
-    if (v[O_PLACEMENT]) {
-        if (choice(O_PLACEMENT, v[O_PLACEMENT], placements, COUNT(placements), &at) != GS_OK)
-            return GS_ERROR;
-        a->policy.placement = (enum gs_placement)at;
-    }
-    if (v[O_CORES_LIMIT] &&
-        whole(O_CORES_LIMIT, v[O_CORES_LIMIT], 1, 100, &a->policy.cores_limit) != GS_OK)
-        return GS_ERROR;
     if (v[O_PRELOAD]) {
         if (choice(O_PRELOAD, v[O_PRELOAD], preloads, COUNT(preloads), &at) != GS_OK)
             return GS_ERROR;

@@ -9,14 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "accountant.h"
-
 enum verb { V_CREATE = 1, V_RELEASE = 2, V_GC = 4, V_ADMIT = 8 };
 
 enum opt {
-    O_DEVICE, O_DATABASE, O_STATE_DIR, O_CARD, O_EXCLUSIVE, O_MEMORY, O_CORES, O_OVERCOMMIT,
-    O_PLACEMENT, O_CORES_LIMIT, O_PRELOAD, O_PRIORITY, O_ID, O_PID, O_PID_START, O_RUNTIME,
-    O_COUNT
+    O_DEVICE, O_DATABASE, O_STATE_DIR, O_CARD, O_EXCLUSIVE, O_MEMORY, O_CORES, O_PRELOAD,
+    O_PRIORITY, O_ID, O_PID, O_PID_START, O_RUNTIME, O_COUNT
 };
 
 #define REQUEST_VERBS (V_CREATE | V_ADMIT)
@@ -28,7 +25,6 @@ struct gs_args {
     const char **cards; /* every --card, in order */
     size_t n_cards;
     int64_t memory_mib, cores, pid, pid_start;
-    struct gs_policy policy;
     int preload_file; /* --preload ld.so.preload */
     const char *priority; /* --priority: "high", "normal" (the default) or "low" */
 };

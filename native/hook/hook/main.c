@@ -1,8 +1,9 @@
 /*
  * gpuslice-hook: the OCI hook that admits a container to a card, and
  * releases it. The command line, the four verbs, and the one line a
- * failure prints. The CDI spec passes everything as arguments: no
- * configuration file is read.
+ * failure prints. The CDI spec passes the request and where things are as
+ * arguments (no configuration file is read); the admission policy is the
+ * accountant's.
  *
  *   create   createContainer: admit, make and mount the state dir
  *   release  poststop (state on stdin), or an operator's (--id)
@@ -53,6 +54,17 @@ static size_t build_requests(const struct gs_args *a, const char *cid, const int
     return n;
 }
 
+/* What an admission reclaimed from dead containers goes with their rows:
+ * their state dirs and regions (the admitted container's own dir is
+ * set_up's to make fresh). */
+static void remove_reclaimed(const char *state_dir, const char *cid,
+                             const struct gs_reservations *dead)
+{
+    for (size_t i = 0; i < dead->n; i++)
+        if (strcmp(dead->v[i].container_id, cid) != 0)
+            gs_remove_container_dir(state_dir, dead->v[i].container_id);
+}
+
 /* "container <id[:12]>: <why>": the refusal, one line. */
 static int refused(const char *cid)
 {
@@ -73,14 +85,18 @@ static int cmd_admit(const struct gs_args *a)
     else if (pid && gs_start_time(a->pid, &start))
         pid_start = &start;
     struct gs_acct *acct;
-    if (gs_acct_open(a->value[O_DATABASE], &a->policy, &acct) != GS_OK)
+    if (gs_acct_open(a->value[O_DATABASE], &acct) != GS_OK)
         return GS_ERROR;
     struct gs_request *reqs;
     size_t n = build_requests(a, cid, pid, pid_start, a->value[O_RUNTIME], &reqs);
-    struct gs_reservations held = {0};
-    int rc = gs_acct_admit(acct, reqs, n, &held);
+    struct gs_reservations held = {0}, dead = {0};
+    int first;
+    int rc = gs_acct_admit(acct, reqs, n, &held, &dead, &first);
     gs_acct_close(acct);
     free(reqs);
+    /* admit makes no dir: a new container's leftover of its id goes too. */
+    remove_reclaimed(a->value[O_STATE_DIR], rc == GS_OK && first ? "" : cid, &dead);
+    gs_reservations_free(&dead);
     if (rc == GS_NO)
         rc = refused(cid);
     for (size_t i = 0; rc == GS_OK && i < held.n; i++)
@@ -89,16 +105,19 @@ static int cmd_admit(const struct gs_args *a)
     return rc;
 }
 
-/* After admission: the state dir, the placement, the mounts, the preload. */
+/* After admission: the state dir (fresh for a container that held nothing
+ * before: what an earlier container of this id left, its region above all,
+ * is not this one's), the placement, the mounts, the preload. */
 static int set_up(const struct gs_args *a, const struct gs_state *st, const struct gs_config *cfg,
-                  const struct gs_request *req, size_t nreq, const struct gs_reservations *held)
+                  const struct gs_request *req, size_t nreq, const struct gs_reservations *held,
+                  int first)
 {
     const char *state_dir = a->value[O_STATE_DIR];
     int dirfd = -1, rc;
     char *path = NULL, *rootfs = NULL;
-    rc = gs_make_container_dir(state_dir, st->id, cfg->uid, cfg->gid, &dirfd, &path);
+    rc = gs_make_container_dir(state_dir, st->id, cfg->uid, cfg->gid, first, &dirfd, &path);
     /* A card the accountant picked (no card, or several to pick from): the
-     * shim shows CUDA only the cards listed in `card`. */
+     * shim shows CUDA only the cards listed in `placement`. */
     if (rc == GS_OK && nreq == 1 && req->n_cards != 1 && held->n == 1) {
         if (held->v[0].card_index < 0)
             rc = gs_fail("card %s is not known to the accountant", held->v[0].card_uuid);
@@ -129,12 +148,13 @@ static int cmd_create(const struct gs_args *a)
     struct gs_config cfg = {0};
     struct gs_acct *acct = NULL;
     struct gs_request *reqs = NULL;
-    struct gs_reservations held = {0};
+    struct gs_reservations held = {0}, dead = {0};
+    int first = 0;
     int rc = gs_read_state(0, &st);
     if (rc != GS_OK)
         return rc;
     if ((rc = gs_read_config(st.bundle, &cfg)) != GS_OK ||
-        (rc = gs_acct_open(a->value[O_DATABASE], &a->policy, &acct)) != GS_OK)
+        (rc = gs_acct_open(a->value[O_DATABASE], &acct)) != GS_OK)
         goto out;
     int has_pid;
     int64_t pid, start;
@@ -144,14 +164,15 @@ static int cmd_create(const struct gs_args *a)
     gs_runtime_of(has_pid, pid, runtime);
     size_t n = build_requests(a, st.id, has_pid ? &pid : NULL, has_start ? &start : NULL,
                               runtime, &reqs);
-    rc = gs_acct_admit(acct, reqs, n, &held);
+    rc = gs_acct_admit(acct, reqs, n, &held, &dead, &first);
+    remove_reclaimed(a->value[O_STATE_DIR], st.id, &dead);
     if (rc == GS_NO) {
         rc = refused(st.id);
         goto out;
     }
     if (rc != GS_OK)
         goto out;
-    rc = set_up(a, &st, &cfg, reqs, n, &held);
+    rc = set_up(a, &st, &cfg, reqs, n, &held, first);
     if (rc != GS_OK) { /* nothing held for a container that cannot start */
         char *why = gs_message_take();
         struct gs_reservations undone = {0};
@@ -170,6 +191,7 @@ static int cmd_create(const struct gs_args *a)
     }
 out:
     gs_reservations_free(&held);
+    gs_reservations_free(&dead);
     free(reqs);
     gs_acct_close(acct);
     gs_config_free(&cfg);
@@ -190,7 +212,7 @@ static int cmd_release(const struct gs_args *a)
     }
     struct gs_acct *acct;
     struct gs_reservations held = {0};
-    int rc = gs_acct_open(db, &a->policy, &acct);
+    int rc = gs_acct_open(db, &acct);
     if (rc == GS_OK) {
         rc = gs_acct_release(acct, cid, a->value[O_ID] ? "operator-release" : "release", &held);
         gs_acct_close(acct);
@@ -214,7 +236,7 @@ static int cmd_gc(const struct gs_args *a)
 {
     struct gs_acct *acct;
     struct gs_reservations dead = {0};
-    int rc = gs_acct_open(a->value[O_DATABASE], &a->policy, &acct);
+    int rc = gs_acct_open(a->value[O_DATABASE], &acct);
     if (rc != GS_OK)
         return rc;
     rc = gs_acct_gc(acct, &dead);

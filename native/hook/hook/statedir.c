@@ -28,11 +28,13 @@ char *gs_path_join(const char *dir, const char *name)
 }
 
 int gs_make_container_dir(const char *state_dir, const char *cid, uid_t uid, gid_t gid,
-                          int *fd_out, char **path_out)
+                          int fresh, int *fd_out, char **path_out)
 {
     char *parent = gs_path_join(state_dir, GPUSLICE_CONTAINERS_DIR);
     char *path = gs_path_join(parent, cid);
     int rc = GS_ERROR, pfd = -1, fd = -1;
+    if (fresh) /* what an earlier container of this id left: its region is not ours */
+        gs_remove_container_dir(state_dir, cid);
     if (gs_mkdirs(parent, 0755) != 0) {
         gs_fail_errno(parent, errno);
         goto out;
@@ -45,9 +47,14 @@ int gs_make_container_dir(const char *state_dir, const char *cid, uid_t uid, gid
             gs_fail_errno(parent, errno);
         goto out;
     }
-    if (mkdirat(pfd, cid, 0755) != 0 && errno != EEXIST) {
-        gs_fail_errno(path, errno);
-        goto out;
+    if (mkdirat(pfd, cid, 0755) != 0) {
+        if (errno != EEXIST)
+            gs_fail_errno(path, errno);
+        else if (fresh)
+            gs_fail("%s is left by an earlier container of this id and holds what gpuslice "
+                    "did not put there; remove it, then start the container again", path);
+        if (errno != EEXIST || fresh)
+            goto out;
     }
     fd = openat(pfd, cid, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {

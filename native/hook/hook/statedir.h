@@ -14,9 +14,13 @@
 char *gs_path_join(const char *dir, const char *name);
 
 /* Make <state_dir>/containers/<id>/ (mode 0755, owned by uid:gid when
- * root); *fd: an O_RDONLY fd of it, *path: its path (malloc'ed). */
+ * root); *fd: an O_RDONLY fd of it, *path: its path (malloc'ed). fresh: for
+ * a container that held nothing before this admission: what an earlier
+ * container of the same id left there (its region, its placement) is
+ * removed first, and a folder that cannot be removed is an error. Else
+ * (another device of the same container) the folder is kept as it is. */
 int gs_make_container_dir(const char *state_dir, const char *cid, uid_t uid, gid_t gid,
-                          int *fd, char **path);
+                          int fresh, int *fd, char **path);
 
 /* The card a card-less device was placed on: "<index> <uuid>\n" in the
  * container dir's `card` file (other lines kept), replaced atomically. */

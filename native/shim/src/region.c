@@ -126,6 +126,42 @@ void gs_map_done(int fd)
     close(fd);
 }
 
+/* gs_region_init leaves a robust, process-shared mutex, never all zero
+ * bytes: a lock of zeros was never initialised (a body zeroed or forged
+ * behind a valid header), and a process-private lock would not wake a
+ * waiter of another process. */
+static int lock_unset(const struct gpuslice_region *r)
+{
+    for (size_t i = 0; i < sizeof r->lock; i++)
+        if (r->lock[i])
+            return 0;
+    return 1;
+}
+
+/* The environment is the operator's figure (the spec sets it): where it
+ * sets a limit, the region's limits become its own, under the creation
+ * lock, usage kept. A region left by something else (an earlier container,
+ * a zeroed body) then caps nothing it was not told to. A process whose
+ * environment sets no limit (one started with a clean environment under
+ * /etc/ld.so.preload) keeps the region's. */
+static void adopt_limits(struct gpuslice_region *r, const char *path)
+{
+    if (gs_cfg.fail_closed || !(gs_cfg.any_limit || gs_cfg.any_core))
+        return;
+    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
+        struct gpuslice_device *d = &r->devices[i];
+        unsigned long long was = __atomic_load_n(&d->limit_bytes, __ATOMIC_RELAXED);
+        unsigned was_core = __atomic_load_n(&d->core_limit, __ATOMIC_RELAXED);
+        if (was == gs_cfg.mem_limit[i] && was_core == gs_cfg.core_limit[i])
+            continue;
+        gs_log_write(GS_LOG_WARN, "%s: device %d had cap %llu bytes, %u%%; this process's "
+                     "environment says %llu bytes, %u%%, which the region holds now", path, i,
+                     was, was_core, gs_cfg.mem_limit[i], gs_cfg.core_limit[i]);
+        __atomic_store_n(&d->limit_bytes, gs_cfg.mem_limit[i], __ATOMIC_RELAXED);
+        __atomic_store_n(&d->core_limit, gs_cfg.core_limit[i], __ATOMIC_RELAXED);
+    }
+}
+
 /* The file, or NULL (logged) if it cannot be used. */
 static struct gpuslice_region *open_file(void)
 {
@@ -162,6 +198,12 @@ static struct gpuslice_region *open_file(void)
     if (magic == 0) {
         /* New, or its creator died before finishing: nobody uses it yet. */
         gs_region_init(r, &gs_cfg);
+    } else if (magic == GPUSLICE_REGION_MAGIC && r->version == GPUSLICE_REGION_VERSION &&
+               r->size == sizeof *r && lock_unset(r)) {
+        /* No shim made this body, so no shim uses it: every mapper passes
+         * here under the flock, and the first one makes it a region. */
+        gs_log_write(GS_LOG_WARN, "%s has a header but no region behind it; made anew", path);
+        gs_region_init(r, &gs_cfg);
     } else if (magic != GPUSLICE_REGION_MAGIC || r->version != GPUSLICE_REGION_VERSION ||
                r->size != sizeof *r) {
         gs_log_write(GS_LOG_WARN, "%s has magic %#x version %u size %u, expected %#x %u %zu; "
@@ -170,11 +212,7 @@ static struct gpuslice_region *open_file(void)
         munmap(m, sizeof *r);
         r = NULL;
     } else {
-        for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
-            if (r->devices[i].limit_bytes != gs_cfg.mem_limit[i] && !gs_cfg.fail_closed)
-                GS_LOG(GS_LOG_INFO, "device %d: the region's cap %llu wins over this process's "
-                       "environment (%llu)", i, r->devices[i].limit_bytes,
-                       gs_cfg.mem_limit[i]);
+        adopt_limits(r, path);
     }
     gs_map_done(fd);
     return r;
