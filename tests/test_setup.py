@@ -392,17 +392,22 @@ GPUSLICE_TABLES = (f'{CRI}.gpuslice]\n'
     (f'version = 2\n{CRI}.gpuslice.options]\n  BinaryName = "/x"\n',
      f'version = 2\n{CRI}.gpuslice]\n  runtime_type = "io.containerd.runc.v2"\n'
      f'{CRI}.gpuslice.options]\n  BinaryName = "/usr/bin/gpuslice-runtime"\n'),
-    # A key added after the table's others, indented as they are; the blank
-    # lines that ended the table still part it from the next.
+    # A key added after the table's others (so before the blank lines that
+    # end it), indented as they are.
     (f'version = 2\n{CRI}.gpuslice.options]\n      Root = "/r"\n\n\n[other]\n',
      f'version = 2\n{CRI}.gpuslice]\n  runtime_type = "io.containerd.runc.v2"\n'
      f'{CRI}.gpuslice.options]\n      Root = "/r"\n'
      '      BinaryName = "/usr/bin/gpuslice-runtime"\n\n\n[other]\n'),
+    # A runtime after the others, indented as they are, a blank line before
+    # it; the blank lines that ended the last one now end it.
+    (f'version = 2\n\n  {CRI}.runc]\n    runtime_type = "x"\n\n\n[other]\n',
+     f'version = 2\n\n  {CRI}.runc]\n    runtime_type = "x"\n\n'
+     + "".join("  " + line for line in GPUSLICE_TABLES.splitlines(True)) + "\n\n[other]\n"),
     # An empty file, and one of comments only.
     ("", f"version = 2\n\n{GPUSLICE_TABLES}"),
     ("# containerd\n", f"# containerd\nversion = 2\n\n{GPUSLICE_TABLES}"),
 ])
-def test_containerd_edit_partial_blocks(text: str, expected: str) -> None:
+def test_containerd_edit_lays_out_what_it_adds(text: str, expected: str) -> None:
     new = containerd.edit(text, "config.toml", "gpuslice", "/usr/bin/gpuslice-runtime")
     assert new == expected
     assert containerd.edit(new, "config.toml", "gpuslice", "/usr/bin/gpuslice-runtime") == new
@@ -590,7 +595,8 @@ def test_podman_cdi_spec_dirs_without_the_default_dir(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text, words", [
     ('[engine]\ncdi_spec_dirs = "/opt/cdi"\n[engine\n', ["line 3, column 8: "]),
     ('[engine]\ncdi_spec_dirs = "/opt/cdi"\n', ["line 2: cdi_spec_dirs is not a list of strings"]),
-    ('[engine]\ncdi_spec_dirs = [\n  "/opt/cdi",\n  2,\n]\n', ["line 2: ", "not a list of strings"]),
+    ('[engine]\ncdi_spec_dirs = [\n  "/opt/cdi",\n  2,\n]\n',
+     ["line 2: ", "not a list of strings"]),
     ('[containers]\n[[engine]]\n', ["line 2: [engine] is an array of tables here"]),
     ('engine = "podman"\n', ["line 1: engine is a value here"]),
 ])
@@ -608,7 +614,8 @@ def test_podman_refuses_what_it_cannot_edit(setup: Setup, text: str, words: List
     ("", '[engine]\ncdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]\n'),
     ("[containers]\n",
      '[containers]\n\n[engine]\ncdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]\n'),
-    ('[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n', '[engine]\ncdi_spec_dirs = ["/opt/cdi", "/srv/cdi"]\n'),
+    ('[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n',
+     '[engine]\ncdi_spec_dirs = ["/opt/cdi", "/srv/cdi"]\n'),
     # Spread over lines: one dir a line, as indented as the first.
     ('[engine]\n  cdi_spec_dirs = [\n    "/opt/cdi",  # site\n  ]\n',
      '[engine]\n  cdi_spec_dirs = [\n    "/opt/cdi",\n    "/srv/cdi",\n]\n'),

@@ -25,7 +25,8 @@ from ocihook.setup.toml_edit import insert, lay_out
 CONTAINERS_CONF = "/etc/containers/containers.conf"
 # Podman 4's CDI spec dirs when containers.conf names none.
 DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
-KEY = ("engine", "cdi_spec_dirs")
+# The table and the key that name them.
+ENGINE, CDI_SPEC_DIRS = "engine", "cdi_spec_dirs"
 
 
 def same_dir(a: str, b: str) -> bool:
@@ -38,13 +39,14 @@ def spec_dirs(text: Optional[str], source: str) -> Tuple[List[str], bool]:
 
 
 def _spec_dirs(doc: TOMLDocument, source: str) -> Tuple[List[str], bool]:
-    engine = toml_edit.table_at(doc, KEY[:1], source)
-    if engine is None or KEY[1] not in engine:
+    engine = toml_edit.table_at(doc, (ENGINE,), source)
+    if engine is None or CDI_SPEC_DIRS not in engine:
         return list(DEFAULT_CDI_DIRS), False
-    dirs = engine[KEY[1]]
+    dirs = engine[CDI_SPEC_DIRS]
     if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
-        raise SetupError(f"{source}: line {toml_edit.line_of(doc, KEY)}: cdi_spec_dirs is not "
-                         "a list of strings; this command cannot edit it")
+        line = toml_edit.line_of(doc, (ENGINE, CDI_SPEC_DIRS))
+        raise SetupError(f"{source}: line {line}: cdi_spec_dirs is not a list of strings; "
+                         "this command cannot edit it")
     return [str(d) for d in dirs], True
 
 
@@ -56,29 +58,31 @@ def edit(text: Optional[str], source: str, spec_dir: str) -> str:
     if any(same_dir(spec_dir, d) for d in dirs):
         return text if text is not None else ""
     wanted = dirs + [spec_dir]
-    engine = toml_edit.table_at(doc, KEY[:1], source)
+    engine = toml_edit.table_at(doc, (ENGINE,), source)
     if engine is None:
         table = tomlkit.table()
         value = tomlkit.item(wanted)
-        table.add(KEY[1], value)
-        insert(doc, doc, KEY[0], table)
+        table.add(CDI_SPEC_DIRS, value)
+        insert(doc, doc, ENGINE, table)
         lay_out(table, "\n" if text else "")
         lay_out(value, "")
     elif named:
-        engine[KEY[1]] = _dirs_value(wanted, engine[KEY[1]].as_string())  # its comment kept
+        # Its key, comment and line end kept.
+        engine[CDI_SPEC_DIRS] = _dirs_value(wanted, engine[CDI_SPEC_DIRS].as_string())
     else:
         # A table that holds only tables gets its header here, and a blank
         # line parts its key from the first of those.
         headless = not toml_edit.has_header(engine)
         value = tomlkit.item(wanted)
         indent = "" if headless else toml_edit.key_indent(engine, toml_edit.header_indent(engine))
-        insert(doc, engine, KEY[1], value)
+        insert(doc, engine, CDI_SPEC_DIRS, value)
         lay_out(value, indent, "\n\n" if headless else "\n")
         if headless and isinstance(engine, Table):
             lay_out(engine, "")
     new = doc.as_string()
     toml_edit.check_reads_back(
-        new, source, lambda d: any(same_dir(spec_dir, x) for x in toml_edit.dig(d, *KEY) or []),
+        new, source,
+        lambda d: any(same_dir(spec_dir, x) for x in toml_edit.dig(d, ENGINE, CDI_SPEC_DIRS) or []),
         f"[engine] cdi_spec_dirs = {tomlkit.item(wanted).as_string()}")
     return new
 
