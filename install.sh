@@ -35,7 +35,8 @@ if [ "$with_tests" = 1 ]; then
     gcc make libc6-dev libsqlite3-dev python3 python3-pip python3-dev \
     ca-certificates util-linux mount procps \
     git cpio build-essential debhelper dh-python python3-all python3-setuptools \
-    pybuild-plugin-pyproject python3-yaml python3-click python3-cffi rpm lintian rpmlint </dev/null
+    pybuild-plugin-pyproject python3-yaml python3-click python3-cffi python3-tomlkit \
+    rpm lintian rpmlint </dev/null
 fi
 
 pip_args=(-q)

@@ -188,9 +188,9 @@ def setup_group() -> None:
 def setup_docker(state: State, daemon_json: str, name: str, real_runtime: Optional[str],
                  dry_run: bool) -> None:
     """Add gpuslice-runtime to daemon.json's runtimes (Docker 20-24)."""
-    from ocihook import setup_cmd
+    from ocihook.setup import docker
 
-    sys.exit(setup_cmd.docker(state.config, daemon_json, name, real_runtime, dry_run))
+    sys.exit(docker.setup(state.config, daemon_json, name, real_runtime, dry_run))
 
 
 @setup_group.command("containerd")
@@ -202,9 +202,9 @@ def setup_docker(state: State, daemon_json: str, name: str, real_runtime: Option
 @click.pass_obj
 def setup_containerd(state: State, config_toml: str, name: str, dry_run: bool) -> None:
     """Add a CRI runtime that runs gpuslice-runtime (containerd 1.6)."""
-    from ocihook import setup_cmd
+    from ocihook.setup import containerd
 
-    sys.exit(setup_cmd.containerd(state.config, config_toml, name, dry_run))
+    sys.exit(containerd.setup(state.config, config_toml, name, dry_run))
 
 
 @setup_group.command("podman")
@@ -214,9 +214,9 @@ def setup_containerd(state: State, config_toml: str, name: str, dry_run: bool) -
 @click.pass_obj
 def setup_podman(state: State, containers_conf: str, dry_run: bool) -> None:
     """Make sure Podman reads the CDI spec dir (it reads CDI itself)."""
-    from ocihook import setup_cmd
+    from ocihook.setup import podman
 
-    sys.exit(setup_cmd.podman(state.config, containers_conf, dry_run))
+    sys.exit(podman.setup(state.config, containers_conf, dry_run))
 
 
 def main() -> None:

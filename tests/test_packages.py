@@ -435,11 +435,15 @@ def _install_use_remove_purge(packages: Packages, listing: Dict[str, str], dirs_
     installed = Installed(empty, ["/usr/local", REPO, packages.clone], work)
 
     # Only the packaged modules and Debian's packages of the dependencies.
-    res = installed.run("python3", "-c", "import cdi, ocihook, yaml, click, jsonschema, cffi; "
-                        "print('\\n'.join(m.__file__ for m in (cdi, ocihook, yaml, click, "
-                        "jsonschema, cffi)))")
+    res = installed.run("python3", "-c", "import cdi, ocihook, yaml, click, jsonschema, cffi, "
+                        "tomlkit; print('\\n'.join(m.__file__ for m in (cdi, ocihook, yaml, "
+                        "click, jsonschema, cffi, tomlkit)))")
     for module in res.stdout.split():
         assert module.startswith("/usr/lib/python3/dist-packages/"), res.stdout
+    # gpuslice setup's TOML edit, with Debian's tomlkit.
+    res = installed.run("gpuslice", "setup", "containerd", "--config", str(work / "config.toml"),
+                        "--dry-run")
+    assert '+    BinaryName = "%s"' % RUNTIME in res.stdout.splitlines(), res.stdout
     res = installed.run("gpuslice", "config", "show", "--format", "json")
     shown = json.loads(res.stdout)
     assert (shown["shim_path"], shown["hook_path"], shown["runtime_path"]) == (SHIM, HOOK, RUNTIME)

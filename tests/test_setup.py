@@ -14,14 +14,15 @@ from typing import List, Optional
 import pytest
 
 from ocihook import config as config_mod
-from ocihook import setup_cmd
+from ocihook.setup import common, containerd, docker, podman
 
 try:
     import tomllib  # Python 3.11: CI's
 except ImportError:  # pragma: no cover - Python 3.9 and 3.10
     tomllib = None
+import tomlkit
 
-BACKUP = setup_cmd.BACKUP_SUFFIX
+BACKUP = common.BACKUP_SUFFIX
 CRI = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes'
 
 
@@ -236,15 +237,15 @@ def test_docker_keeps_mode_and_writes_through_a_symlink(setup: Setup) -> None:
     '  \n',
 ])
 def test_docker_edit_in_any_layout(text: str) -> None:
-    entry = setup_cmd.docker_entry("/usr/bin/gpuslice-runtime", "/usr/bin/crun")
-    new = setup_cmd.docker_edit(text, "daemon.json", "gpuslice", entry)
+    entry = docker.runtime_entry("/usr/bin/gpuslice-runtime", "/usr/bin/crun")
+    new = docker.edit(text, "daemon.json", "gpuslice", entry)
     doc = json.loads(new)
     assert doc["runtimes"]["gpuslice"] == {
         "path": "/usr/bin/gpuslice-runtime", "runtimeArgs": ["--gpuslice-runtime", "/usr/bin/crun"]}
     old = json.loads(text) if text.strip() else {}
     assert {k: v for k, v in doc.items() if k != "runtimes"} == \
         {k: v for k, v in old.items() if k != "runtimes"}
-    assert setup_cmd.docker_edit(new, "daemon.json", "gpuslice", entry) == new
+    assert docker.edit(new, "daemon.json", "gpuslice", entry) == new
 
 
 # A real dockerd 20.10 starts with what `gpuslice setup docker` writes and runs
@@ -292,26 +293,18 @@ version = 2
 """
 
 
-def read_toml(path: Path) -> Optional[dict]:
-    """The file as Python 3.11's tomllib reads it; None on an older Python."""
-    if tomllib is None:
-        return None
-    return tomllib.loads(path.read_text())
+def toml_loads(text: str) -> dict:
+    """The document as a TOML reader other than the one the edits use reads
+    it: Python 3.11's tomllib; tomlkit's on an older Python."""
+    return tomllib.loads(text) if tomllib is not None else tomlkit.parse(text).unwrap()
+
+
+def read_toml(path: Path) -> dict:
+    return toml_loads(path.read_text())
 
 
 def runtime_of(doc: dict, name: str = "gpuslice") -> dict:
     return doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"][name]
-
-
-@pytest.fixture(params=["parser", "scanner"])
-def toml_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The TOML edits with tomllib's checks where present, and with the line
-    scanner alone (as on Python 3.9): both must give the same text."""
-    if request.param == "scanner":
-        monkeypatch.setattr(setup_cmd, "_toml_parser", lambda: None)
-    elif setup_cmd._toml_parser() is None:
-        pytest.skip("no TOML parser in this Python (tomllib is 3.11's)")
-    return request.param
 
 
 def test_containerd_new_file(setup: Setup) -> None:
@@ -326,10 +319,9 @@ def test_containerd_new_file(setup: Setup) -> None:
         f"  {CRI}.gpuslice.options]\n"
         f'    BinaryName = "{setup.runtime}"\n')
     doc = read_toml(conf)
-    if doc is not None:
-        assert doc["version"] == 2
-        assert runtime_of(doc) == {"runtime_type": "io.containerd.runc.v2",
-                                   "options": {"BinaryName": str(setup.runtime)}}
+    assert doc["version"] == 2
+    assert runtime_of(doc) == {"runtime_type": "io.containerd.runc.v2",
+                               "options": {"BinaryName": str(setup.runtime)}}
     assert "systemctl restart containerd" in res.stderr
     assert f"ctr run --runc-binary {setup.runtime} " in res.stderr
 
@@ -352,10 +344,9 @@ def test_containerd_existing_file_with_other_plugins(setup: Setup) -> None:
         < new.index("untrusted_workload_runtime]")
     assert (setup.tmp / f"config.toml{BACKUP}").read_text() == CONTAINERD_TOML
     doc = read_toml(conf)
-    if doc is not None:
-        assert runtime_of(doc, "gs")["options"] == {"BinaryName": str(setup.runtime)}
-        assert runtime_of(doc, "runc")["options"] == {"BinaryName": "", "SystemdCgroup": False}
-        assert doc["plugins"]["io.containerd.gc.v1.scheduler"]["pause_threshold"] == 0.02
+    assert runtime_of(doc, "gs")["options"] == {"BinaryName": str(setup.runtime)}
+    assert runtime_of(doc, "runc")["options"] == {"BinaryName": "", "SystemdCgroup": False}
+    assert doc["plugins"]["io.containerd.gc.v1.scheduler"]["pause_threshold"] == 0.02
     # Twice: nothing more.
     res = setup.run("containerd", "--config", str(conf), "--name", "gs")
     assert res.returncode == 0 and res.stdout == "" and "already set up" in res.stderr
@@ -382,29 +373,48 @@ def test_containerd_existing_block_updated(setup: Setup) -> None:
         f'+            BinaryName = "{setup.runtime}"  # from an older install',
     ]
     doc = read_toml(conf)
-    if doc is not None:
-        assert runtime_of(doc)["options"] == {"BinaryName": str(setup.runtime),
-                                              "SystemdCgroup": True}
+    assert runtime_of(doc)["options"] == {"BinaryName": str(setup.runtime),
+                                          "SystemdCgroup": True}
 
 
-@pytest.mark.parametrize("text", [
-    # The runtime's table without its options.
-    f'version = 2\n{CRI}.gpuslice]\n  runtime_type = "io.containerd.runsc.v1"\n',
-    # The options without the runtime's own table, nor its type.
-    f'version = 2\n{CRI}.gpuslice.options]\n  BinaryName = "/x"\n',
+GPUSLICE_TABLES = (f'{CRI}.gpuslice]\n'
+                   '  runtime_type = "io.containerd.runc.v2"\n'
+                   f'  {CRI}.gpuslice.options]\n'
+                   '    BinaryName = "/usr/bin/gpuslice-runtime"\n')
+
+
+@pytest.mark.parametrize("text, expected", [
+    # The runtime's table without its options: they follow it, indented.
+    (f'version = 2\n{CRI}.gpuslice]\n  runtime_type = "io.containerd.runsc.v1"\n',
+     f"version = 2\n{GPUSLICE_TABLES}"),
+    # The options without the runtime's own table, nor its type: the header
+    # and the type come before them.
+    (f'version = 2\n{CRI}.gpuslice.options]\n  BinaryName = "/x"\n',
+     f'version = 2\n{CRI}.gpuslice]\n  runtime_type = "io.containerd.runc.v2"\n'
+     f'{CRI}.gpuslice.options]\n  BinaryName = "/usr/bin/gpuslice-runtime"\n'),
+    # A key added after the table's others (so before the blank lines that
+    # end it), indented as they are.
+    (f'version = 2\n{CRI}.gpuslice.options]\n      Root = "/r"\n\n\n[other]\n',
+     f'version = 2\n{CRI}.gpuslice]\n  runtime_type = "io.containerd.runc.v2"\n'
+     f'{CRI}.gpuslice.options]\n      Root = "/r"\n'
+     '      BinaryName = "/usr/bin/gpuslice-runtime"\n\n\n[other]\n'),
+    # A runtime after the others, indented as they are, a blank line before
+    # it; the blank lines that ended the last one now end it.
+    (f'version = 2\n\n  {CRI}.runc]\n    runtime_type = "x"\n\n\n[other]\n',
+     f'version = 2\n\n  {CRI}.runc]\n    runtime_type = "x"\n\n'
+     + "".join("  " + line for line in GPUSLICE_TABLES.splitlines(True)) + "\n\n[other]\n"),
     # An empty file, and one of comments only.
-    "",
-    "# containerd\n",
+    ("", f"version = 2\n\n{GPUSLICE_TABLES}"),
+    ("# containerd\n", f"# containerd\nversion = 2\n\n{GPUSLICE_TABLES}"),
 ])
-def test_containerd_edit_partial_blocks(text: str, toml_reader: str) -> None:
-    new = setup_cmd.containerd_edit(text, "config.toml", "gpuslice", "/usr/bin/gpuslice-runtime")
-    assert setup_cmd.containerd_edit(new, "config.toml", "gpuslice",
-                                     "/usr/bin/gpuslice-runtime") == new
-    if tomllib is not None:
-        doc = tomllib.loads(new)
-        assert doc["version"] == 2
-        assert runtime_of(doc) == {"runtime_type": "io.containerd.runc.v2",
-                                   "options": {"BinaryName": "/usr/bin/gpuslice-runtime"}}
+def test_containerd_edit_lays_out_what_it_adds(text: str, expected: str) -> None:
+    new = containerd.edit(text, "config.toml", "gpuslice", "/usr/bin/gpuslice-runtime")
+    assert new == expected
+    assert containerd.edit(new, "config.toml", "gpuslice", "/usr/bin/gpuslice-runtime") == new
+    doc = toml_loads(new)
+    assert doc["version"] == 2
+    assert runtime_of(doc)["runtime_type"] == "io.containerd.runc.v2"
+    assert runtime_of(doc)["options"]["BinaryName"] == "/usr/bin/gpuslice-runtime"
 
 
 # A `[` in a list or a multi-line string is no table header; quoted keys and
@@ -426,16 +436,15 @@ TRICKY_TOML = "".join([
 
 
 @pytest.mark.parametrize("text", [CONTAINERD_TOML, TRICKY_TOML], ids=["default", "tricky"])
-def test_containerd_scanner_and_parser_agree(text: str, toml_reader: str) -> None:
-    new = setup_cmd.containerd_edit(text, "config.toml", "gpuslice", "/g")
+def test_containerd_edit_in_any_layout(text: str) -> None:
+    new = containerd.edit(text, "config.toml", "gpuslice", "/g")
     assert new.count('BinaryName = "/g"') == 1
-    if tomllib is not None:
-        assert runtime_of(tomllib.loads(new))["options"]["BinaryName"] == "/g"
+    assert runtime_of(toml_loads(new))["options"]["BinaryName"] == "/g"
     if text == TRICKY_TOML:
         assert new == text  # already set up, no final newline: left as it is
-        assert tomllib is None or tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"][
+        assert toml_loads(text)["plugins"]["io.containerd.grpc.v1.cri"][
             "pod_annotations"] == ["[not.a.header]"]
-        new = setup_cmd.containerd_edit(text, "config.toml", "gpuslice", "/h")
+        new = containerd.edit(text, "config.toml", "gpuslice", "/h")
         assert new == text.replace('"/g"', '"/h"') + "\n"  # that line alone
 
 
@@ -444,8 +453,15 @@ def test_containerd_scanner_and_parser_agree(text: str, toml_reader: str) -> Non
                                                                  "version 1"]),
     ('version = 1\n[plugins.cri]\n', ["version = 1", "version 2 files only"]),
     ('version = 3\n', ["containerd 2", "enable_cdi"]),
-    ('version = 2\n[plugins\n', ["line 2"]),
-    ('version = "2"\n', ["line 1", "not a number"]),
+    ('version = 2\n[plugins\n', ["line 2, column 9: "]),
+    ('version = 2\nversion = 2\n', ["line 2, column 1: ", '"version" already exists']),
+    ('version = "2"\n', ["line 1", 'version = "2": not a number']),
+    ('\nversion = true\n', ["line 2", "version = true: not a number"]),
+    (f'version = 2\n\n[{CRI}.gpuslice]]\n', ["line 3: ", ".gpuslice] is an array of tables"]),
+    ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  runtimes = {}\n',
+     ["line 3: ", ".containerd.runtimes is an inline table here"]),
+    ('version = 2\n[plugins]\n  "io.containerd.grpc.v1.cri" = 1\n',
+     ['line 3: plugins."io.containerd.grpc.v1.cri" is a value here']),
 ])
 def test_containerd_refuses_what_it_cannot_edit(setup: Setup, text: str, words: List[str]) -> None:
     conf = setup.tmp / "config.toml"
@@ -454,6 +470,27 @@ def test_containerd_refuses_what_it_cannot_edit(setup: Setup, text: str, words: 
     one_error_line(setup.run("containerd", "--config", str(conf)), str(conf), *words)
     assert snapshot(conf) == before
     assert not (setup.tmp / f"config.toml{BACKUP}").exists()
+
+
+@pytest.mark.parametrize("text", [
+    # Dotted keys that tomlkit does not render as the tables they stand for.
+    '[plugins."io.containerd.grpc.v1.cri".containerd]\n  runtimes.gpuslice.runtime_type = "x"\n',
+    # Tables out of order, on which tomlkit 0.11 and 0.15 fail (AttributeError).
+    '[plugins]\n  [plugins."x".containerd.runtimes]\n  [plugins."y".containerd.runtimes.runc]\n'
+    '  [plugins."x".containerd.runtimes.runc.options]\n',
+])
+def test_containerd_edit_right_or_refused(setup: Setup, text: str) -> None:
+    """What tomlkit reads or renders otherwise than TOML means is refused with
+    one line (the tables to add by hand, where it got that far), never
+    written wrong; should a later tomlkit get it right, the edit must hold."""
+    conf = setup.tmp / "config.toml"
+    conf.write_text("version = 2\n" + text)
+    res = setup.run("containerd", "--config", str(conf))
+    if res.returncode == 0:
+        assert runtime_of(read_toml(conf))["options"]["BinaryName"] == str(setup.runtime)
+    else:
+        one_error_line(res, str(conf), "nothing written")
+        assert conf.read_text() == "version = 2\n" + text
 
 
 def test_containerd_checks_its_options(setup: Setup) -> None:
@@ -478,10 +515,10 @@ def test_containerd_reads_the_result(setup: Setup) -> None:
     conf = setup.tmp / "config.toml"
     conf.write_text(CONTAINERD_TOML)
     assert setup.run("containerd", "--config", str(conf)).returncode == 0
-    containerd = shutil.which("containerd")
-    if containerd is None:
+    binary = shutil.which("containerd")
+    if binary is None:
         pytest.skip("containerd is not installed: the file was not read by containerd")
-    res = subprocess.run([containerd, "--config", str(conf), "config", "dump"],
+    res = subprocess.run([binary, "--config", str(conf), "config", "dump"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert f'BinaryName = "{setup.runtime}"' in res.stdout
@@ -522,9 +559,8 @@ def test_podman_engine_table_added_beside_other_tables(setup: Setup) -> None:
     assert added_lines(text, conf.read_text()) == [
         "[engine]", f'cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "{setup.spec_dir}"]', ""]
     doc = read_toml(conf)
-    if doc is not None:
-        assert doc["engine"]["runtimes"] == {"runc": ["/usr/sbin/runc"]}
-        assert doc["engine"]["cdi_spec_dirs"][-1] == setup.spec_dir
+    assert doc["engine"]["runtimes"] == {"runc": ["/usr/sbin/runc"]}
+    assert doc["engine"]["cdi_spec_dirs"][-1] == setup.spec_dir
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -542,8 +578,7 @@ def test_podman_existing_cdi_spec_dirs_extended(setup: Setup, text: str, expecte
     assert conf.read_text() == expected.replace("{d}", setup.spec_dir)
     assert (setup.tmp / f"containers.conf{BACKUP}").read_text() == text
     doc = read_toml(conf)
-    if doc is not None:
-        assert setup.spec_dir in doc["engine"]["cdi_spec_dirs"]
+    assert setup.spec_dir in doc["engine"]["cdi_spec_dirs"]
 
 
 def test_podman_cdi_spec_dirs_without_the_default_dir(tmp_path: Path) -> None:
@@ -557,30 +592,55 @@ def test_podman_cdi_spec_dirs_without_the_default_dir(tmp_path: Path) -> None:
     assert conf.read_text() == '[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n'
 
 
-def test_podman_refuses_an_unreadable_file(setup: Setup) -> None:
-    conf = setup.tmp / "containers.conf"
-    conf.write_text('[engine]\ncdi_spec_dirs = "/opt/cdi"\n[engine\n')
-    before = snapshot(conf)
-    one_error_line(setup.run("podman", "--containers-conf", str(conf)), str(conf), "line 3")
-    assert snapshot(conf) == before
-
-
-@pytest.mark.parametrize("text", [
-    "", "[containers]\n", '[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n',
-    '[engine]\n  cdi_spec_dirs = [\n    "/opt/cdi",  # site\n  ]\n',
+@pytest.mark.parametrize("text, words", [
+    ('[engine]\ncdi_spec_dirs = "/opt/cdi"\n[engine\n', ["line 3, column 8: "]),
+    ('[engine]\ncdi_spec_dirs = "/opt/cdi"\n', ["line 2: cdi_spec_dirs is not a list of strings"]),
+    ('[engine]\ncdi_spec_dirs = [\n  "/opt/cdi",\n  2,\n]\n',
+     ["line 2: ", "not a list of strings"]),
+    ('[containers]\n[[engine]]\n', ["line 2: [engine] is an array of tables here"]),
+    ('engine = "podman"\n', ["line 1: engine is a value here"]),
 ])
-def test_podman_scanner_and_parser_agree(text: str, toml_reader: str) -> None:
-    new = setup_cmd.podman_edit(text, "containers.conf", "/srv/cdi")
-    assert setup_cmd.podman_edit(new, "containers.conf", "/srv/cdi") == new
-    assert setup_cmd.podman_spec_dirs(new, "containers.conf")[0][-1] == "/srv/cdi"
+def test_podman_refuses_what_it_cannot_edit(setup: Setup, text: str, words: List[str]) -> None:
+    conf = setup.tmp / "containers.conf"
+    conf.write_text(text)
+    before = snapshot(conf)
+    one_error_line(setup.run("podman", "--containers-conf", str(conf)), str(conf), *words,
+                   "nothing written")
+    assert snapshot(conf) == before
+    assert not (setup.tmp / f"containers.conf{BACKUP}").exists()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", '[engine]\ncdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]\n'),
+    ("[containers]\n",
+     '[containers]\n\n[engine]\ncdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]\n'),
+    ('[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n',
+     '[engine]\ncdi_spec_dirs = ["/opt/cdi", "/srv/cdi"]\n'),
+    # Spread over lines: one dir a line, as indented as the first.
+    ('[engine]\n  cdi_spec_dirs = [\n    "/opt/cdi",  # site\n  ]\n',
+     '[engine]\n  cdi_spec_dirs = [\n    "/opt/cdi",\n    "/srv/cdi",\n]\n'),
+    # Added after the table's other keys, indented as they are.
+    ('[engine]\n  num_locks = 2048\n  [engine.runtimes]\n  runc = ["/usr/sbin/runc"]\n',
+     '[engine]\n  num_locks = 2048\n'
+     '  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]\n'
+     '  [engine.runtimes]\n  runc = ["/usr/sbin/runc"]\n'),
+    # Dotted keys.
+    ('engine.cdi_spec_dirs = ["/opt/cdi"]\n', 'engine.cdi_spec_dirs = ["/opt/cdi", "/srv/cdi"]\n'),
+])
+def test_podman_edit_in_any_layout(text: str, expected: str) -> None:
+    new = podman.edit(text, "containers.conf", "/srv/cdi")
+    assert new == expected
+    assert podman.edit(new, "containers.conf", "/srv/cdi") == new
+    assert podman.spec_dirs(new, "containers.conf")[0][-1] == "/srv/cdi"
+    assert toml_loads(new)["engine"]["cdi_spec_dirs"][-1] == "/srv/cdi"
 
 
 # -- the command line -------------------------------------------------------------------
 
 def test_help_shows_the_default_files() -> None:
-    for engine, default in (("docker", setup_cmd.DOCKER_DAEMON_JSON),
-                            ("containerd", setup_cmd.CONTAINERD_CONFIG),
-                            ("podman", setup_cmd.PODMAN_CONTAINERS_CONF)):
+    for engine, default in (("docker", docker.DAEMON_JSON),
+                            ("containerd", containerd.CONFIG_TOML),
+                            ("podman", podman.CONTAINERS_CONF)):
         res = subprocess.run(["gpuslice", "setup", engine, "--help"], capture_output=True,
                              text=True, timeout=60)
         assert res.returncode == 0, res.stderr
@@ -589,11 +649,11 @@ def test_help_shows_the_default_files() -> None:
 
 def test_functions_return_the_status(setup: Setup, capsys: pytest.CaptureFixture) -> None:
     conf = setup.tmp / "config.toml"
-    assert setup_cmd.containerd(setup.cfg(), str(conf), dry_run=True) == 0
+    assert containerd.setup(setup.cfg(), str(conf), dry_run=True) == 0
     out = capsys.readouterr()
     assert out.out.startswith(f"--- /dev/null\n+++ {conf}\n") and not conf.exists()
     with pytest.raises(SystemExit) as exc:
-        setup_cmd.docker(setup.cfg(), str(setup.tmp / "d.json"), name="runc")
+        docker.setup(setup.cfg(), str(setup.tmp / "d.json"), name="runc")
     assert exc.value.code == 2
 
 

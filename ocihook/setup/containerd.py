@@ -1,0 +1,190 @@
+"""`gpuslice setup containerd`: a CRI runtime that runs gpuslice-runtime
+(containerd 1.6, which reads no CDI), in config.toml (version 2).
+
+The runtime is of type runc v2 with gpuslice-runtime as its BinaryName. A new
+one goes after the CRI plugin's other runtimes, indented as they are, a blank
+line before it; where its tables are there already, only runtime_type and
+BinaryName are set (each keeping its comment) or added.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import tomlkit
+from tomlkit.items import Table
+from tomlkit.toml_document import TOMLDocument
+
+from ocihook.config import Config
+from ocihook.messages import error, say, warn
+from ocihook.setup import toml_edit
+from ocihook.setup.common import (DEFAULT_NAME, SetupError, edit_file, example_device,
+                                  warn_no_spec, warn_runtime_missing)
+from ocihook.setup.toml_edit import Holder, insert, lay_out
+
+CONFIG_TOML = "/etc/containerd/config.toml"
+CRI_RUNTIMES = ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")
+RUNC_V2 = "io.containerd.runc.v2"
+
+
+def check_name(name: str) -> None:
+    if not toml_edit.BARE_KEY.fullmatch(name):
+        raise SetupError(f"--name {name!r}: a runtime name here is letters, digits, '_' and '-'")
+    if name == "runc":
+        raise SetupError("--name runc: that is containerd's default runtime; setup adds a "
+                         f"runtime of its own, such as {DEFAULT_NAME}")
+
+
+def by_hand(name: str, binary: str) -> str:
+    """The tables to add, on one line, for a message."""
+    table = toml_edit.render_key(CRI_RUNTIMES + (name,))
+    return (f"[{table}] runtime_type = {tomlkit.string(RUNC_V2).as_string()} "
+            f"[{table}.options] BinaryName = {tomlkit.string(binary).as_string()}")
+
+
+def ready(doc: TOMLDocument, name: str, binary: str) -> bool:
+    runtime = toml_edit.dig(doc, *CRI_RUNTIMES, name)
+    return (isinstance(runtime, dict) and runtime.get("runtime_type") == RUNC_V2
+            and toml_edit.dig(runtime, "options", "BinaryName") == binary)
+
+
+def version(doc: TOMLDocument, source: str) -> Optional[int]:
+    """The root's `version`, None when there is none (containerd then reads version 1)."""
+    if "version" not in doc:
+        return None
+    value = doc["version"]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SetupError(f"{source}: line {toml_edit.line_of(doc, ('version',))}: "
+                         f"version = {doc.item('version').as_string()}: not a number")
+    return int(value)
+
+
+def cri_disabled(text: Optional[str], source: str) -> bool:
+    """Whether the file's disabled_plugins turns off the CRI plugin (as the
+    config.toml that Docker's containerd.io package ships does)."""
+    disabled = toml_edit.parse(text, source).get("disabled_plugins")
+    return isinstance(disabled, list) and any(
+        plugin in ("cri", "io.containerd.grpc.v1.cri") for plugin in disabled)
+
+
+def edit(text: Optional[str], source: str, name: str, binary: str) -> str:
+    """config.toml with the CRI runtime `name` of type runc v2 whose binary is
+    `binary`; a missing or empty file becomes a version 2 file holding it."""
+    doc = toml_edit.parse(text, source)
+    found = version(doc, source)
+    if not doc:  # no key, no table: comments at most
+        two = tomlkit.item(2)
+        insert(doc, doc, "version", two)
+        lay_out(two, "")
+    elif found is None:
+        raise SetupError(f"{source}: no `version = 2` line, so containerd reads it as a "
+                         "version 1 file; this command edits version 2 files only "
+                         "(`containerd config default` prints one to start from)")
+    elif found == 3:
+        raise SetupError(f"{source}: version = 3 is containerd 2's format; containerd 2 "
+                         "reads CDI specs itself (enable_cdi) and needs no runtime wrapper")
+    elif found != 2:
+        raise SetupError(f"{source}: version = {found}: this command edits version 2 "
+                         "files only (containerd 1.6)")
+    if ready(doc, name, binary):
+        return text or ""
+
+    runtime = toml_edit.table_at(doc, CRI_RUNTIMES + (name,), source)
+    if runtime is None:
+        _add_runtime(doc, source, name, binary)
+    else:
+        options = toml_edit.table_at(doc, CRI_RUNTIMES + (name, "options"), source)
+        indent = toml_edit.header_indent(runtime)
+        headless = not toml_edit.has_header(runtime)
+        _set_string(doc, runtime, "runtime_type", RUNC_V2, indent + "  ")
+        if headless and isinstance(runtime, Table):  # runtime_type gave it its header
+            lay_out(runtime, indent)
+        if options is None:
+            _add_options(doc, runtime, binary, indent + "  ")
+        else:
+            _set_string(doc, options, "BinaryName", binary,
+                        toml_edit.header_indent(options) + "  ")
+    new = doc.as_string()
+    toml_edit.check_reads_back(new, source, lambda d: ready(d, name, binary),
+                               by_hand(name, binary))
+    return new
+
+
+def _add_runtime(doc: TOMLDocument, source: str, name: str, binary: str) -> None:
+    """The runtime's tables, after the last table that the deepest of the CRI
+    plugin's tables already there holds, indented as the other runtimes."""
+    keys = CRI_RUNTIMES + (name,)
+    depth = len(CRI_RUNTIMES)
+    parent = toml_edit.table_at(doc, keys[:depth], source)
+    while parent is None:
+        depth -= 1
+        parent = toml_edit.table_at(doc, keys[:depth], source)
+    siblings = [v for v in parent.values() if toml_edit.has_header(v)] \
+        if depth == len(CRI_RUNTIMES) else []
+    indent = toml_edit.header_indent(siblings[0]) if siblings else ""
+    runtime_type = tomlkit.item(RUNC_V2)
+    runtime = tomlkit.table()
+    runtime.add("runtime_type", runtime_type)
+    top, key = runtime, name
+    holders: List[Table] = []  # the tables on the way there, which have no header
+    for holder_key in reversed(keys[depth:-1]):
+        holders.append(tomlkit.table(is_super_table=True))
+        holders[-1].add(key, top)
+        top, key = holders[-1], holder_key
+    blank = toml_edit.take_blank_lines_after(parent)
+    insert(doc, parent, key, top)
+    for holder in holders:
+        lay_out(holder, "")
+    lay_out(runtime, "\n" + indent)
+    lay_out(runtime_type, indent + "  ")
+    _add_options(doc, runtime, binary, indent + "  ", blank)
+
+
+def _add_options(doc: TOMLDocument, runtime: Holder, binary: str, indent: str,
+                 blank: Optional[str] = None) -> None:
+    """The runtime's options table holding BinaryName, after its other tables;
+    the blank lines that ended the runtime's text now end the options'."""
+    if blank is None:
+        blank = toml_edit.take_blank_lines_after(runtime)
+    binary_name = tomlkit.item(binary)
+    options = tomlkit.table()
+    options.add("BinaryName", binary_name)
+    insert(doc, runtime, "options", options)
+    lay_out(options, indent)
+    lay_out(binary_name, indent + "  ", "\n" + blank)
+
+
+def _set_string(doc: TOMLDocument, table: Holder, key: str, value: str, indent: str) -> None:
+    """table[key] = value: the value replaced in place (its comment kept), or
+    the key added after the table's other keys, indented as they are (as
+    `indent` without them)."""
+    if key not in table:
+        item = tomlkit.item(value)
+        indent = toml_edit.key_indent(table, indent)
+        insert(doc, table, key, item)
+        lay_out(item, indent)
+    elif table[key] != value:
+        table[key] = value
+
+
+def setup(cfg: Config, config_toml: str = CONFIG_TOML, name: str = DEFAULT_NAME,
+          dry_run: bool = False) -> int:
+    """`gpuslice setup containerd`: add a CRI runtime that runs gpuslice-runtime."""
+    try:
+        check_name(name)
+        changed, old = edit_file(config_toml, "--config", dry_run,
+                                 lambda old: edit(old, config_toml, name, cfg.runtime_path))
+    except SetupError as e:
+        error(str(e))
+    warn_runtime_missing(cfg, "containerd")
+    if cri_disabled(old, config_toml):
+        warn(f"{config_toml} disables the CRI plugin (disabled_plugins): CRI clients "
+             "do not see this runtime until it is enabled; ctr (below) works either way")
+    warn_no_spec(cfg)
+    if changed and not dry_run:
+        say("next: make containerd read it: systemctl restart containerd "
+            "(running containers keep running)")
+    say(f"CRI clients pick it by name: crictl run --runtime {name} ..., "
+        f"or a Kubernetes RuntimeClass with handler: {name}")
+    say(f"ctr needs no configuration: ctr run --runc-binary {cfg.runtime_path} "
+        f"--env GPUSLICE={example_device(cfg)} IMAGE ID ...")
+    return 0

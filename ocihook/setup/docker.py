@@ -1,0 +1,180 @@
+"""`gpuslice setup docker`: gpuslice-runtime among dockerd's runtimes
+(Docker 20-24, which read no CDI).
+
+daemon.json is JSON, read and written with the json module: the entry is put
+into `runtimes` in place, the rest of the text byte for byte as it was (object
+order kept; the file's indentation reused).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ocihook.config import Config
+from ocihook.messages import error, say
+from ocihook.setup.common import (DEFAULT_NAME, SetupError, edit_file, example_device,
+                                  warn_no_spec, warn_runtime_missing)
+
+DAEMON_JSON = "/etc/docker/daemon.json"
+# Runtime names dockerd keeps for itself: a daemon.json entry with one of
+# them stops dockerd from starting.
+RESERVED = ("runc", "io.containerd.runc.v1", "io.containerd.runc.v2",
+            "io.containerd.runtime.v1.linux")
+
+
+def check_name(name: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise SetupError(f"--name {name!r}: a runtime name is letters, digits, '_', '.' "
+                         "and '-', starting with a letter or digit")
+    if name in RESERVED:
+        raise SetupError(f"--name {name}: dockerd reserves this runtime name; "
+                         f"choose another, such as {DEFAULT_NAME}")
+
+
+def check_real_runtime(path: str) -> None:
+    if not os.path.isabs(path):
+        raise SetupError(f"--real-runtime {path}: give an absolute path; dockerd passes "
+                         "it to gpuslice-runtime as written, from its own folder")
+    if not os.path.isfile(path):
+        raise SetupError(f"--real-runtime {path}: no such file")
+    if not os.access(path, os.X_OK):
+        raise SetupError(f"--real-runtime {path}: not executable")
+
+
+def runtime_entry(runtime_path: str, real_runtime: Optional[str] = None) -> Dict[str, Any]:
+    entry: Dict[str, Any] = {"path": runtime_path}
+    if real_runtime:
+        entry["runtimeArgs"] = ["--gpuslice-runtime", real_runtime]
+    return entry
+
+
+def edit(text: Optional[str], source: str, name: str, entry: Dict[str, Any]) -> str:
+    """daemon.json with `runtimes[name] = entry`. The rest of the text stays
+    as it was, byte for byte: the entry is put in, or replaced, in place and in
+    the file's own layout."""
+    if text is None or not text.strip():
+        doc: Any = {}
+    else:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SetupError(f"{source}: line {e.lineno}, column {e.colno}: {e.msg}") from None
+    if not isinstance(doc, dict):
+        raise SetupError(f"{source}: the top level is {_json_type(doc)}, not an object")
+    runtimes = doc.get("runtimes", {})
+    if not isinstance(runtimes, dict):
+        raise SetupError(f"{source}: \"runtimes\" is {_json_type(runtimes)}, not an object")
+    if text is not None and runtimes.get(name) == entry:
+        return text
+    wanted = dict(doc)
+    wanted["runtimes"] = dict(runtimes, **{name: entry})
+    if text is not None and doc:
+        new = _json_put(text, ("runtimes", name), entry)
+        if json.loads(new) == wanted:
+            return new
+    # A new or empty file; or, should the edit in place ever miss, the whole
+    # document written again (the same content, in json.dumps' layout).
+    return json.dumps(wanted, indent=_json_unit(text or ""), ensure_ascii=False) + "\n"
+
+
+def _json_put(text: str, keys: Sequence[str], value: Any) -> str:
+    """text with the value at keys set (the last key replaced or added), the
+    objects on the way there already in place."""
+    brace = _json_ws(text, 0)
+    for depth, key in enumerate(keys):
+        members, close = _json_members(text, brace)
+        found = [m for m in members if m[0] == key]  # the last of twins is the one read
+        nested = value
+        for inner in reversed(keys[depth + 1:]):
+            nested = {inner: nested}
+        if not found:
+            return _json_insert(text, brace, close, members, key, nested)
+        _key, key_at, start, end = found[-1]
+        if depth == len(keys) - 1:
+            rendered = _json_render(value, _line_indent(text, key_at), _json_unit(text),
+                                    "\n" in text[start:end])
+            return text[:start] + rendered + text[end:]
+        brace = start
+    raise AssertionError("no keys")
+
+
+def _json_insert(text: str, brace: int, close: int, members: List[Tuple[str, int, int, int]],
+                 key: str, value: Any) -> str:
+    unit = _json_unit(text)
+    if not members:
+        rendered = _json_render({key: value}, _line_indent(text, brace), unit,
+                                "\n" in text.strip())
+        return text[:brace] + rendered + text[close + 1:]
+    _last, key_at, _start, end = members[-1]
+    own_line = not text[text.rfind("\n", 0, key_at) + 1:key_at].strip()
+    indent = _line_indent(text, key_at)
+    member = f"{json.dumps(key, ensure_ascii=False)}: {_json_render(value, indent, unit, own_line)}"
+    return text[:end] + "," + ("\n" + indent if own_line else " ") + member + text[end:]
+
+
+def _json_members(text: str, brace: int) -> Tuple[List[Tuple[str, int, int, int]], int]:
+    """The members of the object that opens at text[brace], each (key, where
+    the key starts, where the value starts, where it ends), and where it closes."""
+    decoder = json.JSONDecoder()
+    members: List[Tuple[str, int, int, int]] = []
+    i = _json_ws(text, brace + 1)
+    while text[i] != "}":
+        key, colon = decoder.raw_decode(text, i)
+        start = _json_ws(text, _json_ws(text, colon) + 1)
+        _value, end = decoder.raw_decode(text, start)
+        members.append((key, i, start, end))
+        i = _json_ws(text, end)
+        if text[i] == ",":
+            i = _json_ws(text, i + 1)
+    return members, i
+
+
+def _json_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _line_indent(text: str, at: int) -> str:
+    line = text[text.rfind("\n", 0, at) + 1:]
+    return line[:len(line) - len(line.lstrip(" \t"))]
+
+
+def _json_unit(text: str) -> str:
+    """The file's indentation step: that of its first indented key; two spaces."""
+    m = re.search(r'^([ \t]+)"', text, re.M)
+    return m.group(1) if m else "  "
+
+
+def _json_render(value: Any, indent: str, unit: str, multiline: bool) -> str:
+    if not multiline:
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, indent=unit, ensure_ascii=False).replace("\n", "\n" + indent)
+
+
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), "an object")
+
+
+def setup(cfg: Config, daemon_json: str = DAEMON_JSON, name: str = DEFAULT_NAME,
+          real_runtime: Optional[str] = None, dry_run: bool = False) -> int:
+    """`gpuslice setup docker`: add gpuslice-runtime to daemon.json's runtimes."""
+    try:
+        check_name(name)
+        if real_runtime is not None:
+            check_real_runtime(real_runtime)
+        entry = runtime_entry(cfg.runtime_path, real_runtime)
+        changed, _old = edit_file(daemon_json, "--daemon-json", dry_run,
+                                  lambda old: edit(old, daemon_json, name, entry))
+    except SetupError as e:
+        error(str(e))
+    warn_runtime_missing(cfg, "dockerd")
+    warn_no_spec(cfg)
+    if changed and not dry_run:
+        say("next: make dockerd read it: systemctl reload docker (or send dockerd SIGHUP)")
+    say(f"run containers with: docker run --runtime {name} "
+        f"-e GPUSLICE={example_device(cfg)} IMAGE ...")
+    return 0
