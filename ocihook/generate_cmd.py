@@ -72,7 +72,7 @@ def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
 
 
 def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
-    """Discover this host and assemble its spec: (Spec, warnings)."""
+    """Discover this host and assemble its spec: (Spec, warnings, what was discovered)."""
     from cdi import driverfiles, nvml
     from cdi.generate import GenerateOptions, build_spec
 
@@ -92,7 +92,8 @@ def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
         hook_admission=cfg.hook_admission_args(),
         hook_installed=os.access(cfg.hook_path, os.X_OK),
     )
-    return build_spec(inventory, opts), opts.warnings, inventory
+    spec, warnings = build_spec(inventory, opts)
+    return spec, warnings, inventory
 
 
 def run(cfg: Config, req: Request) -> int:
