@@ -27,11 +27,7 @@ import os
 import stat
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
-from cdi.spec import ContainerEdits, DeviceNode, Device, Spec
-
-OCI_HOOK_KINDS = {"prestart": "prestart", "createRuntime": "createRuntime",
-                  "createContainer": "createContainer", "startContainer": "startContainer",
-                  "poststart": "poststart", "poststop": "poststop"}
+from cdi.spec import HOOK_NAMES, ContainerEdits, DeviceNode, Device, Spec
 
 
 class ApplyError(ValueError):
@@ -96,6 +92,10 @@ def apply(config: Dict[str, Any], edits: ContainerEdits,
     """Change config in place; ApplyError (config unchanged) if a node cannot be read."""
     # Everything that can fail first, so that a failure leaves config as it was.
     nodes = [(n, _node_info(n, stat_fn)) for n in edits.device_nodes]
+    for h in edits.hooks:
+        if h.hook_name not in HOOK_NAMES:
+            raise ApplyError(f"hook name {h.hook_name!r} is not one of {', '.join(HOOK_NAMES)}; "
+                             "the spec is not valid CDI")
     process = config.setdefault("process", {}) if (edits.env or edits.additional_gids) \
         else config.get("process") or {}
     user = process.get("user") or {}
@@ -152,7 +152,7 @@ def apply(config: Dict[str, Any], edits: ContainerEdits,
     for h in edits.hooks:
         hook = h.to_dict()  # the OCI hook's keys, and the CDI hookName
         del hook["hookName"]
-        config.setdefault("hooks", {}).setdefault(OCI_HOOK_KINDS[h.hook_name], []).append(hook)
+        config.setdefault("hooks", {}).setdefault(h.hook_name, []).append(hook)
 
     if edits.intel_rdt is not None:
         config.setdefault("linux", {})["intelRdt"] = dict(edits.intel_rdt)

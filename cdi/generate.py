@@ -22,7 +22,7 @@ no one shares it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from cdi import devnodes, driverfiles
 from cdi.nvml import DiscoveryError, Gpu, Inventory
@@ -38,8 +38,9 @@ PRIORITY_ENV = "GPUSLICE_PRIORITY"  # read by the shim: high, normal or low
 HOOK_ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerateOptions:
+    """What the spec is built from; build_spec only reads it."""
     kind: str
     profiles: Sequence[Profile]
     driver_root: str = "/"
@@ -56,7 +57,6 @@ class GenerateOptions:
     hook_common: List[str] = field(default_factory=list)
     hook_create: List[str] = field(default_factory=list)
     hook_installed: bool = True
-    warnings: List[str] = field(default_factory=list)
 
 
 def _hooks(opts: GenerateOptions, device: str, request: List[str]) -> List[Hook]:
@@ -108,26 +108,29 @@ def _spec_edits(inv: Inventory, opts: GenerateOptions) -> ContainerEdits:
     )
 
 
-def build_spec(inv: Inventory, opts: GenerateOptions) -> Spec:
-    """The complete spec for this host; raises DiscoveryError when the host cannot back it."""
+def build_spec(inv: Inventory, opts: GenerateOptions) -> Tuple[Spec, List[str]]:
+    """The complete spec for this host, and what it leaves out or offers
+    otherwise than asked (one line each, for the user); raises DiscoveryError
+    when the host cannot back it."""
     if not inv.gpus:
         raise DiscoveryError("NVML reports no GPUs on this host; nothing to describe")
     card_nodes = {g.index: devnodes.card_nodes(g, opts.dev_root, opts.sys_root) for g in inv.gpus}
     devices: List[Device] = []
+    warnings: List[str] = []
     for gpu in inv.gpus:
         devices.append(_whole(opts, str(gpu.index), card_nodes[gpu.index], [gpu]))
         devices.append(_whole(opts, gpu.uuid, card_nodes[gpu.index], [gpu]))
     devices.append(_whole(opts, "all", [n for g in inv.gpus for n in card_nodes[g.index]],
                           inv.gpus))
     if not opts.hook_installed:
-        opts.warnings.append(f"{opts.hook_path} is not installed: whole cards are offered "
+        warnings.append(f"{opts.hook_path} is not installed: whole cards are offered "
                              "without the accountant's hooks; run this again once it is")
     sliceable = [g for g in inv.gpus if not g.mig]
     for lost in inv.lost:
-        opts.warnings.append(f"{lost} does not answer NVML (GPU is lost): not offered")
+        warnings.append(f"{lost} does not answer NVML (GPU is lost): not offered")
     for gpu in inv.gpus:
         if gpu.mig:
-            opts.warnings.append(f"GPU {gpu.index} ({gpu.uuid}) is in MIG mode: offered whole only")
+            warnings.append(f"GPU {gpu.index} ({gpu.uuid}) is in MIG mode: offered whole only")
     for gpu in sliceable:
         for profile in opts.profiles:
             if profile.memory_mib <= gpu.memory_mib:
@@ -139,9 +142,9 @@ def build_spec(inv: Inventory, opts: GenerateOptions) -> Spec:
             devices.append(_slice(opts, profile.name,
                                   [n for g in fits for n in card_nodes[g.index]], profile, None))
         else:
-            opts.warnings.append(f"profile {profile.name!r} fits no sliceable card: not offered")
+            warnings.append(f"profile {profile.name!r} fits no sliceable card: not offered")
     spec = Spec(version="", kind=opts.kind, devices=devices, edits=_spec_edits(inv, opts))
     spec.version = minimum_version(spec)
     spec.validate()
-    return spec
+    return spec, warnings
 

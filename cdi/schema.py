@@ -36,7 +36,7 @@ def load_document(text: str, source: str) -> Dict[str, Any]:
     from cdi import yamlin
 
     try:
-        doc = yamlin.load(text)
+        doc = yamlin.load(text, aliases=True)  # the CDI spec is YAML; anchors are YAML
     except yamlin.YamlError as e:
         raise SpecError(f"{source}: not valid YAML or JSON: {e}") from None
     if not isinstance(doc, dict):

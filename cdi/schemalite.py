@@ -141,7 +141,7 @@ def first_problem(validator: Any, doc: Any) -> Optional[str]:
     where = _location(err.absolute_path)
     if err.validator == "additionalProperties":
         known = sorted(err.schema.get("properties", {}))
-        extra = sorted(set(err.instance) - set(known))
+        extra = sorted(set(err.instance) - set(known), key=str)  # YAML keys may be 1 or True
         return f"{where}: unknown key {extra[0]!r}; known keys are {', '.join(known)}"
     if err.validator == "pattern" and err.validator_value in _PATTERN_RULES:
         return f"{where}: {err.instance!r} {_PATTERN_RULES[err.validator_value]}"

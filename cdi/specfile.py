@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Iterator, List, Tuple
 
+from cdi import regularfile
 from cdi.schema import check_document, load_document
 from cdi.spec import Spec, SpecError
 
 FORMATS = ("yaml", "json")
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+MAX_BYTES = 16 << 20  # ours is some 20 KiB for 8 cards; a vendor's spec, of any size seen, fits
 
 
 def parse_spec(text: str, source: str) -> Spec:
@@ -31,10 +32,15 @@ def parse_spec(text: str, source: str) -> Spec:
 
 
 def read_spec(path: str) -> Spec:
+    """The spec in the file at path: a regular file (a FIFO in a spec dir would
+    block every reader) of at most MAX_BYTES, in UTF-8."""
     try:
-        text = Path(path).read_text()
+        text = regularfile.decode_utf8(regularfile.read_bounded(path, MAX_BYTES), path)
     except OSError as e:
         raise SpecError(f"{path}: cannot read: {e.strerror}") from None
+    except (regularfile.NotRegular, regularfile.TooLarge, regularfile.NotText) as e:
+        raise SpecError(f"{e}; a CDI spec is a regular UTF-8 file of at most "
+                        f"{regularfile.format_bytes(MAX_BYTES)}") from None
     return parse_spec(text, path)
 
 

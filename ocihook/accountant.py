@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ocihook import cheader
+from ocihook.policy import Policy
 
 APPLICATION_ID = cheader.constant("GPUSLICE_DB_APPLICATION_ID")
 SCHEMA_VERSION = cheader.constant("GPUSLICE_DB_SCHEMA_VERSION")
 BUSY_TIMEOUT_MS = 30000
-PLACEMENTS = ("binpack", "spread")  # the policy table's CHECK says the same
 
 # Each entry takes the schema from version i to i + 1. Entries are never
 # edited once released: a database made by an older gpuslice is upgraded in
@@ -101,33 +101,6 @@ _MIGRATIONS: Tuple[str, ...] = (
 
 class AccountantError(RuntimeError):
     """The database cannot be used (unreadable, another program's, a newer schema)."""
-
-
-@dataclass(frozen=True)
-class Policy:
-    """How the node admits: the one row of the policy table.
-
-    placement: binpack (the fullest card that fits) or spread (the emptiest),
-    for card-less devices; memory_overcommit: memory reservable on a card, as
-    a multiple of its total (1.0-16.0); cores_limit: the sum of compute caps
-    one card may carry (1-100)."""
-
-    placement: str = "binpack"
-    memory_overcommit: float = 1.0
-    cores_limit: int = 100
-
-    def differences(self, other: "Policy") -> Dict[str, Tuple[object, object]]:
-        """{key: (self's, other's)} for each rule the two disagree on."""
-        mine, theirs = self.to_dict(), other.to_dict()
-        return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
-
-    def to_dict(self) -> Dict[str, object]:
-        return {"placement": self.placement, "memory_overcommit": self.memory_overcommit,
-                "cores_limit": self.cores_limit}
-
-    def capacity_mib(self, total_mib: int) -> int:
-        """What may be reserved on a card of total_mib (the hook rounds the same way)."""
-        return int(total_mib * self.memory_overcommit)
 
 
 @dataclass(frozen=True)

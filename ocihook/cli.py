@@ -89,7 +89,7 @@ def config_apply(state: State) -> None:
 
 
 @config_group.command("check")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file")  # what FILE is, config_mod.check_file says in its one line
 def config_check(file: str) -> None:
     """Check one configuration FILE; say what is wrong, or that it is valid."""
     try:
@@ -219,14 +219,6 @@ def setup_podman(state: State, containers_conf: str, dry_run: bool) -> None:
     sys.exit(podman.setup(state.config, containers_conf, dry_run))
 
 
-def main() -> None:
-    cli(prog_name="gpuslice")
-
-
-if __name__ == "__main__":
-    main()
-
-
 # -- the accountant -----------------------------------------------------------
 
 def _accountant(state: State) -> "accountant.Accountant":
@@ -282,3 +274,12 @@ def release_cmd(state: State, container_id: str) -> None:
 def gc_cmd(state: State) -> None:
     """Reclaim what containers whose process is gone still hold."""
     _run_hook(state.config, "gc")
+
+
+def main() -> None:
+    cli(prog_name="gpuslice")
+
+
+# Last: `python3 -m ocihook.cli` runs the group only once every command is on it.
+if __name__ == "__main__":
+    main()

@@ -1,11 +1,20 @@
 """gpuslice's configuration file: defaults, loading, validation.
 
 The file is YAML (``/etc/gpuslice/config.yaml``, or ``--config`` /
-``GPUSLICE_CONFIG``). Every key is optional and documented in
-docs/configuration.md. The structure is checked against config_schema.json
-with jsonschema; the rules a schema cannot say (sizes, names, duplicates) are
-checked here. A bad file raises ConfigError with one line that names the key,
-the value and the rule.
+``GPUSLICE_CONFIG``), read by the `gpuslice` command and by
+gpuslice-runtime-apply; gpuslice-hook (C) reads none: `gpuslice cdi
+generate` writes what it needs into its arguments. Every key is optional and
+documented in docs/configuration.md.
+
+The file is read as its author may have made it: a regular file only (a
+FIFO or a device is refused, never waited on), at most MAX_BYTES, UTF-8,
+without YAML anchors or aliases, nested at most cdi.yamlin.MAX_DEPTH deep.
+The values with a rule of their own (memory_overcommit, a profile's memory,
+cores and priority) are checked here first, so that the message says what to
+write instead; then the structure against config_schema.json with
+cdi.schemalite (`gpuslice config check` runs jsonschema as well); then the
+rest a schema cannot say (names, duplicates). A bad file raises ConfigError
+with one line that names the file, the key, the value and the rule.
 """
 from __future__ import annotations
 
@@ -13,18 +22,20 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from cdi import names
+from cdi import names, regularfile
 from cdi.profiles import DEFAULT_PRIORITY, Profile, ProfileError, validate_priority
 from ocihook import statedir, units
-
-if TYPE_CHECKING:
-    from ocihook.accountant import Policy
+from ocihook.policy import (CORES_LIMIT_MAX, CORES_LIMIT_MIN, OVERCOMMIT_MAX, OVERCOMMIT_MIN,
+                            Policy)
 
 DEFAULT_PATH = "/etc/gpuslice/config.yaml"
 ENV_VAR = "GPUSLICE_CONFIG"
 SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
+MAX_BYTES = 1 << 20  # a configuration is a few KiB; this bounds what a wrong file costs
+PATH_KEYS = ("spec_dir", "driver_root", "dev_root", "state_dir", "database", "shim_path",
+             "hook_path", "runtime_path")
 
 DEFAULT_PROFILES: Tuple[Profile, ...] = (
     Profile("1g", 1024), Profile("2g", 2048), Profile("4g", 4096), Profile("8g", 8192),
@@ -89,12 +100,10 @@ class Config:
         """How gpuslice-hook create preloads the shim (it reads no configuration file)."""
         return ["--preload", self.preload]
 
-    def policy(self) -> "Policy":
+    def policy(self) -> Policy:
         """The admission policy this file asks for; the hook admits by the one
         recorded in the accountant, which `gpuslice cdi generate` and `gpuslice
         config apply` write from here."""
-        from ocihook.accountant import Policy  # not on the runtime applier's path
-
         return Policy(self.placement, self.memory_overcommit, self.cores_limit)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -126,8 +135,10 @@ def schema() -> Dict[str, Any]:
 
 
 def _schema_error(source: str, doc: Any) -> Optional[str]:
-    # cdi.schemalite, not jsonschema: this runs on every command and, from the
-    # hook, on every container start. `gpuslice config check` runs jsonschema too.
+    # cdi.schemalite, not jsonschema (whose import alone costs 100 ms): this
+    # runs on every command and, from gpuslice-runtime-apply, on every start
+    # of a container through gpuslice-runtime. `gpuslice config check` runs
+    # jsonschema too.
     from cdi.schemalite import Validator, first_problem
 
     problem = first_problem(Validator(schema()), doc)
@@ -155,17 +166,61 @@ def _profiles(source: str, items: List[Dict[str, Any]]) -> List[Profile]:
     return out
 
 
-def _priority_error(source: str, doc: Any) -> Optional[str]:
-    """A profile's bad priority, said with its fix. Looked for before the schema
-    is, whose enum would refuse it first without saying what to write instead;
-    what is not a list of mappings is left to the schema."""
-    items = doc.get("profiles") if isinstance(doc, dict) else None
-    for i, item in enumerate(items if isinstance(items, list) else []):
-        if isinstance(item, dict) and "priority" in item:
+def parse_memory_overcommit(value: Any) -> float:
+    """The overcommit factor by the policy's rule: a number from 1.0 to 16.0
+    (not nan, inf, a bool or a string), or ConfigError without the file."""
+    # The comparisons refuse nan and inf too, and compare a huge int exactly.
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and OVERCOMMIT_MIN <= value <= OVERCOMMIT_MAX:
+        return float(value)
+    raise ConfigError(f"memory_overcommit {value!r} is not a number from {OVERCOMMIT_MIN} to "
+                      f"{OVERCOMMIT_MAX} (memory reservable on a card, as a multiple of its "
+                      "total); write e.g. 1.0 for none or 1.5")
+
+
+def parse_cores_limit(value: Any) -> int:
+    """The cores limit by the policy's rule: a whole number from 1 to 100 (50.0
+    is one; a bool, a string or 50.5 is not), or ConfigError without the file."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and CORES_LIMIT_MIN <= value <= CORES_LIMIT_MAX and value == int(value):
+        return int(value)
+    raise ConfigError(f"cores_limit {value!r} is not a whole number from {CORES_LIMIT_MIN} to "
+                      f"{CORES_LIMIT_MAX} (the sum of compute caps, in percent, that the slices "
+                      "of one card may carry); write e.g. 100 for no limit or 80")
+
+
+def _value_error(source: str, doc: Any) -> Optional[str]:
+    """The first value that breaks a rule of its own, said with its fix:
+    memory_overcommit, a path with a NUL in it, and a profile's memory, cores
+    and priority. Looked for before the schema is, whose type and enum messages
+    name the rule but not what to write instead; what is not a mapping, or not
+    a list of mappings, is left to the schema."""
+    if not isinstance(doc, dict):
+        return None
+    for key, parse in (("memory_overcommit", parse_memory_overcommit),
+                       ("cores_limit", parse_cores_limit)):
+        if key in doc:
             try:
+                parse(doc[key])
+            except ConfigError as e:
+                return f"{source}: {e}"
+    for key in PATH_KEYS:
+        if isinstance(doc.get(key), str) and "\0" in doc[key]:
+            return (f"{source}: {key}: {doc[key]!r} holds a NUL character, which no path "
+                    "can; remove it")
+    items = doc.get("profiles")
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(item, dict):
+            continue
+        try:
+            if "memory" in item:
+                units.parse_memory_mib(item["memory"])
+            if "cores" in item:
+                units.parse_cores(item["cores"])
+            if "priority" in item:
                 validate_priority(item["priority"])
-            except ProfileError as e:
-                return f"{source}: profiles[{i}]: {e}"
+        except (units.LimitError, ProfileError) as e:
+            return f"{source}: profiles[{i}]: {e}"
     return None
 
 
@@ -173,7 +228,7 @@ def from_document(doc: Any, source: str) -> Config:
     """Build a Config from a parsed document, or raise ConfigError."""
     if doc is None:
         doc = {}
-    problem = _priority_error(source, doc) or _schema_error(source, doc)
+    problem = _value_error(source, doc) or _schema_error(source, doc)
     if problem:
         raise ConfigError(problem)
     cfg = Config(source=source)
@@ -182,9 +237,9 @@ def from_document(doc: Any, source: str) -> Config:
         if key in doc:
             setattr(cfg, key, doc[key])
     if "memory_overcommit" in doc:
-        cfg.memory_overcommit = float(doc["memory_overcommit"])
+        cfg.memory_overcommit = parse_memory_overcommit(doc["memory_overcommit"])
     if "cores_limit" in doc:
-        cfg.cores_limit = int(doc["cores_limit"])  # 50.0 is an integer to the schema
+        cfg.cores_limit = parse_cores_limit(doc["cores_limit"])
     if "profiles" in doc:
         cfg.profiles = _profiles(source, doc["profiles"])
     try:
@@ -205,12 +260,22 @@ def config_path(explicit: Optional[str] = None) -> Tuple[str, bool]:
 
 
 def _read(path: str) -> str:
+    """The file's text: a regular file (a link to one is followed) of at most
+    MAX_BYTES, in UTF-8."""
     try:
-        return Path(path).read_text()
+        return regularfile.decode_utf8(regularfile.read_bounded(path, MAX_BYTES), path)
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except regularfile.NotRegular as e:
+        raise ConfigError(f"{e}; a configuration must be a regular file: name the file "
+                          "itself (a symbolic link to one is followed)") from None
+    except regularfile.TooLarge as e:
+        raise ConfigError(f"{e}; a configuration is a few KiB: name the configuration "
+                          "file") from None
+    except regularfile.NotText as e:
+        raise ConfigError(str(e)) from None
 
 
 def load(explicit: Optional[str] = None) -> Config:

@@ -76,7 +76,7 @@ def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
 
 
 def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
-    """Discover this host and assemble its spec: (Spec, warnings)."""
+    """Discover this host and assemble its spec: (Spec, warnings, what was discovered)."""
     from cdi import driverfiles, nvml
     from cdi.generate import GenerateOptions, build_spec
 
@@ -96,7 +96,8 @@ def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
         hook_create=cfg.hook_create_args(),
         hook_installed=os.access(cfg.hook_path, os.X_OK),
     )
-    return build_spec(inventory, opts), opts.warnings, inventory
+    spec, warnings = build_spec(inventory, opts)
+    return spec, warnings, inventory
 
 
 def run(cfg: Config, req: Request) -> int:

@@ -7,12 +7,11 @@ magic, version or size is refused rather than misread.
 """
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import List, Tuple
 
+from cdi import regularfile
 from ocihook import cheader
 
 KIND_NAMES = ("context", "alloc", "vmm", "pool", "array")
@@ -20,6 +19,11 @@ KIND_NAMES = ("context", "alloc", "vmm", "pool", "array")
 
 class RegionError(ValueError):
     """A region file that cannot be read as ours; the message names the file and why."""
+
+
+class NoRegion(RegionError):
+    """No region yet: no file, or one the shim has not sized yet (no CUDA
+    process of the container has run)."""
 
 
 @dataclass(frozen=True)
@@ -50,25 +54,51 @@ class Region:
     procs: List[ProcUsage]
 
 
-def read(path: str) -> Region:
-    """A consistent-enough snapshot: counters are read as they are, without the lock."""
-    ffi = cheader.ffi()
-    size = ffi.sizeof("struct gpuslice_region")
+def _read_exactly(path: str, size: int, what: str) -> bytes:
+    """The bytes of a file the shim makes in a folder tenants write: a regular
+    file, not through a symbolic link, of exactly `size` bytes; read, not
+    mapped, so that a file cut short meanwhile cannot fault the reader."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd, st = regularfile.open_regular(path, follow_links=False)
+    except FileNotFoundError as e:
+        raise NoRegion(f"{path}: cannot open: {e.strerror}") from None
     except OSError as e:
         raise RegionError(f"{path}: cannot open: {e.strerror}") from None
+    except regularfile.NotRegular as e:
+        raise RegionError(f"{e}; {what} is a regular file that libgpuslice.so makes, so this "
+                          "one is not read") from None
     try:
-        if os.fstat(fd).st_size < size:
-            raise RegionError(f"{path}: {os.fstat(fd).st_size} bytes, a region has {size}")
-        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as m:
-            buf = bytes(m)
+        if st.st_size == 0:  # made, not yet sized by the shim (it does so under its lock)
+            raise NoRegion(f"{path}: empty: the shim has not made it yet")
+        if st.st_size != size:
+            raise RegionError(f"{path}: {st.st_size} bytes, {what} has {size}; refusing to "
+                              "guess its layout")
+        data = regularfile.read_at_most(fd, size)
     finally:
         os.close(fd)
+    if len(data) != size:
+        raise RegionError(f"{path}: changed size while read ({len(data)} bytes, {what} has "
+                          f"{size})")
+    return data
+
+
+def read(path: str) -> Region:
+    """A consistent-enough snapshot: counters are read as they are, without the lock.
+
+    The file is in a folder the container writes (mounted at /run/gpuslice
+    inside), so it is opened as a tenant may have made it (_read_exactly).
+    NoRegion: none yet. Every figure in it is the tenant's claim: callers
+    bound what they show (ocihook/status.py).
+    """
+    ffi = cheader.ffi()
+    size = ffi.sizeof("struct gpuslice_region")
+    buf = _read_exactly(path, size, "a region")
     r = ffi.cast("struct gpuslice_region *", ffi.from_buffer(buf))
     lib = ffi.dlopen(None)
     want: Tuple[int, int, int] = (lib.GPUSLICE_REGION_MAGIC, lib.GPUSLICE_REGION_VERSION, size)
     got = (r.magic, r.version, r.size)
+    if got == (0, 0, 0):  # sized, not yet filled in by the process that made it
+        raise NoRegion(f"{path}: not filled in yet: the shim is making the region")
     if got != want:
         raise RegionError(f"{path}: magic/version/size {got} is not a gpuslice region {want}; "
                           "refusing to guess its layout")
@@ -101,13 +131,8 @@ def read_card(path: str) -> Card:
     """A card file (<card dir>/<GPU UUID>): who competes for the card."""
     ffi = cheader.ffi()
     size = ffi.sizeof("struct gpuslice_cardfile")
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise RegionError(f"{path}: cannot read: {e.strerror}") from None
+    data = _read_exactly(path, size, "a card file")
     lib = ffi.dlopen(None)
-    if len(data) != size:
-        raise RegionError(f"{path}: {len(data)} bytes, a card file has {size}")
     c = ffi.cast("struct gpuslice_cardfile *", ffi.from_buffer(data))
     if (c.magic, c.version) != (lib.GPUSLICE_CARDFILE_MAGIC, lib.GPUSLICE_CARDFILE_VERSION):
         raise RegionError(f"{path}: magic/version {(c.magic, c.version)} is not a gpuslice "

@@ -1,29 +1,57 @@
 """What `gpuslice status` shows: per card, what is reserved (the accountant)
 and what is in use now (each container's shared region), and the admission
 policy the accountant records (the hook's, which may differ from the
-configuration file's until `gpuslice config apply`)."""
+configuration file's until `gpuslice config apply`).
+
+The reservations and the policy are the operator's record; a region is
+written by the container's own processes, so what it says is the tenant's
+claim. A claim is shown only when it could be true (no more used on a card
+than the card holds); one that cannot be, or a region that cannot be read,
+is shown as such and left out of the card's sum (docs/architecture.md,
+`gpuslice status`).
+"""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from cdi.profiles import DEFAULT_PRIORITY
 from ocihook import accountant, region, statedir
 from ocihook.config import Config
+from ocihook.policy import Policy
 
 MIB = 1024 * 1024
 
 
-def _used_mib(cfg: Config, container_id: str, card_uuid: str) -> int:
-    """What the container's processes hold on that card now; 0 if no region (yet)."""
+def _region_usage(cfg: Config, container_id: str,
+                  card: accountant.Card) -> Tuple[Optional[int], str, Optional[str]]:
+    """What the container's processes say they hold on that card now, in MiB,
+    and how far that is believed: (used_mib, region, problem) where region is
+    "ok", "absent" (no region yet: 0 used), "unreadable" or "implausible"
+    (used_mib None, problem says why)."""
     path = statedir.region_path(cfg.state_dir, container_id)
     try:
         r = region.read(path)
-    except region.RegionError:
-        return 0
-    return sum(d.used_bytes for d in r.devices if d.uuid == card_uuid) // MIB
+    except region.NoRegion:
+        return 0, "absent", None
+    except region.RegionError as e:
+        return None, "unreadable", str(e)
+    # Summed before it is judged: a region may name the card in several entries.
+    claimed = sum(d.used_bytes for d in r.devices if d.uuid == card.uuid)
+    if claimed > card.total_mib * MIB:
+        return None, "implausible", (f"{path} claims {claimed // MIB} MiB used on card "
+                                     f"{card.index}, which holds {card.total_mib} MiB")
+    return claimed // MIB, "ok", None
 
 
-def policy_words(policy: accountant.Policy) -> str:
+def _container(cfg: Config, r: accountant.Reservation, card: accountant.Card) -> Dict[str, Any]:
+    used, state, problem = _region_usage(cfg, r.container_id, card)
+    return {"id": r.container_id, "device": r.device, "memory_mib": r.memory_mib,
+            "cores": r.cores, "priority": r.priority, "exclusive": r.exclusive,
+            "used_mib": used, "region": state, "region_problem": problem, "pid": r.pid,
+            "runtime": r.runtime}
+
+
+def policy_words(policy: Policy) -> str:
     return (f"placement {policy.placement}, memory_overcommit {policy.memory_overcommit:g}, "
             f"cores_limit {policy.cores_limit}")
 
@@ -31,27 +59,30 @@ def policy_words(policy: accountant.Policy) -> str:
 def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     """The --json document: {"policy": {placement, memory_overcommit, cores_limit} or
     null (none recorded yet), "policy_file_differs": {key: {"recorded", "file"}},
-    "cards": [{index, uuid, total_mib, reserved_mib, used_mib, free_mib, healthy,
-    containers: [{id, device, memory_mib, cores, priority, used_mib, pid}]}]}.
-    Free memory is by the recorded policy, the one the hook admits by."""
-    recorded: Optional[accountant.Policy] = acct.policy()
+    "cards": [{index, uuid, total_mib, reserved_mib, used_mib, used_uncounted,
+    used_plausible, free_mib, healthy, containers: [{id, device, memory_mib, cores,
+    priority, used_mib, region, region_problem, pid}]}]}. Free memory is by the
+    recorded policy, the one the hook admits by. A card's used_mib sums the
+    containers' believed figures, used_uncounted says how many were not (used_mib
+    null), used_plausible is false when the sum is more than the card holds
+    (tenants' claims that are each possible but not together)."""
+    recorded: Optional[Policy] = acct.policy()
     # Without a recorded policy the hook admits nothing; the defaults say what it would be.
-    policy = recorded or accountant.Policy()
+    policy = recorded or Policy()
     differs = {k: {"recorded": mine, "file": theirs}
                for k, (mine, theirs) in policy.differences(cfg.policy()).items()} \
         if recorded else {}
     cards: List[Dict[str, Any]] = []
     for u in acct.usage():
-        containers = [{"id": r.container_id, "device": r.device, "memory_mib": r.memory_mib,
-                       "cores": r.cores, "priority": r.priority, "exclusive": r.exclusive,
-                       "used_mib": _used_mib(cfg, r.container_id, u.card.uuid), "pid": r.pid,
-                       "runtime": r.runtime}
-                      for r in u.reservations]
+        containers = [_container(cfg, r, u.card) for r in u.reservations]
+        used = sum(c["used_mib"] for c in containers if c["used_mib"] is not None)
         capacity = policy.capacity_mib(u.card.total_mib)
         cards.append({"index": u.card.index, "uuid": u.card.uuid, "name": u.card.name,
                       "healthy": u.card.healthy, "mig": u.card.mig,
                       "total_mib": u.card.total_mib, "reserved_mib": u.reserved_mib,
-                      "used_mib": sum(c["used_mib"] for c in containers),
+                      "used_mib": used,
+                      "used_uncounted": sum(c["used_mib"] is None for c in containers),
+                      "used_plausible": used <= u.card.total_mib,
                       "free_mib": 0 if u.exclusive else max(0, capacity - u.reserved_mib),
                       "cores": u.cores, "containers": containers})
     return {"policy": recorded.to_dict() if recorded else None,
@@ -67,6 +98,23 @@ def _held(k: Dict[str, Any]) -> str:
             + (f", priority {k['priority']}" if k["priority"] != DEFAULT_PRIORITY else ""))
 
 
+def _card_used(c: Dict[str, Any]) -> str:
+    """The card's used memory, with what it leaves out and whether it can be true."""
+    notes = []
+    if c["used_uncounted"]:
+        n = c["used_uncounted"]
+        notes.append(f"{n} region{'s' if n > 1 else ''} not counted")
+    if not c["used_plausible"]:
+        notes.append("IMPLAUSIBLE: more than the card holds, a region lies")
+    return f"{c['used_mib']} MiB used" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _container_used(k: Dict[str, Any]) -> str:
+    if k["used_mib"] is not None:
+        return f"{k['used_mib']} MiB used"
+    return f"? MiB used (region {k['region'].upper()}: {k['region_problem']})"
+
+
 def render(doc: Dict[str, Any]) -> str:
     """The policy line, then one line per card, one indented line per container."""
     lines = []
@@ -74,18 +122,17 @@ def render(doc: Dict[str, Any]) -> str:
         lines.append("policy: none recorded; the hook admits nothing until `gpuslice cdi "
                      "generate` or `gpuslice config apply` records it")
     else:
-        lines.append("policy: " + policy_words(accountant.Policy(**doc["policy"])))
+        lines.append("policy: " + policy_words(Policy(**doc["policy"])))
     for key, both in doc["policy_file_differs"].items():
         lines.append(f"policy: the configuration file says {key} {both['file']}, the accountant "
                      f"admits by {both['recorded']}: `gpuslice config apply` records the file's")
     for c in doc["cards"]:
         state = "" if c["healthy"] else "  UNHEALTHY"
         lines.append(f"card {c['index']} {c['uuid']} {c['name']}: {c['reserved_mib']} of "
-                     f"{c['total_mib']} MiB reserved, {c['used_mib']} MiB used, "
+                     f"{c['total_mib']} MiB reserved, {_card_used(c)}, "
                      f"{c['free_mib']} MiB free, {c['cores']}% compute reserved{state}")
         for k in c["containers"]:
-            lines.append(f"  {k['id'][:12]}  {k['device']:<10} {_held(k)}; "
-                         f"{k['used_mib']} MiB used")
+            lines.append(f"  {k['id'][:12]}  {k['device']:<10} {_held(k)}; {_container_used(k)}")
     if not doc["cards"]:
         lines.append("no cards known yet: run `gpuslice cdi generate`")
     return "\n".join(lines)

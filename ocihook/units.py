@@ -22,6 +22,10 @@ _SUFFIX_MIB = {
 # Docker's and Kubernetes' habits (g, Gi, GiB) all mean powers of 1024 here:
 # a GPU's memory is counted in MiB, never in decimal megabytes.
 _MEMORY_RE = re.compile(r"^\s*([0-9]+)\s*([a-zA-Z]*)\s*$")
+_CORES_RE = re.compile(r"[0-9]{1,9}")
+# More digits than any card's bytes need; int() of thousands of them is
+# refused by Python itself (sys.set_int_max_str_digits).
+_MEMORY_MAX_DIGITS = 24
 
 
 class LimitError(ValueError):
@@ -42,6 +46,9 @@ def parse_memory_mib(value: Union[str, int]) -> int:
     if not m:
         raise LimitError(f"memory {text!r} is not a size; use e.g. 4GiB, 4096MiB, 4g, 512m "
                          "or plain bytes")
+    if len(m.group(1)) > _MEMORY_MAX_DIGITS:
+        raise LimitError(f"memory {text[:40]!r}... has more digits than any GPU's memory "
+                         "needs; use e.g. 4GiB, 4096MiB or 512m")
     number, suffix = int(m.group(1)), m.group(2).lower()
     if suffix in ("", "b"):
         size_bytes = number
@@ -68,17 +75,20 @@ def parse_cores(value: Union[str, int, None]) -> int:
     """Return the compute cap in percent (0 = no cap), or raise LimitError."""
     if value is None or value == "":
         return 0
+    not_percent = LimitError(f"cores {value!r} is not a whole percent from 0 to 100; write "
+                             "e.g. 30 or 30%, or leave cores out for no cap")
     if isinstance(value, bool):
-        raise LimitError(f"cores {value!r} is not a whole percent from 0 to 100")
+        raise not_percent
     if isinstance(value, str):
+        # ASCII digits only: str.isdigit() also takes '²', which int() does not.
         text = value.strip().rstrip("%")
-        if not text.isdigit():
-            raise LimitError(f"cores {value!r} is not a whole percent from 0 to 100")
+        if not _CORES_RE.fullmatch(text):
+            raise not_percent
         number = int(text)
     elif isinstance(value, int):
         number = value
     else:
-        raise LimitError(f"cores {value!r} is not a whole percent from 0 to 100")
+        raise not_percent
     if not 0 <= number <= 100:
         raise LimitError(f"cores {value!r} is out of range; it must be 1 to 100 "
                          "(0 or empty for no cap)")

@@ -96,6 +96,18 @@ def test_hooks_gids_rdt_and_net_devices() -> None:
     assert c["linux"]["netDevices"] == {"eth9": {"name": "net0"}}
 
 
+def test_each_cdi_hook_name_is_its_oci_list_and_no_other_is_applied() -> None:
+    from cdi.spec import HOOK_NAMES
+
+    c = base_config()
+    apply(c, edits(hooks=[{"hookName": name, "path": f"/bin/{name}"} for name in HOOK_NAMES]))
+    assert c["hooks"] == {name: [{"path": f"/bin/{name}"}] for name in HOOK_NAMES}
+    before = copy.deepcopy(c)
+    with pytest.raises(ApplyError, match="hook name 'postStop' is not one of prestart, "):
+        apply(c, edits(env=["X=1"], hooks=[{"hookName": "postStop", "path": "/bin/p"}]))
+    assert c == before
+
+
 def spec(kind: str, devices: Dict[str, Dict[str, Any]], **top: Any) -> Dict[str, Any]:
     doc = {"cdiVersion": "0.5.0", "kind": kind,
            "devices": [{"name": n, "containerEdits": e} for n, e in devices.items()]}

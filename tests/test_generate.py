@@ -261,9 +261,6 @@ BAD_CONFIGS = [
     ("profiles: [{name: a, memory: 1g, priority: }]\n", "priority None is not high"),
     ("profiles: [{name: a, memory: 1g}, {name: a, memory: 2g}]\n",
      "profile name 'a' is already used by profiles[0]"),
-    ("cores_limit: 0\n", "cores_limit: 0 is less than the minimum of 1"),
-    ("cores_limit: 101\n", "cores_limit: 101 is greater than the maximum of 100"),
-    ("cores_limit: 50.5\n", "cores_limit: 50.5 is not of type 'integer'"),
 ]
 
 
@@ -415,3 +412,56 @@ def test_dri_nodes_come_from_sysfs(tmp_path):
         "/dev/nvidia2", "/dev/dri/renderD129"]
     assert [n.path for n in card_nodes(gpu, str(dev), str(tmp_path / "nosys"))] == [
         "/dev/nvidia2"]
+
+
+def test_build_spec_returns_its_warnings_and_only_reads_its_options(tmp_path, driver_root):
+    """Warnings are what build_spec found, returned; the options it was given
+    are the same after as before, so two builds from them say the same."""
+    import dataclasses
+
+    from cdi.generate import GenerateOptions, build_spec
+    from cdi.nvml import Gpu, Inventory
+    from cdi.profiles import Profile
+    from fakehost import make_dev_root
+
+    gpus = [Gpu(index=i, uuid=f"GPU-{i}", name="n", minor=i, memory_mib=16384,
+                pci_bus_id=f"00000000:1{i}:00.0", mig=i == 1) for i in range(2)]
+    inv = Inventory(DRIVER_VERSION, "13.0", gpus, ["GPU 2"])
+    opts = GenerateOptions(kind="gpuslice.io/gpu", profiles=[Profile("4g", 4096),
+                                                             Profile("64g", 65536)],
+                           driver_root=str(driver_root),
+                           dev_root=str(make_dev_root(tmp_path / "dev", [0, 1])),
+                           sys_root=str(tmp_path / "nosys"),
+                           hook_path=str(tmp_path / "no-hook"), hook_installed=False)
+    before = dataclasses.asdict(opts)
+    first = build_spec(inv, opts)
+    second = build_spec(inv, opts)
+    assert dataclasses.asdict(opts) == before
+    assert first[1] == second[1] == [
+        f"{tmp_path / 'no-hook'} is not installed: whole cards are offered without the "
+        "accountant's hooks; run this again once it is",
+        "GPU 2 does not answer NVML (GPU is lost): not offered",
+        "GPU 1 (GPU-1) is in MIG mode: offered whole only",
+        "profile '64g' fits no sliceable card: not offered"]
+    assert first[0].to_dict() == second[0].to_dict()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.hook_installed = True  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("command", ["status", "release", "gc", "config check", "cdi generate",
+                                     "setup docker"])
+def test_the_cli_module_runs_every_command(command):
+    """`python3 -m ocihook.cli` is the whole command line, as `gpuslice` is:
+    its __main__ guard comes after the last command."""
+    import sys
+
+    from ocihook import cli
+
+    res = subprocess.run([sys.executable, "-m", "ocihook.cli", *command.split(), "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"Usage: gpuslice {command} [OPTIONS]")
+    # And every command the group has is among those reached so.
+    listed = subprocess.run([sys.executable, "-m", "ocihook.cli", "--help"],
+                            capture_output=True, text=True, timeout=60).stdout
+    assert all(f"  {name} " in listed for name in cli.cli.commands)

@@ -468,6 +468,67 @@ def test_status_release_and_gc(node: Node) -> None:
     assert node.held()[fake_gpu(0)["uuid"]] == ["a" * 64]
 
 
+def test_status_believes_a_region_only_as_far_as_the_card_goes(node: Node) -> None:
+    """A region is written by the container's own processes (its folder is
+    theirs): gpuslice status shows what it claims only when it could be true,
+    says which it did not count and why, and returns at once whatever stands
+    at the region's name."""
+    from test_region_reader import write_region
+
+    uuid0, uuid1 = fake_gpu(0)["uuid"], fake_gpu(1)["uuid"]
+    claims = {  # container: what its region says, or what stands in its place
+        "a" * 64: ("0-4g", [(uuid0, 0, 1536 << 20), (uuid1, 0, (1 << 64) - 1)]),  # card 1: not its
+        "b" * 64: ("0-4g", [(uuid0, 0, (1 << 64) - 1)]),                 # 17592186044415 MiB
+        "c" * 64: ("0-4g", [(uuid0, 0, 10 << 30), (uuid0, 0, 10 << 30)]),  # 20 GiB in two entries
+        "d" * 64: ("0-4g", "fifo"),
+        "e" * 64: ("1-4g", [(uuid1, 0, 9 << 30)]),  # e and f: each could be true, not both
+        "f" * 64: ("1-4g", [(uuid1, 0, 9 << 30)]),
+        "g" * 64: ("1-4g", "link"),
+        "h" * 64: ("1-4g", None),  # no CUDA process yet: no region
+    }
+    for cid, (device, claim) in claims.items():
+        assert node.create(cid, device).returncode == 0
+        path = node.state_dir / "containers" / cid / "region"
+        if claim == "fifo":
+            os.mkfifo(path)
+        elif claim == "link":
+            path.symlink_to("/dev/zero")
+        elif claim is not None:
+            write_region(path, devices=claim)
+    res = gpuslice(node, "status", "--json")  # with a timeout: a blocked read fails here
+    assert res.returncode == 0, res.stderr
+    c0, c1 = json.loads(res.stdout)["cards"]
+    seen = {k["id"][0]: (k["used_mib"], k["region"], k["region_problem"])
+            for c in (c0, c1) for k in c["containers"]}
+    region_of = {cid[0]: node.state_dir / "containers" / cid / "region" for cid in claims}
+    assert seen["a"] == (1536, "ok", None)
+    assert seen["b"] == (None, "implausible", f"{region_of['b']} claims 17592186044415 MiB "
+                                              "used on card 0, which holds 16384 MiB")
+    assert seen["c"] == (None, "implausible", f"{region_of['c']} claims 20480 MiB used on "
+                                              "card 0, which holds 16384 MiB")
+    assert seen["d"][:2] == (None, "unreadable")
+    assert seen["d"][2].startswith(f"{region_of['d']}: is a FIFO, not a regular file")
+    assert seen["e"] == seen["f"] == (9216, "ok", None)
+    assert seen["g"][:2] == (None, "unreadable")
+    assert seen["g"][2].startswith(f"{region_of['g']}: is a symbolic link, which is not followed")
+    assert seen["h"] == (0, "absent", None)
+    assert (c0["used_mib"], c0["used_uncounted"], c0["used_plausible"]) == (1536, 3, True)
+    assert (c1["used_mib"], c1["used_uncounted"], c1["used_plausible"]) == (18432, 1, False)
+
+    text = gpuslice(node, "status").stdout.splitlines()
+    card0, card1 = [line for line in text if line.startswith("card ")]
+    lines = {line.split()[0][0]: line for line in text if line.startswith("  ")}
+    assert "16384 of 16384 MiB reserved, 1536 MiB used (3 regions not counted), 0 MiB free" \
+        in card0
+    assert ("16384 of 16384 MiB reserved, 18432 MiB used (1 region not counted; IMPLAUSIBLE: "
+            "more than the card holds, a region lies), 0 MiB free") in card1
+    assert lines["a"].endswith("4096 MiB; 1536 MiB used")
+    assert lines["b"].endswith(f"4096 MiB; ? MiB used (region IMPLAUSIBLE: {region_of['b']} "
+                               "claims 17592186044415 MiB used on card 0, which holds 16384 MiB)")
+    assert f"4096 MiB; ? MiB used (region UNREADABLE: {region_of['d']}: is a FIFO" in lines["d"]
+    assert lines["h"].endswith("4096 MiB; 0 MiB used")
+
+
 def test_status_shows_live_usage_from_the_region(node: Node) -> None:
     subprocess.run(["make", "-s", "-C", str(REPO / "tests" / "shim"), "VARIANT=plain"],
                    check=True)
