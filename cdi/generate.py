@@ -29,7 +29,6 @@ from cdi.nvml import DiscoveryError, Gpu, Inventory
 from cdi.profiles import Profile, slice_device_name
 from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdi.version import minimum_version
-from ocihook import statedir
 
 SHIM_CONTAINER_PATH = "/usr/lib/gpuslice/libgpuslice.so"
 CARD_DIR_OPTIONS = ["rw", "nosuid", "nodev", "noexec", "bind"]
@@ -43,12 +42,16 @@ class GenerateOptions:
     """What the spec is built from; build_spec only reads it."""
     kind: str
     profiles: Sequence[Profile]
+    # The host's card files and where a container sees them (the shim's
+    # default GPUSLICE_CARD_DIR): names of native/include/gpuslice/statedir.h,
+    # which the caller has from ocihook.statedir (cdi/ does not import ocihook/).
+    card_dir: str
+    card_dir_mount: str
     driver_root: str = "/"
     dev_root: str = "/"
     sys_root: str = "/sys"
     shim_path: str = "/usr/lib/gpuslice/libgpuslice.so"
     hook_path: str = "/usr/bin/gpuslice-hook"
-    card_dir: str = statedir.card_files_dir("/run/gpuslice")  # on the host
     # What every hook run is told (the hook reads no configuration file: its
     # start is on every container start): where things are (--database,
     # --state-dir), and for create how the shim is preloaded (--preload). The
@@ -91,7 +94,7 @@ def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: P
     env.append(f"{PRIORITY_ENV}={profile.priority}")
     env.append(f"LD_PRELOAD={SHIM_CONTAINER_PATH}")
     shim = Mount(opts.shim_path, SHIM_CONTAINER_PATH, options=list(driverfiles.MOUNT_OPTIONS))
-    cards = Mount(opts.card_dir, statedir.card_files_mount(), options=list(CARD_DIR_OPTIONS))
+    cards = Mount(opts.card_dir, opts.card_dir_mount, options=list(CARD_DIR_OPTIONS))
     return Device(name, ContainerEdits(env=env, device_nodes=nodes, mounts=[shim, cards],
                                        hooks=_hooks(opts, name, request)))
 

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
+from ocihook import statedir
 from ocihook.config import Config
 from ocihook.messages import EXIT_NO, error, say, warn
 
@@ -92,7 +93,8 @@ def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
     opts = GenerateOptions(
         kind=cfg.cdi_kind, profiles=cfg.profiles, driver_root=driver_root, dev_root=dev_root,
         sys_root=req.sys_root, shim_path=cfg.shim_path, hook_path=cfg.hook_path,
-        card_dir=cfg.card_dir(), hook_common=cfg.hook_common_args(),
+        card_dir=cfg.card_dir(), card_dir_mount=statedir.card_files_mount(),
+        hook_common=cfg.hook_common_args(),
         hook_create=cfg.hook_create_args(),
         hook_installed=os.access(cfg.hook_path, os.X_OK),
     )

@@ -429,6 +429,7 @@ def test_build_spec_returns_its_warnings_and_only_reads_its_options(tmp_path, dr
     inv = Inventory(DRIVER_VERSION, "13.0", gpus, ["GPU 2"])
     opts = GenerateOptions(kind="gpuslice.io/gpu", profiles=[Profile("4g", 4096),
                                                              Profile("64g", 65536)],
+                           card_dir=str(tmp_path / "cards"), card_dir_mount="/run/gpuslice/cards",
                            driver_root=str(driver_root),
                            dev_root=str(make_dev_root(tmp_path / "dev", [0, 1])),
                            sys_root=str(tmp_path / "nosys"),
