@@ -178,7 +178,7 @@ def check_hook(out: Path, hook: Path, devices: Dict, cards: List[Dict[str, str]]
     check("accountant's cards = nvidia-smi", {c["uuid"]: int(c["memory_mib"]) for c in cards},
           recorded, recorded == {c["uuid"]: int(c["memory_mib"]) for c in cards})
     res = hook_run(create, "gpu-check-a")
-    placed = (out / "state" / "containers" / "gpu-check-a" / "card")
+    placed = (out / "state" / "containers" / "gpu-check-a" / "placement")
     got = placed.read_text().strip() if placed.exists() else res.stderr.strip()
     check("hook create 4g: placed on card 0", f"0 {cards[0]['uuid']}", got,
           res.returncode == 0 and got == f"0 {cards[0]['uuid']}")
