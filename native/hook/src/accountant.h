@@ -1,10 +1,10 @@
 /*
  * The node accountant's write side, on the SQLite database that
  * ocihook/accountant.py creates (schema, migrations and card records are
- * Python's; this side reads and writes rows only, and never creates a
- * table). The rules: memory
- * within total x overcommit, whole cards exclusive, compute caps adding up
- * to cores_limit, no slice of a MIG card, nothing new on an unhealthy card.
+ * its; this side reads and writes rows only, and never creates a table).
+ * The rules: memory within total x overcommit, whole cards exclusive,
+ * compute caps adding up to cores_limit, no slice of a MIG card, nothing
+ * new on an unhealthy card.
  * Each operation is one BEGIN IMMEDIATE transaction, so hooks that start at
  * the same moment serialise on the database's write lock.
  */

@@ -1,7 +1,7 @@
 /*
  * Parsing and checking the command line (see args.h). Usage problems say
- * how the verb is used; a bad value names the option, the value (as
- * Python's repr) and the rule.
+ * how the verb is used; a bad value names the option, the value (quoted
+ * as a string, gs_quote) and the rule.
  */
 #include "args.h"
 
@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "oci.h"
 #include "procs.h"
-#include "pyfmt.h"
 #include "util.h"
 
 static const char *const usages[] = {
@@ -89,27 +89,25 @@ static int usage_error(const struct gs_args *a, const char *fmt, const char *wha
     return rc;
 }
 
-static char *repr(const char *s)
+static char *quote(const char *s)
 {
-    struct gs_str b = {0};
-    gs_py_repr_bytes(&b, s, strlen(s));
-    return gs_str_take(&b);
+    return gs_quoted(s, strlen(s), GS_AS_STRING);
 }
 
-/* usage_error naming repr(s[:len]). */
-static int usage_error_repr(const struct gs_args *a, const char *fmt, const char *s, size_t len)
+/* usage_error naming the first len bytes of s, quoted. */
+static int usage_error_quoted(const struct gs_args *a, const char *fmt, const char *s, size_t len)
 {
-    char *raw = gs_xstrndup(s, len), *r = repr(raw);
+    char *raw = gs_xstrndup(s, len), *r = quote(raw);
     int rc = usage_error(a, fmt, r);
     free(raw);
     free(r);
     return rc;
 }
 
-/* "<option> '<value>' <rule>" */
+/* '<option> "<value>" <rule>' */
 static int bad_value(enum opt o, const char *value, const char *rule)
 {
-    char *r = repr(value);
+    char *r = quote(value);
     int rc = gs_fail("%s %s %s", optdefs[o].name, r, rule);
     free(r);
     return rc;
@@ -171,7 +169,7 @@ static int check_overcommit(const char *s, double *out)
 static int check_device(const char *name)
 {
     size_t n = strlen(name);
-    char *r = repr(name);
+    char *r = quote(name);
     int rc = GS_OK;
 #define ALNUM(c) (((c) >= 'a' && (c) <= 'z') || ((c) >= 'A' && (c) <= 'Z') || \
                   ((c) >= '0' && (c) <= '9'))
@@ -185,7 +183,7 @@ static int check_device(const char *name)
         for (size_t i = 1; i + 1 < n && rc == GS_OK; i++) {
             char c = name[i];
             if (!ALNUM(c) && !strchr("_-.:", c)) {
-                char *rc_ = repr((char[]){c, '\0'});
+                char *rc_ = quote((char[]){c, '\0'});
                 rc = gs_fail("--device: device name %s has %s; only letters, digits and '_' "
                              "'-' '.' ':' are allowed", r, rc_);
                 free(rc_);
@@ -243,7 +241,7 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         if (strcmp(verb, verbs[i].name) == 0)
             a->verb = verbs[i].v;
     if (!a->verb) {
-        char *r = repr(verb);
+        char *r = quote(verb);
         int rc = gs_fail("unknown command %s; %s", r, general);
         free(r);
         return rc;
@@ -253,13 +251,13 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         const char *arg = argv[i], *eq = strchr(arg, '='), *value = NULL;
         size_t len = eq && strncmp(arg, "--", 2) == 0 ? (size_t)(eq - arg) : strlen(arg);
         if (strncmp(arg, "--", 2) != 0 || len == 2)
-            return usage_error_repr(a, "unexpected argument %s", arg, strlen(arg));
+            return usage_error_quoted(a, "unexpected argument %s", arg, strlen(arg));
         int o = 0;
         while (o < O_COUNT && !(strlen(optdefs[o].name) == len &&
                                 strncmp(optdefs[o].name, arg, len) == 0))
             o++;
         if (o == O_COUNT || !(optdefs[o].verbs & a->verb))
-            return usage_error_repr(a, "unknown option %s", arg, len);
+            return usage_error_quoted(a, "unknown option %s", arg, len);
         if (optdefs[o].takes_value) {
             if (eq && len < strlen(arg))
                 value = eq + 1;
@@ -348,7 +346,7 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
                                "with it", "--exclusive");
         /* A whole card is shared with no one, so no one stands aside for it. */
         if (v[O_EXCLUSIVE] && strcmp(a->priority, "normal") != 0)
-            return usage_error_repr(a, "--exclusive holds whole cards, which no one shares: "
+            return usage_error_quoted(a, "--exclusive holds whole cards, which no one shares: "
                                     "--priority %s means nothing there; leave it out",
                                     v[O_PRIORITY], strlen(v[O_PRIORITY]));
         if (!v[O_EXCLUSIVE] && !v[O_MEMORY])

@@ -15,6 +15,7 @@
 #include "util.h"
 
 #define CARD_FILE_MAX_BYTES (64 * 1024) /* a line per card; a few dozen bytes each */
+#define CARD_FILE_MAX_TEXT "65536"       /* the same, for the message */
 
 char *gs_path_join(const char *dir, const char *name)
 {
@@ -39,7 +40,7 @@ int gs_make_container_dir(const char *state_dir, const char *cid, uid_t uid, gid
     pfd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (pfd < 0) {
         if (errno == ELOOP || errno == ENOTDIR)
-            gs_fail("%s is not a folder", parent);
+            gs_fail_path(parent, "is not a folder");
         else
             gs_fail_errno(parent, errno);
         goto out;
@@ -51,7 +52,7 @@ int gs_make_container_dir(const char *state_dir, const char *cid, uid_t uid, gid
     fd = openat(pfd, cid, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ELOOP || errno == ENOTDIR)
-            gs_fail("%s exists and is not a folder", path);
+            gs_fail_path(path, "exists and is not a folder");
         else
             gs_fail_errno(path, errno);
         goto out;
@@ -94,7 +95,7 @@ int gs_write_placement(int dirfd, const char *path, int64_t index, const char *u
         struct stat st;
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);
-            gs_fail("%s is not a regular file", card);
+            gs_fail_path(card, "is not a regular file");
             goto out;
         }
         int r = gs_read_bounded(fd, CARD_FILE_MAX_BYTES, &data, &n), e = errno;
@@ -104,11 +105,11 @@ int gs_write_placement(int dirfd, const char *path, int64_t index, const char *u
             goto out;
         }
         if (n > CARD_FILE_MAX_BYTES) {
-            gs_fail("%s is over %d bytes", card, CARD_FILE_MAX_BYTES);
+            gs_fail_path(card, "is over " CARD_FILE_MAX_TEXT " bytes");
             goto out;
         }
     }
-    /* readlines(): each line with its "\n", the last maybe without */
+    /* Line by line, each with its "\n", the last maybe without */
     for (size_t i = 0; i < n;) {
         const char *nl = memchr(data + i, '\n', n - i);
         size_t len = nl ? (size_t)(nl - (data + i)) + 1 : n - i;
