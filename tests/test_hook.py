@@ -260,6 +260,38 @@ def test_hostile_input_changes_nothing(node: Node, asan: bool) -> None:
             assert all(v == [] for v in node.held().values()), name
 
 
+@pytest.mark.parametrize("text,expected", [
+    (b"", "expected a value at line 1, column 1 (byte offset 0)"),
+    (b'{"id": "c",\n "bundle" "/"}', "expected ':' after the member name at line 2, column 11 "
+     "(byte offset 22)"),
+    (b'{"id": "c", }', "expected a member name (a string in double quotes) at line 1, column 13 "
+     "(byte offset 12)"),
+    # Columns count characters, offsets bytes.
+    (b'["\xc3\xa9\xc3\xa9", 1 2]', "expected ',' or ']' at line 1, column 10 (byte offset 11)"),
+    (b'{"id": "abc', "expected '\"' to close the string at line 1, column 8 (byte offset 7)"),
+    (b'{"id": "a\tb"}', "expected an escape such as \\n or \\u001f, not a raw control "
+     "character, in a string at line 1, column 10 (byte offset 9)"),
+    (b'{"id": "a\\qb"}', "expected an escape: one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t "
+     "\\uXXXX at line 1, column 10 (byte offset 9)"),
+    (b'{"id": "\\u12"}', "expected four hex digits after \\u at line 1, column 9 (byte offset 8)"),
+    (b'{"pid": -}', "expected a digit after '-' at line 1, column 10 (byte offset 9)"),
+    (b'{"pid": 1.}', "expected a digit after '.' at line 1, column 11 (byte offset 10)"),
+    (b'{"pid": 1e}', "expected a digit in the exponent at line 1, column 11 (byte offset 10)"),
+    (b'{"pid": tru}', "expected a value at line 1, column 9 (byte offset 8)"),
+    (b'{} {}', "expected nothing after the value at line 1, column 4 (byte offset 3)"),
+    (b"[" * 65 + b"]" * 65, "expected at most 64 levels of nesting at line 1, column 65 "
+     "(byte offset 64)"),
+    (b'\xef\xbb\xbf{"id": "\xe9"}', "expected UTF-8, not byte 0xe9, at line 1, column 9 "
+     "(byte offset 11)"),
+])
+def test_json_errors_say_what_was_expected_and_where(node: Node, text: bytes,
+                                                     expected: str) -> None:
+    res = node.hook(node.create_args("0-6g"), text)
+    assert res.returncode == 2
+    assert err(res) == f"gpuslice-hook: error: the OCI state on stdin is not JSON: {expected}" \
+        + BY_RUNTIME
+
+
 def test_a_bad_root_path_is_said_after_admission_and_undone(node: Node) -> None:
     """root.path is read before admission but reported after it: a container that
     does not fit hears that first; one that fits is admitted, then undone."""

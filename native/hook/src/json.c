@@ -140,8 +140,8 @@ static int parse_string(struct parser *ps, size_t begin, size_t *end)
     for (;;) {
         while (i < n && s[i] != '"' && s[i] != '\\') {
             if ((unsigned char)s[i] < 0x20)
-                return fail_at(ps, "expected a character or an escape, not a control "
-                                   "character, in a string", i);
+                return fail_at(ps, "expected an escape such as \\n or \\u001f, not a raw "
+                                   "control character, in a string", i);
             i++;
         }
         if (i >= n)
@@ -163,8 +163,8 @@ static int parse_string(struct parser *ps, size_t begin, size_t *end)
             i += 5;
             continue;
         default:
-            return fail_at(ps, "expected one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX "
-                               "(an escape)", i - 1);
+            return fail_at(ps, "expected an escape: one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t "
+                               "\\uXXXX", i - 1);
         }
     }
 }
