@@ -97,9 +97,8 @@ static char *quote(const char *s)
 /* usage_error naming the first len bytes of s, quoted. */
 static int usage_error_quoted(const struct gs_args *a, const char *fmt, const char *s, size_t len)
 {
-    char *raw = gs_xstrndup(s, len), *r = quote(raw);
+    char *r = gs_quoted(s, len, GS_AS_STRING);
     int rc = usage_error(a, fmt, r);
-    free(raw);
     free(r);
     return rc;
 }
@@ -347,8 +346,8 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         /* A whole card is shared with no one, so no one stands aside for it. */
         if (v[O_EXCLUSIVE] && strcmp(a->priority, "normal") != 0)
             return usage_error_quoted(a, "--exclusive holds whole cards, which no one shares: "
-                                    "--priority %s means nothing there; leave it out",
-                                    v[O_PRIORITY], strlen(v[O_PRIORITY]));
+                                      "--priority %s means nothing there; leave it out",
+                                      v[O_PRIORITY], strlen(v[O_PRIORITY]));
         if (!v[O_EXCLUSIVE] && !v[O_MEMORY])
             return usage_error(a, "a slice needs %s N (or --exclusive for a whole card)",
                                "--memory-mib");

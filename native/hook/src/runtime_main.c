@@ -40,7 +40,7 @@ extern char **environ;
 
 #define PROGRAM "gpuslice-runtime"
 #define APPLIER "gpuslice-runtime-apply"
-#define LAST_LINE_MAX 2048            /* of the applier's stderr, for the log line */
+#define LAST_LINE_MAX 2048 /* of the applier's stderr, for the log line */
 /* Where to look when PATH is unset: a shim started with a bare environment
  * still finds a distribution's runc in /usr/sbin or /usr/bin. */
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -102,6 +102,7 @@ __attribute__((noreturn, format(printf, 2, 3))) static void die(int code, const 
     }
     gs_str_add(&b, PROGRAM ": error: ");
     gs_quote(&b, gs_str_cstr(&text), text.len, GS_AS_PATH);
+    gs_str_free(&text);
     log_error(b.s, b.len);
     gs_str_addc(&b, '\n');
     gs_write_all(2, b.s, b.len);
@@ -216,7 +217,7 @@ static const char *find_applier(const char *given, char *buf, size_t cap, const 
     return search_path(APPLIER, 0, buf, cap, NULL, 0) ? buf : NULL;
 }
 
-/* ------------------------------------------------------------ the request */
+/* ------------------------------------------------------------- the bundle */
 
 /* The bundle as an absolute path (malloc'ed), as runc resolves it: against
  * the current folder, links left alone. */

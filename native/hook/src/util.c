@@ -237,8 +237,7 @@ int gs_mkdirs(const char *path, unsigned mode)
         return S_ISDIR(st.st_mode) ? 0 : (errno = EEXIST, -1);
     char *p = gs_xstrdup(path);
     int rc = 0;
-    /* Parents first; a parent made by someone else
-     * meanwhile is fine. */
+    /* Parents first; a parent made by someone else meanwhile is fine. */
     for (char *s = p + 1; *s && rc == 0; s++) {
         if (*s != '/')
             continue;
