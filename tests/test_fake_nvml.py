@@ -386,6 +386,8 @@ BAD_FILES = [
     ("deep", "[" * 5000 + "]" * 5000,
      ["invalid JSON: expected at most 64 levels of nesting at line 1, column 65 (byte offset 64)"]),
     ("top-array", "[]", ["top level"]),
+    ("nul-in-uuid", json.dumps(_with(fake_gpus_doc(1), "GPU-\u0000x", "gpus", 0, "uuid")),
+     ["gpus[0].uuid: must not hold \\u0000 (a C string ends there)"]),
     ("missing-uuid", json.dumps(_without(fake_gpus_doc(2), "gpus", 1, "uuid")),
      ["gpus[1].uuid", "missing"]),
     ("missing-mig", json.dumps(_without(fake_gpus_doc(1), "gpus", 0, "mig")), ["gpus[0].mig"]),

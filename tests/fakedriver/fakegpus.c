@@ -559,7 +559,6 @@ int fakegpus_load(const char *path, struct fakegpus *out, char *err, size_t errl
         return -1;
     struct gs_json root;
     struct gs_str why = {0};
-    gs_program = "gpuslice fake driver"; /* util.c's one message of its own: out of memory */
     int rc = gs_json_parse(text, len, &root, &why);
     if (rc != 0) {
         snprintf(err, errlen, "%s: invalid JSON: %s", path, gs_str_cstr(&why));
