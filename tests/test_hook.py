@@ -367,6 +367,21 @@ def rows(db: Path, sql: str, *params: object) -> List[tuple]:
         conn.close()
 
 
+def test_a_refusal_naming_a_database_row_is_one_line(node: Node) -> None:
+    """What the books hold is named as it is, its line breaks escaped."""
+    conn = sqlite3.connect(node.db)
+    conn.execute("INSERT INTO reservations(container_id, device, card_uuid, memory_mib, cores, "
+                 "exclusive, pid, pid_start, runtime, created, priority) VALUES "
+                 "('odd\nrow', '0', ?, 16384, 0, 1, NULL, NULL, '', 1.0, 'normal')",
+                 (fake_gpu(0)["uuid"],))
+    conn.commit()
+    conn.close()
+    res = node.create("c", "0-6g")
+    assert res.returncode == 1
+    assert err(res) == (f"gpuslice-hook: container c: 0-6g: card 0 ({fake_gpu(0)['uuid']}) is "
+                        "held whole by odd\\nrow; stop it, or ask for another card")
+
+
 def with_profile(node: Node, item: str) -> None:
     node.config.write_text(node.config.read_text() + f"  - {item}\n")  # the profiles list is last
     node.generate()
