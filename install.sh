@@ -4,7 +4,7 @@
 #
 #   sudo ./install.sh               gpuslice itself
 #   sudo ./install.sh --with-tests  also what the test suite needs (Debian/Ubuntu:
-#                                   podman, runc, busybox, gcc; pytest), installed
+#                                   podman, runc, busybox, gcc, clang; pytest), installed
 #                                   editable so the tests run against this tree
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -27,12 +27,13 @@ if [ "$with_tests" = 1 ]; then
   apt-get update -q
   # Tests run real Podman 4.3 with runc (crun refuses the hybrid cgroup layout
   # of some hosts) on a busybox-static root file system; gcc builds the fake
-  # driver. --no-install-recommends is enough: podman's recommends serve
-  # rootless use and images, which the tests do not need.
+  # driver; clang and libclang-rt-dev (libFuzzer, only a recommends of clang)
+  # build the fuzz harnesses. --no-install-recommends is enough: podman's
+  # recommends serve rootless use and images, which the tests do not need.
   apt-get install -y -q --no-install-recommends \
     podman runc crun conmon containernetworking-plugins busybox-static uidmap \
     docker.io containerd \
-    gcc make libc6-dev libsqlite3-dev python3 python3-pip python3-dev \
+    gcc make libc6-dev libsqlite3-dev python3 python3-pip python3-dev clang libclang-rt-dev \
     ca-certificates util-linux mount procps \
     git cpio build-essential debhelper dh-python python3-all python3-setuptools \
     pybuild-plugin-pyproject python3-yaml python3-click python3-cffi python3-tomlkit \

@@ -381,10 +381,13 @@ BAD_FILES = [
     ("trailing-comma", GOOD[:-1] + ",}", ["invalid JSON"]),
     ("bad-escape", '{"driver_version": "5\\x"}', ["invalid JSON", "escape"]),
     ("not-json", "gpus: []\n", ["invalid JSON"]),
-    ("empty", "", ["invalid JSON"]),
-    ("two-values", GOOD + " {}", ["invalid JSON", "trailing"]),
-    ("deep", "[" * 5000 + "]" * 5000, ["invalid JSON", "deep"]),
+    ("empty", "", ["invalid JSON: expected a value at line 1, column 1 (byte offset 0)"]),
+    ("two-values", GOOD + " {}", ["invalid JSON", "expected nothing after the value"]),
+    ("deep", "[" * 5000 + "]" * 5000,
+     ["invalid JSON: expected at most 64 levels of nesting at line 1, column 65 (byte offset 64)"]),
     ("top-array", "[]", ["top level"]),
+    ("nul-in-uuid", json.dumps(_with(fake_gpus_doc(1), "GPU-\u0000x", "gpus", 0, "uuid")),
+     ["gpus[0].uuid: must not hold \\u0000 (a C string ends there)"]),
     ("missing-uuid", json.dumps(_without(fake_gpus_doc(2), "gpus", 1, "uuid")),
      ["gpus[1].uuid", "missing"]),
     ("missing-mig", json.dumps(_without(fake_gpus_doc(1), "gpus", 0, "mig")), ["gpus[0].mig"]),
@@ -589,7 +592,8 @@ def test_clean_build(tmp_path: Path) -> None:
         if src.is_file():
             shutil.copy2(src, copy / src.name)
     include = FAKEDRIVER_DIR.parent.parent / "native" / "shim" / "include"
-    make = ["make", "-C", str(copy), f"CUDA_API_INCLUDE={include}"]
+    json_src = FAKEDRIVER_DIR.parent.parent / "native" / "hook" / "common"
+    make = ["make", "-C", str(copy), f"CUDA_API_INCLUDE={include}", f"JSON_SRC={json_src}"]
     build = subprocess.run(make, capture_output=True, text=True)
     assert build.returncode == 0, build.stdout + build.stderr
     assert "-Werror" in build.stdout
@@ -608,6 +612,9 @@ def test_clean_build(tmp_path: Path) -> None:
     exported = {line.split()[-1] for line in dyn.splitlines()
                 if " FUNC " in line and " GLOBAL " in line and " UND " not in line}
     assert exported == set(EXPORTS)
+    # The hook's JSON parser is inside, hidden: no gs_* (nor fakegpus_*) of any
+    # kind leaks into a process that also loads libgpuslice.so or a fake libcuda.
+    assert [line for line in dyn.splitlines() if " gs_" in line or "fakegpus" in line] == []
     assert subprocess.run(make + ["clean"], capture_output=True).returncode == 0
     assert not (copy / "build").exists()
 

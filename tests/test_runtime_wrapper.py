@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -36,7 +37,7 @@ class Rig:
     def set_applier(self, code: int, say: str = "") -> None:
         self.applier.write_text(
             f'#!/bin/sh\necho "$@" > {self.calls}/apply\n'
-            + (f'echo "{say}" >&2\n' if say else "") + f"exit {code}\n")
+            + (f"printf '%s\\n' {shlex.quote(say)} >&2\n" if say else "") + f"exit {code}\n")
         self.applier.chmod(0o755)
 
     def config(self, doc: object) -> bytes:
@@ -85,7 +86,10 @@ def test_other_commands_pass_through_unchanged(rig: Rig) -> None:
 
 
 def test_no_request_leaves_config_alone(rig: Rig) -> None:
-    for doc in (ASKS_NOTHING, b"not json at all", b"[1, 2]"):
+    # An array at the top whose elements look like members (F3: their keys were
+    # read uninitialised; tests/test_fuzz.py replays it under MemorySanitizer).
+    for doc in (ASKS_NOTHING, b"not json at all", b"[1, 2]", b'["x", {"process": 1}, 3]',
+                b'["process", {"env": ["GPUSLICE=1"]}]'):
         before = rig.config(doc)
         res = rig.run(["create", "--bundle", str(rig.bundle), "c1"])
         assert res.returncode == 7 and rig.applied() is None, res.stderr
@@ -127,6 +131,12 @@ def test_a_refused_request_never_reaches_runc_and_is_logged(rig: Rig) -> None:
     entry = json.loads(log.read_text().splitlines()[-1])
     assert entry["level"] == "error"
     assert entry["msg"] == "gpuslice-runtime: error: unknown CDI device gpuslice.io/gpu=0-4g"
+    # The applier's last line goes into the log as a JSON string, whatever it holds.
+    rig.set_applier(2, 'gpuslice-runtime: error: a "quoted" \\path\twith a tab')
+    rig.run(["--log", str(log), "--log-format", "json", "create", "--bundle", str(rig.bundle),
+             "c1"])
+    assert json.loads(log.read_text().splitlines()[-1])["msg"] == \
+        'gpuslice-runtime: error: a "quoted" \\path\twith a tab'
     rig.set_applier(3)  # fails without a word
     res = rig.run(["create", "--bundle", str(rig.bundle), "c1"])
     assert res.returncode == 1 and "said nothing" in res.stderr and rig.runc_argv() is None
@@ -153,3 +163,16 @@ def test_lookups_and_their_errors(rig: Rig) -> None:
     assert res.returncode == 2
     res = rig.run(["--gpuslice-runtime"], own=False)
     assert res.returncode == 2 and "--gpuslice-runtime" in res.stderr
+
+
+def test_its_own_errors_are_one_line(rig: Rig) -> None:
+    """A path that holds a newline (from the caller's arguments or environment) is
+    named with the newline escaped, on stderr and in the JSON log."""
+    rig.config(ASKS_NOTHING)
+    log = rig.tmp / "runc.log"
+    res = rig.run(["--gpuslice-runtime", str(rig.tmp / "no\nrunc"), "--log", str(log),
+                   "--log-format", "json", "state", "c1"], own=False)
+    line = f"gpuslice-runtime: error: cannot run the real runtime {rig.tmp}/no\\nrunc: No such " \
+           "file or directory"
+    assert res.returncode == 2 and res.stderr == line + "\n"
+    assert json.loads(log.read_text().splitlines()[-1])["msg"] == line

@@ -605,150 +605,6 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
 
 /* ---------------------------------------------------------------- loading */
 
-static const char *json_ws(const char *p)
-{
-    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-        p++;
-    return p;
-}
-
-/* p at '"': returns past the closing quote. */
-static const char *json_string_end(const char *p)
-{
-    for (p++; *p && *p != '"'; p++)
-        if (*p == '\\' && p[1])
-            p++;
-    return *p ? p + 1 : p;
-}
-
-static const char *json_skip(const char *p)
-{
-    p = json_ws(p);
-    if (*p == '"')
-        return json_string_end(p);
-    if (*p == '{' || *p == '[') {
-        int depth = 0;
-        while (*p) {
-            if (*p == '"') {
-                p = json_string_end(p);
-                continue;
-            }
-            if (*p == '{' || *p == '[')
-                depth++;
-            else if ((*p == '}' || *p == ']') && --depth == 0)
-                return p + 1;
-            p++;
-        }
-        return p;
-    }
-    while (*p && !strchr(",]} \t\r\n", *p))
-        p++;
-    return p;
-}
-
-static bool json_key_is(const char *p, const char *end, const char *want)
-{
-    size_t n = strlen(want);
-    return (size_t)(end - p) == n + 2 && memcmp(p + 1, want, n) == 0;
-}
-
-/*
- * fakegpus_load has already checked the document, so this only walks it to
- * find the optional per-gpu "context_mib" that fakegpus does not know.
- */
-static int load_context_mib(const char *path, char *err, size_t errlen)
-{
-    for (unsigned i = 0; i < g_gpus.count; i++)
-        g_ctx_bytes_by_gpu[i] = FAKECUDA_CONTEXT_MIB * MIB;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "%.900s: cannot open", path);
-        return -1;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap)
-            break;
-        char *nb = realloc(buf, cap * 2 + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    if (!buf) {
-        snprintf(err, errlen, "%.900s: out of memory", path);
-        return -1;
-    }
-    buf[n] = '\0';
-    int rc = 0;
-    const char *p = json_ws(buf);
-    if (*p == '{')
-        p++;
-    while (*(p = json_ws(p)) == '"') {
-        const char *k = p;
-        p = json_string_end(p);
-        bool is_gpus = json_key_is(k, p, "gpus");
-        p = json_ws(p);
-        if (*p == ':')
-            p++;
-        p = json_ws(p);
-        if (is_gpus && *p == '[') {
-            p++;
-            for (unsigned idx = 0; *(p = json_ws(p)) == '{'; idx++) {
-                p++;
-                while (*(p = json_ws(p)) == '"') {
-                    const char *gk = p;
-                    p = json_string_end(p);
-                    bool is_ctx = json_key_is(gk, p, "context_mib");
-                    p = json_ws(p);
-                    if (*p == ':')
-                        p++;
-                    p = json_ws(p);
-                    if (is_ctx && idx < g_gpus.count) {
-                        char *end;
-                        unsigned long long v = strtoull(p, &end, 10);
-                        if (end == p || *p == '-' || (*end && strchr(".eE", *end)) ||
-                            v > g_gpus.gpus[idx].memory_mib) {
-                            snprintf(err, errlen,
-                                     "%.900s: gpus[%u].context_mib: expected an integer from 0 to "
-                                     "memory_mib",
-                                     path, idx);
-                            rc = -1;
-                            goto out;
-                        }
-                        g_ctx_bytes_by_gpu[idx] = v * MIB;
-                    }
-                    p = json_ws(json_skip(p));
-                    if (*p == ',')
-                        p++;
-                }
-                if (*p == '}')
-                    p++;
-                p = json_ws(p);
-                if (*p == ',')
-                    p++;
-            }
-            if (*p == ']')
-                p++;
-        } else {
-            p = json_skip(p);
-        }
-        p = json_ws(p);
-        if (*p == ',')
-            p++;
-    }
-out:
-    free(buf);
-    return rc;
-}
-
 /* Hex digits of "GPU-xxxxxxxx-xxxx-..." as 16 bytes; a hash if not that. */
 static void uuid_bytes(const char *text, CUuuid *out)
 {
@@ -860,10 +716,14 @@ static CUresult do_init(void)
 {
     char err[1024] = "";
     g_kernel_ns = kernel_ns_from_env();
-    if (fakegpus_load(NULL, &g_gpus, err, sizeof(err)) != 0 ||
-        load_context_mib(g_gpus.path, err, sizeof(err)) != 0) {
+    if (fakegpus_load(NULL, &g_gpus, err, sizeof(err)) != 0) {
         fprintf(stderr, LIB_PREFIX "%s\n", err);
         return CUDA_ERROR_NO_DEVICE;
+    }
+    for (unsigned i = 0; i < g_gpus.count; i++) {
+        const struct fakegpu *g = &g_gpus.gpus[i];
+        uint64_t mib = g->has_context_mib ? g->context_mib : FAKECUDA_CONTEXT_MIB;
+        g_ctx_bytes_by_gpu[i] = mib * MIB;
     }
     unsigned order[FAKEGPUS_MAX_GPUS];
     g_ndev = visible_devices(order);

@@ -1,13 +1,13 @@
 /*
  * fakegpus.c: read the fake GPU description (see fakegpus.h).
  *
- * A small strict JSON parser (RFC 8259: objects, arrays, strings with every
- * escape, numbers, true/false/null) builds a tree, then the checker copies
- * what it needs into fixed-size structs. Input is test data but the fake
- * libraries are loaded into real tools, so nothing here may crash on bad
- * input: depth and size are bounded and every error is a message.
+ * The JSON is checked and read by the hook's parser (native/hook/common/json.c,
+ * built into each fake library with hidden visibility), then the checker
+ * copies what it needs into fixed-size structs. Input is test data but the
+ * fake libraries are loaded into real tools, so nothing here may crash on
+ * bad input: size and depth are bounded and every error is a message.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include "fakegpus.h"
 
 #include <errno.h>
@@ -17,367 +17,14 @@
 #include <string.h>
 #include <strings.h>
 
+#include "json.h"
+#include "util.h"
+
 #define MAX_FILE_BYTES (16u << 20) /* far above any real description */
-#define MAX_DEPTH 64               /* keeps the recursive parser's stack small */
-
-/* ---------------------------------------------------------------- JSON tree */
-
-typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } jtype;
-
-typedef struct jval {
-    jtype type;
-    bool b;
-    bool is_int;  /* a number with no fraction or exponent that fits int64 */
-    int64_t i;
-    char *s;      /* J_STR, NUL-terminated; \u0000 is refused */
-    size_t n;     /* J_ARR / J_OBJ: number of items */
-    struct jval *items;
-    char **keys;  /* J_OBJ: keys[k] names items[k] */
-} jval;
-
-static void jfree(jval *v)
-{
-    if (v->type == J_STR)
-        free(v->s);
-    if (v->type == J_ARR || v->type == J_OBJ) {
-        for (size_t k = 0; k < v->n; k++) {
-            jfree(&v->items[k]);
-            if (v->keys)
-                free(v->keys[k]);
-        }
-        free(v->items);
-        free(v->keys);
-    }
-    memset(v, 0, sizeof(*v));
-}
-
-typedef struct {
-    const char *start, *p, *end;
-    const char *path;
-    char *err;
-    size_t errlen;
-    int depth;
-} parser;
-
-/* Report a syntax error with line and column, computed only on failure. */
-static int perr(parser *ps, const char *what)
-{
-    unsigned line = 1, col = 1;
-    for (const char *q = ps->start; q < ps->p && q < ps->end; q++) {
-        if (*q == '\n') {
-            line++;
-            col = 1;
-        } else {
-            col++;
-        }
-    }
-    snprintf(ps->err, ps->errlen, "%s: invalid JSON at line %u column %u: %s",
-             ps->path, line, col, what);
-    return -1;
-}
-
-static void skip_ws(parser *ps)
-{
-    while (ps->p < ps->end &&
-           (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
-        ps->p++;
-}
-
-static int hex4(parser *ps, unsigned *out)
-{
-    unsigned v = 0;
-    for (int k = 0; k < 4; k++) {
-        if (ps->p >= ps->end)
-            return perr(ps, "unterminated \\u escape");
-        char c = *ps->p++;
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (unsigned)(c - 'A' + 10);
-        else
-            return perr(ps, "bad hex digit in \\u escape");
-    }
-    *out = v;
-    return 0;
-}
-
-/* Append one code point as UTF-8; the buffer always has room for 4 bytes. */
-static size_t put_utf8(char *dst, unsigned cp)
-{
-    if (cp < 0x80) {
-        dst[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        dst[0] = (char)(0xC0 | (cp >> 6));
-        dst[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        dst[0] = (char)(0xE0 | (cp >> 12));
-        dst[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        dst[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    dst[0] = (char)(0xF0 | (cp >> 18));
-    dst[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    dst[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    dst[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* ps->p is on the opening quote. The decoded text is never longer than the
- * escaped source, so one allocation of the source length is enough. */
-static int parse_string(parser *ps, char **out)
-{
-    const char *q = ++ps->p;
-    while (q < ps->end && *q != '"') {
-        if (*q == '\\')
-            q++;
-        q++;
-    }
-    if (q >= ps->end)
-        return perr(ps, "unterminated string");
-    char *buf = malloc((size_t)(q - ps->p) + 1);
-    if (!buf)
-        return perr(ps, "out of memory");
-    size_t n = 0;
-    for (;;) {
-        unsigned char c = (unsigned char)*ps->p;
-        if (c == '"') {
-            ps->p++;
-            break;
-        }
-        if (c < 0x20) {
-            free(buf);
-            return perr(ps, "control character in string");
-        }
-        if (c != '\\') {
-            buf[n++] = (char)c;
-            ps->p++;
-            continue;
-        }
-        ps->p++;
-        char e = *ps->p++;
-        switch (e) {
-        case '"': buf[n++] = '"'; break;
-        case '\\': buf[n++] = '\\'; break;
-        case '/': buf[n++] = '/'; break;
-        case 'b': buf[n++] = '\b'; break;
-        case 'f': buf[n++] = '\f'; break;
-        case 'n': buf[n++] = '\n'; break;
-        case 'r': buf[n++] = '\r'; break;
-        case 't': buf[n++] = '\t'; break;
-        case 'u': {
-            unsigned cp;
-            if (hex4(ps, &cp)) {
-                free(buf);
-                return -1;
-            }
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                unsigned lo;
-                if (ps->end - ps->p < 6 || ps->p[0] != '\\' || ps->p[1] != 'u') {
-                    free(buf);
-                    return perr(ps, "lone high surrogate in \\u escape");
-                }
-                ps->p += 2;
-                if (hex4(ps, &lo)) {
-                    free(buf);
-                    return -1;
-                }
-                if (lo < 0xDC00 || lo > 0xDFFF) {
-                    free(buf);
-                    return perr(ps, "bad low surrogate in \\u escape");
-                }
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                free(buf);
-                return perr(ps, "lone low surrogate in \\u escape");
-            }
-            if (cp == 0) {
-                free(buf);
-                return perr(ps, "\\u0000 is not allowed (C strings)");
-            }
-            /* \uXXXX takes 6 source bytes and gives at most 3 (or 12 -> 4). */
-            n += put_utf8(buf + n, cp);
-            break;
-        }
-        default:
-            free(buf);
-            ps->p--;
-            return perr(ps, "unknown escape in string");
-        }
-    }
-    buf[n] = '\0';
-    *out = buf;
-    return 0;
-}
-
-static int parse_number(parser *ps, jval *v)
-{
-    bool neg = false, overflow = false, integral = true;
-    uint64_t mag = 0;
-    if (ps->p < ps->end && *ps->p == '-') {
-        neg = true;
-        ps->p++;
-    }
-    if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
-        return perr(ps, "bad number");
-    if (*ps->p == '0' && ps->p + 1 < ps->end && ps->p[1] >= '0' && ps->p[1] <= '9')
-        return perr(ps, "leading zero in number");
-    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
-        unsigned d = (unsigned)(*ps->p++ - '0');
-        if (mag > (UINT64_MAX - d) / 10)
-            overflow = true;
-        else
-            mag = mag * 10 + d;
-    }
-    if (ps->p < ps->end && *ps->p == '.') {
-        integral = false;
-        ps->p++;
-        if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
-            return perr(ps, "digit expected after '.'");
-        while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
-            ps->p++;
-    }
-    if (ps->p < ps->end && (*ps->p == 'e' || *ps->p == 'E')) {
-        integral = false;
-        ps->p++;
-        if (ps->p < ps->end && (*ps->p == '+' || *ps->p == '-'))
-            ps->p++;
-        if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9')
-            return perr(ps, "digit expected in exponent");
-        while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
-            ps->p++;
-    }
-    v->type = J_NUM;
-    /* Only integers are ever used; other numbers parse but are flagged. */
-    if (integral && !overflow && mag <= (uint64_t)INT64_MAX) {
-        v->is_int = true;
-        v->i = neg ? -(int64_t)mag : (int64_t)mag;
-    }
-    return 0;
-}
-
-static int parse_value(parser *ps, jval *v);
-
-static int parse_container(parser *ps, jval *v, bool is_obj)
-{
-    char close = is_obj ? '}' : ']';
-    size_t cap = 0;
-    v->type = is_obj ? J_OBJ : J_ARR;
-    ps->p++;
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == close) {
-        ps->p++;
-        return 0;
-    }
-    for (;;) {
-        if (v->n == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            jval *items = realloc(v->items, ncap * sizeof(*items));
-            if (!items)
-                return perr(ps, "out of memory");
-            v->items = items;
-            if (is_obj) {
-                char **keys = realloc(v->keys, ncap * sizeof(*keys));
-                if (!keys)
-                    return perr(ps, "out of memory");
-                v->keys = keys;
-            }
-            cap = ncap;
-        }
-        jval *item = &v->items[v->n];
-        memset(item, 0, sizeof(*item));
-        if (is_obj) {
-            skip_ws(ps);
-            if (ps->p >= ps->end || *ps->p != '"')
-                return perr(ps, "object key (a string) expected");
-            const char *keypos = ps->p;
-            char *key;
-            if (parse_string(ps, &key))
-                return -1;
-            for (size_t k = 0; k < v->n; k++) {
-                if (strcmp(v->keys[k], key) == 0) {
-                    free(key);
-                    ps->p = keypos;
-                    return perr(ps, "duplicate key in object");
-                }
-            }
-            v->keys[v->n] = key;
-            skip_ws(ps);
-            if (ps->p >= ps->end || *ps->p != ':') {
-                v->n++; /* so that jfree releases the key */
-                return perr(ps, "':' expected after object key");
-            }
-            ps->p++;
-        }
-        v->n++; /* counted before parsing so that jfree sees partial items */
-        if (parse_value(ps, item))
-            return -1;
-        skip_ws(ps);
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (ps->p < ps->end && *ps->p == close) {
-            ps->p++;
-            return 0;
-        }
-        return perr(ps, is_obj ? "',' or '}' expected" : "',' or ']' expected");
-    }
-}
-
-static int literal(parser *ps, const char *word)
-{
-    size_t len = strlen(word);
-    if ((size_t)(ps->end - ps->p) < len || memcmp(ps->p, word, len) != 0)
-        return perr(ps, "unexpected character");
-    ps->p += len;
-    return 0;
-}
-
-static int parse_value(parser *ps, jval *v)
-{
-    skip_ws(ps);
-    if (ps->p >= ps->end)
-        return perr(ps, "unexpected end of input");
-    if (++ps->depth > MAX_DEPTH)
-        return perr(ps, "nested too deeply");
-    int rc;
-    switch (*ps->p) {
-    case '{': rc = parse_container(ps, v, true); break;
-    case '[': rc = parse_container(ps, v, false); break;
-    case '"':
-        v->type = J_STR;
-        rc = parse_string(ps, &v->s);
-        break;
-    case 't':
-        v->type = J_BOOL;
-        v->b = true;
-        rc = literal(ps, "true");
-        break;
-    case 'f':
-        v->type = J_BOOL;
-        rc = literal(ps, "false");
-        break;
-    case 'n':
-        rc = literal(ps, "null");
-        break;
-    default:
-        if (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9'))
-            rc = parse_number(ps, v);
-        else
-            rc = perr(ps, "unexpected character");
-    }
-    ps->depth--;
-    return rc;
-}
 
 /* ------------------------------------------------------------------ checks */
+
+typedef struct gs_json jval;
 
 typedef struct {
     const char *path;
@@ -390,7 +37,7 @@ __attribute__((format(printf, 3, 4)))
 #endif
 static int cfail(const checker *c, const char *key, const char *fmt, ...)
 {
-    char msg[256];
+    char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -399,12 +46,46 @@ static int cfail(const checker *c, const char *key, const char *fmt, ...)
     return -1;
 }
 
-static const jval *member(const jval *obj, const char *key)
+/* A string value named in a message, as the hook names one: quoted, one
+ * line, bounded. Into buf (cut to fit). */
+static const char *shown(const char *s, char *buf, size_t size)
 {
-    for (size_t k = 0; k < obj->n; k++)
-        if (strcmp(obj->keys[k], key) == 0)
-            return &obj->items[k];
-    return NULL;
+    char *q = gs_quoted(s, strlen(s), GS_AS_STRING);
+    snprintf(buf, size, "%s", q);
+    free(q);
+    return buf;
+}
+
+/* obj's member key, or NULL (the last one if repeated). *slot holds it. */
+static const jval *member(const jval *obj, const char *key, jval *slot)
+{
+    return gs_json_member(obj, key, slot) ? slot : NULL;
+}
+
+/* The number of elements of an array. */
+static size_t length(const jval *arr)
+{
+    jval item;
+    size_t cursor = 0, n = 0;
+    while (gs_json_next(arr, &cursor, NULL, &item))
+        n++;
+    return n;
+}
+
+/* Element k of an array (k < length). */
+static jval element(const jval *arr, size_t k)
+{
+    jval item = {0};
+    size_t cursor = 0;
+    for (size_t i = 0; i <= k && gs_json_next(arr, &cursor, NULL, &item); i++)
+        ;
+    return item;
+}
+
+/* An integer that fits int64, in *out. */
+static bool integer(const jval *v, int64_t *out)
+{
+    return gs_json_int64(v, out) == 1;
 }
 
 /* Full key name for messages, e.g. "gpus[2].uuid". */
@@ -421,32 +102,42 @@ static int get_str(const checker *c, const jval *obj, const char *where, const c
                    bool required, char *dst, size_t size)
 {
     char kn[96];
+    jval slot;
     keyname(kn, sizeof(kn), where, key);
-    const jval *v = member(obj, key);
+    const jval *v = member(obj, key, &slot);
     if (!v)
         return required ? cfail(c, kn, "missing required key") : 0;
-    if (v->type != J_STR)
+    if (v->type != GS_JSON_STRING)
         return cfail(c, kn, "expected a string");
-    if (v->s[0] == '\0')
-        return cfail(c, kn, "must not be empty");
-    if (strlen(v->s) >= size)
-        return cfail(c, kn, "longer than %zu bytes", size - 1);
-    memcpy(dst, v->s, strlen(v->s) + 1);
-    return 1;
+    size_t n;
+    char *s = gs_json_string(v, &n);
+    int rc = 1;
+    if (n == 0)
+        rc = cfail(c, kn, "must not be empty");
+    else if (strlen(s) != n)
+        rc = cfail(c, kn, "must not hold \\u0000 (a C string ends there)");
+    else if (n >= size)
+        rc = cfail(c, kn, "longer than %zu bytes", size - 1);
+    else
+        memcpy(dst, s, n + 1);
+    free(s);
+    return rc;
 }
 
 static int get_int(const checker *c, const jval *obj, const char *where, const char *key,
                    bool required, int64_t min, int64_t max, int64_t *out)
 {
     char kn[96];
+    jval slot;
+    int64_t i;
     keyname(kn, sizeof(kn), where, key);
-    const jval *v = member(obj, key);
+    const jval *v = member(obj, key, &slot);
     if (!v)
         return required ? cfail(c, kn, "missing required key") : 0;
-    if (v->type != J_NUM || !v->is_int || v->i < min || v->i > max)
+    if (!integer(v, &i) || i < min || i > max)
         return cfail(c, kn, "expected an integer from %lld to %lld", (long long)min,
                      (long long)max);
-    *out = v->i;
+    *out = i;
     return 1;
 }
 
@@ -454,17 +145,17 @@ static int get_bool(const checker *c, const jval *obj, const char *where, const 
                     bool required, bool *out)
 {
     char kn[96];
+    jval slot;
     keyname(kn, sizeof(kn), where, key);
-    const jval *v = member(obj, key);
+    const jval *v = member(obj, key, &slot);
     if (!v)
         return required ? cfail(c, kn, "missing required key") : 0;
-    if (v->type != J_BOOL)
+    if (v->type != GS_JSON_TRUE && v->type != GS_JSON_FALSE)
         return cfail(c, kn, "expected true or false");
-    *out = v->b;
+    *out = v->type == GS_JSON_TRUE;
     return 1;
 }
 
-/* "MAJOR.MINOR" with plain decimal digits, as in "13.0" or "9.0". */
 static bool parse_major_minor(const char *s, int *major, int *minor)
 {
     int part[2] = {0, 0};
@@ -571,18 +262,22 @@ static const named archs[] = {
 static int get_enum(const checker *c, const jval *obj, const char *where, const char *key,
                     const named *table, unsigned *out)
 {
-    char kn[96];
+    char kn[96], name[32];
+    jval slot;
+    int64_t i;
     keyname(kn, sizeof(kn), where, key);
-    const jval *v = member(obj, key);
+    const jval *v = member(obj, key, &slot);
     if (!v)
         return 0;
-    if (v->type == J_NUM && v->is_int && v->i >= 0 && v->i <= (int64_t)UINT32_MAX) {
-        *out = (unsigned)v->i;
+    if (integer(v, &i) && i >= 0 && i <= (int64_t)UINT32_MAX) {
+        *out = (unsigned)i;
         return 1;
     }
-    if (v->type == J_STR) {
+    size_t n = gs_json_string_into(v, name, sizeof(name) - 1);
+    if (v->type == GS_JSON_STRING && n < sizeof(name) - 1) {
+        name[n] = '\0';
         for (const named *t = table; t->name; t++) {
-            if (strcasecmp(t->name, v->s) == 0) {
+            if (strcasecmp(t->name, name) == 0) {
                 *out = t->value;
                 return 1;
             }
@@ -612,14 +307,13 @@ static const named link_names[] = {
     {"multiple", FAKEGPU_LINK_MULTIPLE}, {"hostbridge", FAKEGPU_LINK_HOSTBRIDGE},
     {"node", FAKEGPU_LINK_NODE},         {"system", FAKEGPU_LINK_SYSTEM},
     {"nvlink", FAKEGPU_LINK_NVLINK},     {NULL, 0}};
-
 static int check_gpu(const checker *c, const jval *g, unsigned index, struct fakegpu *out)
 {
-    char where[32], kn[96];
+    char where[32], kn[96], q[160];
     int64_t n;
     int rc;
     snprintf(where, sizeof(where), "gpus[%u]", index);
-    if (g->type != J_OBJ)
+    if (g->type != GS_JSON_OBJECT)
         return cfail(c, where, "expected an object");
     memset(out, 0, sizeof(*out));
 
@@ -642,7 +336,8 @@ static int check_gpu(const checker *c, const jval *g, unsigned index, struct fak
     keyname(kn, sizeof(kn), where, "pci_bus_id");
     if (fakegpus_parse_busid(busid, &out->pci_domain, &out->pci_bus, &out->pci_device,
                              &out->pci_function))
-        return cfail(c, kn, "expected \"DDDDDDDD:BB:DD.F\" in hexadecimal, got \"%s\"", busid);
+        return cfail(c, kn, "expected \"DDDDDDDD:BB:DD.F\" in hexadecimal, got %s",
+                     shown(busid, q, sizeof(q)));
     snprintf(out->pci_bus_id, sizeof(out->pci_bus_id), "%08X:%02X:%02X.%X", out->pci_domain,
              out->pci_bus, out->pci_device, out->pci_function);
 
@@ -671,7 +366,7 @@ static int check_gpu(const checker *c, const jval *g, unsigned index, struct fak
         return -1;
     keyname(kn, sizeof(kn), where, "compute_capability");
     if (!parse_major_minor(cc, &out->cc_major, &out->cc_minor))
-        return cfail(c, kn, "expected \"MAJOR.MINOR\", got \"%s\"", cc);
+        return cfail(c, kn, "expected \"MAJOR.MINOR\", got %s", shown(cc, q, sizeof(q)));
 
     /* Real serials are 13 digits; the default keeps them unique per index. */
     snprintf(out->serial, sizeof(out->serial), "1654000000%03u", index);
@@ -690,44 +385,50 @@ static int check_gpu(const checker *c, const jval *g, unsigned index, struct fak
     out->architecture = arch_from_cc(out->cc_major, out->cc_minor);
     if (get_enum(c, g, where, "architecture", archs, &out->architecture) < 0)
         return -1;
+    /* What a context costs on this card (the fake libcuda's charge). */
+    if ((rc = get_int(c, g, where, "context_mib", false, 0, (int64_t)out->memory_mib, &n)) < 0)
+        return -1;
+    out->has_context_mib = rc == 1;
+    out->context_mib = rc ? (uint64_t)n : 0;
     return 0;
 }
 
 static int check_topology(const checker *c, const jval *topo, struct fakegpus *out)
 {
-    if (topo->type != J_ARR)
+    if (topo->type != GS_JSON_ARRAY)
         return cfail(c, "topology", "expected an array");
-    for (size_t k = 0; k < topo->n; k++) {
-        char where[32], kn[96];
-        const jval *e = &topo->items[k];
+    jval e, slot;
+    size_t cursor = 0;
+    for (size_t k = 0; gs_json_next(topo, &cursor, NULL, &e); k++) {
+        char where[32], kn[96], level[16], q[160];
         snprintf(where, sizeof(where), "topology[%zu]", k);
-        if (e->type != J_OBJ)
+        if (e.type != GS_JSON_OBJECT)
             return cfail(c, where, "expected an object");
         keyname(kn, sizeof(kn), where, "gpus");
-        const jval *pair = member(e, "gpus");
+        const jval *pair = member(&e, "gpus", &slot);
         if (!pair)
             return cfail(c, kn, "missing required key");
-        if (pair->type != J_ARR || pair->n != 2)
+        if (pair->type != GS_JSON_ARRAY || length(pair) != 2)
             return cfail(c, kn, "expected two GPU indexes");
         unsigned idx[2];
         for (int j = 0; j < 2; j++) {
-            const jval *v = &pair->items[j];
-            if (v->type != J_NUM || !v->is_int || v->i < 0 || v->i >= (int64_t)out->count)
+            jval v = element(pair, (size_t)j);
+            int64_t i;
+            if (!integer(&v, &i) || i < 0 || i >= (int64_t)out->count)
                 return cfail(c, kn, "expected two GPU indexes below %u", out->count);
-            idx[j] = (unsigned)v->i;
+            idx[j] = (unsigned)i;
         }
         if (idx[0] == idx[1])
             return cfail(c, kn, "a GPU cannot be paired with itself");
-        char level[16];
-        if (get_str(c, e, where, "level", true, level, sizeof(level)) < 0)
+        if (get_str(c, &e, where, "level", true, level, sizeof(level)) < 0)
             return -1;
         const named *t = link_names;
         while (t->name && strcmp(t->name, level) != 0)
             t++;
         keyname(kn, sizeof(kn), where, "level");
         if (!t->name)
-            return cfail(c, kn, "unknown level \"%s\" (nvlink, internal, single, multiple, "
-                                "hostbridge, node or system)", level);
+            return cfail(c, kn, "unknown level %s (nvlink, internal, single, multiple, "
+                                "hostbridge, node or system)", shown(level, q, sizeof(q)));
         out->link[idx[0]][idx[1]] = out->link[idx[1]][idx[0]] = (unsigned char)t->value;
     }
     return 0;
@@ -735,27 +436,30 @@ static int check_topology(const checker *c, const jval *topo, struct fakegpus *o
 
 static int check_doc(const checker *c, const jval *root, struct fakegpus *out)
 {
-    if (root->type != J_OBJ)
+    if (root->type != GS_JSON_OBJECT)
         return cfail(c, "(top level)", "expected an object");
     if (get_str(c, root, "", "driver_version", true, out->driver_version,
                 sizeof(out->driver_version)) < 0)
         return -1;
-    char cuda[16];
+    char cuda[16], q[160];
     if (get_str(c, root, "", "cuda_version", true, cuda, sizeof(cuda)) < 0)
         return -1;
     if (!parse_major_minor(cuda, &out->cuda_major, &out->cuda_minor) || out->cuda_minor > 99)
-        return cfail(c, "cuda_version", "expected \"MAJOR.MINOR\", got \"%s\"", cuda);
+        return cfail(c, "cuda_version", "expected \"MAJOR.MINOR\", got %s",
+                     shown(cuda, q, sizeof(q)));
 
-    const jval *gpus = member(root, "gpus");
+    jval slot, item;
+    const jval *gpus = member(root, "gpus", &slot);
     if (!gpus)
         return cfail(c, "gpus", "missing required key");
-    if (gpus->type != J_ARR)
+    if (gpus->type != GS_JSON_ARRAY)
         return cfail(c, "gpus", "expected an array");
-    if (gpus->n > FAKEGPUS_MAX_GPUS)
+    size_t count = length(gpus), cursor = 0;
+    if (count > FAKEGPUS_MAX_GPUS)
         return cfail(c, "gpus", "more than %d GPUs", FAKEGPUS_MAX_GPUS);
-    out->count = (unsigned)gpus->n;
-    for (unsigned k = 0; k < out->count; k++) {
-        if (check_gpu(c, &gpus->items[k], k, &out->gpus[k]))
+    out->count = (unsigned)count;
+    for (unsigned k = 0; gs_json_next(gpus, &cursor, NULL, &item); k++) {
+        if (check_gpu(c, &item, k, &out->gpus[k]))
             return -1;
         /* Lookups by UUID, bus id and minor must be unambiguous. */
         for (unsigned j = 0; j < k; j++) {
@@ -778,7 +482,7 @@ static int check_doc(const checker *c, const jval *root, struct fakegpus *out)
     for (unsigned a = 0; a < FAKEGPUS_MAX_GPUS; a++)
         for (unsigned b = 0; b < FAKEGPUS_MAX_GPUS; b++)
             out->link[a][b] = a == b ? FAKEGPU_LINK_INTERNAL : FAKEGPU_LINK_SYSTEM;
-    const jval *topo = member(root, "topology");
+    const jval *topo = member(root, "topology", &slot);
     if (topo && check_topology(c, topo, out))
         return -1;
     return 0;
@@ -853,20 +557,16 @@ int fakegpus_load(const char *path, struct fakegpus *out, char *err, size_t errl
     char *text = read_file(path, &len, err, errlen);
     if (!text)
         return -1;
-    parser ps = {text, text, text + len, path, err, errlen, 0};
-    jval root;
-    memset(&root, 0, sizeof(root));
-    int rc = parse_value(&ps, &root);
-    if (rc == 0) {
-        skip_ws(&ps);
-        if (ps.p != ps.end)
-            rc = perr(&ps, "trailing data after the top-level value");
-    }
-    if (rc == 0) {
+    struct gs_json root;
+    struct gs_str why = {0};
+    int rc = gs_json_parse(text, len, &root, &why);
+    if (rc != 0) {
+        snprintf(err, errlen, "%s: invalid JSON: %s", path, gs_str_cstr(&why));
+    } else {
         checker c = {path, err, errlen};
         rc = check_doc(&c, &root, out);
     }
-    jfree(&root);
+    gs_str_free(&why);
     free(text);
     return rc;
 }

@@ -9,9 +9,10 @@
  *
  * The result is plain fixed-size data (no heap pointers), so a caller can
  * keep it in a static and never worry about freeing or dangling pointers.
- * Link this file into each fake library with -fvisibility=hidden: both
- * libraries may be loaded into one process, and their copies of these
- * functions must not interpose on each other.
+ * Link this file, and the hook's json.c and util.c that it reads the JSON
+ * with, into each fake library with -fvisibility=hidden: both libraries may
+ * be loaded into one process (beside libgpuslice.so), and their copies of
+ * these functions must not interpose on each other.
  */
 #ifndef GPUSLICE_FAKEGPUS_H
 #define GPUSLICE_FAKEGPUS_H
@@ -60,6 +61,8 @@ struct fakegpu {
     int cc_major, cc_minor;
     unsigned brand;        /* NVML's nvmlBrandType_t value */
     unsigned architecture; /* NVML's nvmlDeviceArchitecture_t value */
+    bool has_context_mib;  /* "context_mib" given: what a CUDA context costs here */
+    uint64_t context_mib;
 };
 
 struct fakegpus {

@@ -1,20 +1,90 @@
 /*
- * The validating JSON parser (see json.h). Two halves: gs_json_parse checks
- * a whole document with the grammar and error positions of Python's json
- * module (its C scanner, 3.11); the accessors below rescan spans of a
- * checked document, so they can be simple and never fail.
+ * JSON in and out (see json.h). Three parts: gs_json_parse checks a whole
+ * document against RFC 8259; the accessors rescan spans of a checked
+ * document, so they can be simple and never fail; the writers escape.
  */
 #include "json.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+/* The length of the UTF-8 sequence at s[0..n), or 0 if none starts there
+ * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
+ * *cp: its code point. */
+static size_t utf8_at(const unsigned char *s, size_t n, unsigned *cp)
+{
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    size_t need;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+        c &= 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        lo = c == 0xE0 ? 0xA0 : 0x80;
+        hi = c == 0xED ? 0x9F : 0xBF;
+        c &= 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        lo = c == 0xF0 ? 0x90 : 0x80;
+        hi = c == 0xF4 ? 0x8F : 0xBF;
+        c &= 0x07;
+    } else {
+        return 0;
+    }
+    if (n <= need)
+        return 0;
+    for (size_t k = 1; k <= need; k++) {
+        unsigned b = s[k];
+        if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF))
+            return 0;
+        c = c << 6 | (b & 0x3F);
+    }
+    *cp = c;
+    return need + 1;
+}
+
+static size_t put_utf8(char *out, size_t cap, size_t o, unsigned cp)
+{
+    unsigned char b[4];
+    size_t k;
+    if (cp < 0x80) {
+        b[0] = (unsigned char)cp;
+        k = 1;
+    } else if (cp < 0x800) {
+        b[0] = (unsigned char)(0xC0 | cp >> 6);
+        b[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        k = 2;
+    } else if (cp < 0x10000) {
+        b[0] = (unsigned char)(0xE0 | cp >> 12);
+        b[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        b[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        k = 3;
+    } else {
+        b[0] = (unsigned char)(0xF0 | cp >> 18);
+        b[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+        b[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        b[3] = (unsigned char)(0x80 | (cp & 0x3F));
+        k = 4;
+    }
+    for (size_t j = 0; j < k; j++, o++)
+        if (o < cap)
+            out[o] = (char)b[j];
+    return o;
+}
 
 /* ------------------------------------------------------------- checking */
 
 struct parser {
     const char *s;
     size_t n;
-    const char *why; /* what Python's json module would say */
+    const char *why; /* what was expected */
     size_t at;       /* where, in bytes */
 };
 
@@ -70,126 +140,102 @@ static int parse_string(struct parser *ps, size_t begin, size_t *end)
     for (;;) {
         while (i < n && s[i] != '"' && s[i] != '\\') {
             if ((unsigned char)s[i] < 0x20)
-                return fail_at(ps, "Invalid control character at", i);
+                return fail_at(ps, "expected an escape such as \\n or \\u001f, not a raw "
+                                   "control character, in a string", i);
             i++;
         }
         if (i >= n)
-            return fail_at(ps, "Unterminated string starting at", begin);
+            return fail_at(ps, "expected '\"' to close the string", begin);
         if (s[i] == '"') {
             *end = i + 1;
             return 0;
         }
         if (++i >= n) /* a backslash ends the text */
-            return fail_at(ps, "Unterminated string starting at", begin);
+            return fail_at(ps, "expected '\"' to close the string", begin);
+        unsigned cp;
         switch (s[i]) {
         case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
             i++;
             continue;
         case 'u':
-            break;
+            if (i + 4 >= n || hex4(s + i + 1, &cp) < 0)
+                return fail_at(ps, "expected four hex digits after \\u", i - 1);
+            i += 5;
+            continue;
         default:
-            return fail_at(ps, "Invalid \\escape", i - 1);
-        }
-        /* \uXXXX, i at the u; Python wants a character after the digits */
-        unsigned cp, lo;
-        if (i + 5 >= n || hex4(s + i + 1, &cp) < 0)
-            return fail_at(ps, "Invalid \\uXXXX escape", i);
-        i += 5;
-        if (cp >= 0xD800 && cp <= 0xDBFF && i + 6 < n && s[i] == '\\' && s[i + 1] == 'u') {
-            if (hex4(s + i + 2, &lo) < 0)
-                return fail_at(ps, "Invalid \\uXXXX escape", i + 1);
-            if (lo >= 0xDC00 && lo <= 0xDFFF)
-                i += 6; /* a pair; otherwise the second is checked on its own */
+            return fail_at(ps, "expected an escape: one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t "
+                               "\\uXXXX", i - 1);
         }
     }
 }
 
-/* Python's number pattern; a '.', 'e' not followed by digits is left for
- * the caller to trip on, as Python's scanner does. */
+/* -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?; a leading 0 followed by a
+ * digit ends the number there, for the caller to trip on the digit. */
 static int parse_number(struct parser *ps, size_t start, size_t *end)
 {
     const char *s = ps->s;
     size_t n = ps->n, i = start;
-    if (s[i] == '-' && ++i >= n)
-        return fail_at(ps, "Expecting value", start);
-    if (s[i] >= '1' && s[i] <= '9') {
-        while (i < n && is_digit(s[i]))
-            i++;
-    } else if (s[i] == '0') {
+    if (s[i] == '-')
         i++;
-    } else {
-        return fail_at(ps, "Expecting value", start);
-    }
-    if (i + 1 < n && s[i] == '.' && is_digit(s[i + 1])) {
-        i += 2;
+    if (i >= n || !is_digit(s[i]))
+        return fail_at(ps, i == start ? "expected a value" : "expected a digit after '-'", i);
+    if (s[i++] != '0')
+        while (i < n && is_digit(s[i]))
+            i++;
+    if (i < n && s[i] == '.') {
+        if (++i >= n || !is_digit(s[i]))
+            return fail_at(ps, "expected a digit after '.'", i);
         while (i < n && is_digit(s[i]))
             i++;
     }
-    if (i + 1 < n && (s[i] == 'e' || s[i] == 'E')) {
-        size_t e = i++;
-        if (i + 1 < n && (s[i] == '-' || s[i] == '+'))
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        if (++i < n && (s[i] == '-' || s[i] == '+'))
             i++;
+        if (i >= n || !is_digit(s[i]))
+            return fail_at(ps, "expected a digit in the exponent", i);
         while (i < n && is_digit(s[i]))
             i++;
-        if (!is_digit(s[i - 1]))
-            i = e;
     }
     *end = i;
     return 0;
 }
 
-static int parse_object(struct parser *ps, size_t open, int depth, size_t *end)
+/* An array or an object at s[open]; depth counts this one. */
+static int parse_container(struct parser *ps, size_t open, int depth, size_t *end)
 {
     const char *s = ps->s;
     size_t n = ps->n, i;
+    int obj = s[open] == '{';
+    char close = obj ? '}' : ']';
     if (depth > GS_JSON_MAX_DEPTH)
-        return fail_at(ps, "Nested deeper than " GS_JSON_DEPTH_TEXT " levels", open);
+        return fail_at(ps, "expected at most " GS_JSON_DEPTH_TEXT " levels of nesting", open);
     i = skip_ws(s, n, open + 1);
-    if (i >= n || s[i] != '}') {
-        for (;;) {
+    if (i < n && s[i] == close) {
+        *end = i + 1;
+        return 0;
+    }
+    for (;;) {
+        if (obj) {
             if (i >= n || s[i] != '"')
-                return fail_at(ps, "Expecting property name enclosed in double quotes", i);
+                return fail_at(ps, "expected a member name (a string in double quotes)", i);
             if (parse_string(ps, i, &i) < 0)
                 return -1;
             i = skip_ws(s, n, i);
             if (i >= n || s[i] != ':')
-                return fail_at(ps, "Expecting ':' delimiter", i);
-            i = skip_ws(s, n, i + 1);
-            if (parse_value(ps, i, depth, &i) < 0)
-                return -1;
-            i = skip_ws(s, n, i);
-            if (i < n && s[i] == '}')
-                break;
-            if (i >= n || s[i] != ',')
-                return fail_at(ps, "Expecting ',' delimiter", i);
+                return fail_at(ps, "expected ':' after the member name", i);
             i = skip_ws(s, n, i + 1);
         }
-    }
-    *end = i + 1;
-    return 0;
-}
-
-static int parse_array(struct parser *ps, size_t open, int depth, size_t *end)
-{
-    const char *s = ps->s;
-    size_t n = ps->n, i;
-    if (depth > GS_JSON_MAX_DEPTH)
-        return fail_at(ps, "Nested deeper than " GS_JSON_DEPTH_TEXT " levels", open);
-    i = skip_ws(s, n, open + 1);
-    if (i >= n || s[i] != ']') {
-        for (;;) {
-            if (parse_value(ps, i, depth, &i) < 0)
-                return -1;
-            i = skip_ws(s, n, i);
-            if (i < n && s[i] == ']')
-                break;
-            if (i >= n || s[i] != ',')
-                return fail_at(ps, "Expecting ',' delimiter", i);
-            i = skip_ws(s, n, i + 1);
+        if (parse_value(ps, i, depth, &i) < 0)
+            return -1;
+        i = skip_ws(s, n, i);
+        if (i < n && s[i] == close) {
+            *end = i + 1;
+            return 0;
         }
+        if (i >= n || s[i] != ',')
+            return fail_at(ps, obj ? "expected ',' or '}'" : "expected ',' or ']'", i);
+        i = skip_ws(s, n, i + 1);
     }
-    *end = i + 1;
-    return 0;
 }
 
 static int literal(const struct parser *ps, size_t i, const char *word)
@@ -201,15 +247,14 @@ static int literal(const struct parser *ps, size_t i, const char *word)
 static int parse_value(struct parser *ps, size_t i, int depth, size_t *end)
 {
     if (i >= ps->n)
-        return fail_at(ps, "Expecting value", i);
+        return fail_at(ps, "expected a value", i);
     const char *word = NULL;
     switch (ps->s[i]) {
     case '"':
         return parse_string(ps, i, end);
     case '{':
-        return parse_object(ps, i, depth + 1, end);
     case '[':
-        return parse_array(ps, i, depth + 1, end);
+        return parse_container(ps, i, depth + 1, end);
     case 'n':
         word = "null";
         break;
@@ -220,60 +265,23 @@ static int parse_value(struct parser *ps, size_t i, int depth, size_t *end)
         word = "false";
         break;
     }
-    if (word && literal(ps, i, word)) {
+    if (word) {
+        if (!literal(ps, i, word))
+            return fail_at(ps, "expected a value", i);
         *end = i + strlen(word);
         return 0;
     }
     return parse_number(ps, i, end);
 }
 
-/* Python decodes the bytes first (UTF-8, surrogates let through), and says
- * so in its UnicodeDecodeError's words. */
-static int check_utf8(const unsigned char *s, size_t n, struct gs_str *err)
+/* The first byte of s[0..n) that is not UTF-8, or n. */
+static size_t utf8_bad(const char *s, size_t n)
 {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t need;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) {
-            need = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            need = 2;
-            lo = c == 0xE0 ? 0xA0 : 0x80;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            need = 3;
-            lo = c == 0xF0 ? 0x90 : 0x80;
-            hi = c == 0xF4 ? 0x8F : 0xBF;
-        } else {
-            gs_str_addf(err, "'utf-8' codec can't decode byte 0x%02x in position %zu: "
-                        "invalid start byte", c, i);
-            return -1;
-        }
-        for (size_t k = 1; k <= need; k++) {
-            if (i + k >= n) {
-                if (n - i == 1)
-                    gs_str_addf(err, "'utf-8' codec can't decode byte 0x%02x in position "
-                                "%zu: unexpected end of data", c, i);
-                else
-                    gs_str_addf(err, "'utf-8' codec can't decode bytes in position %zu-%zu: "
-                                "unexpected end of data", i, n - 1);
-                return -1;
-            }
-            unsigned b = s[i + k];
-            if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) {
-                gs_str_addf(err, "'utf-8' codec can't decode byte 0x%02x in position %zu: "
-                            "invalid continuation byte", c, i);
-                return -1;
-            }
-        }
-        i += need + 1;
-    }
-    return 0;
+    unsigned cp;
+    for (size_t i = 0, k; i < n; i += k)
+        if ((k = utf8_at((const unsigned char *)s + i, n - i, &cp)) == 0)
+            return i;
+    return n;
 }
 
 static enum gs_json_type type_of(char c)
@@ -291,38 +299,38 @@ static enum gs_json_type type_of(char c)
 
 int gs_json_parse(const char *text, size_t len, struct gs_json *root, struct gs_str *err)
 {
-    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) { /* Python's utf-8-sig */
-        text += 3;
-        len -= 3;
-    }
-    if (check_utf8((const unsigned char *)text, len, err) < 0)
-        return -1;
-    struct parser ps = {text, len, NULL, 0};
-    size_t start = skip_ws(text, len, 0), end = 0;
-    if (parse_value(&ps, start, 0, &end) == 0) {
-        size_t j = skip_ws(text, len, end);
-        if (j == len) {
-            root->p = text + start;
+    /* A UTF-8 byte order mark is skipped (RFC 8259 lets a parser); the
+     * positions in messages count it. */
+    size_t bom = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    struct parser ps = {text + bom, len - bom, NULL, 0};
+    char what[64];
+    size_t bad = utf8_bad(ps.s, ps.n), start = skip_ws(ps.s, ps.n, 0), end = 0;
+    if (bad < ps.n) {
+        snprintf(what, sizeof what, "expected UTF-8, not byte 0x%02x,",
+                 (unsigned char)ps.s[bad]);
+        fail_at(&ps, what, bad);
+    } else if (parse_value(&ps, start, 0, &end) == 0) {
+        size_t j = skip_ws(ps.s, ps.n, end);
+        if (j == ps.n) {
+            root->p = ps.s + start;
             root->len = end - start;
-            root->type = type_of(text[start]);
+            root->type = type_of(ps.s[start]);
             return 0;
         }
-        fail_at(&ps, "Extra data", j);
+        fail_at(&ps, "expected nothing after the value", j);
     }
-    /* Python counts characters, not bytes. */
-    size_t pos = 0, line = 1;
-    long long last_nl = -1;
-    for (size_t i = 0; i < ps.at && i < len; i++) {
-        if (((unsigned char)text[i] & 0xC0) == 0x80)
-            continue;
-        if (text[i] == '\n') {
+    /* Columns count characters: the text up to the error is UTF-8. */
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < ps.at; i++) {
+        if (ps.s[i] == '\n') {
             line++;
-            last_nl = (long long)pos;
+            column = 1;
+        } else if (((unsigned char)ps.s[i] & 0xC0) != 0x80) {
+            column++;
         }
-        pos++;
     }
-    gs_str_addf(err, "%s: line %zu column %lld (char %zu)", ps.why, line,
-                (long long)pos - last_nl, pos);
+    gs_str_addf(err, "%s at line %zu, column %zu (byte offset %zu)", ps.why, line, column,
+                bom + ps.at);
     return -1;
 }
 
@@ -381,6 +389,8 @@ int gs_json_next(const struct gs_json *c, size_t *cursor, struct gs_json *key,
     }
     if (i >= n || s[i] == ']' || s[i] == '}')
         return 0;
+    if (key)
+        *key = (struct gs_json){NULL, 0, GS_JSON_NONE};
     if (c->type == GS_JSON_OBJECT) {
         size_t kend = skip_string(s, n, i);
         if (key) {
@@ -397,34 +407,6 @@ int gs_json_next(const struct gs_json *c, size_t *cursor, struct gs_json *key,
     value->type = type_of(i < n ? s[i] : '\0');
     *cursor = vend;
     return 1;
-}
-
-static void put_utf8(char *out, size_t cap, size_t *o, unsigned cp)
-{
-    unsigned char b[4];
-    size_t k;
-    if (cp < 0x80) {
-        b[0] = (unsigned char)cp;
-        k = 1;
-    } else if (cp < 0x800) {
-        b[0] = (unsigned char)(0xC0 | cp >> 6);
-        b[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        k = 2;
-    } else if (cp < 0x10000) {
-        b[0] = (unsigned char)(0xE0 | cp >> 12);
-        b[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        b[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        k = 3;
-    } else {
-        b[0] = (unsigned char)(0xF0 | cp >> 18);
-        b[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-        b[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        b[3] = (unsigned char)(0x80 | (cp & 0x3F));
-        k = 4;
-    }
-    for (size_t j = 0; j < k; j++, (*o)++)
-        if (*o < cap)
-            out[*o] = (char)b[j];
 }
 
 /* Decode a checked string span into out (at most cap bytes); returns the
@@ -459,12 +441,14 @@ static size_t decode(const char *p, size_t len, char *out, size_t cap)
                 p[i + 1] == 'u' && hex4(p + i + 2, &lo) == 0 && lo >= 0xDC00 && lo <= 0xDFFF) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 i += 6;
+            } else if (cp >= 0xD800 && cp <= 0xDFFF) {
+                cp = 0xFFFD; /* a lone surrogate is no character */
             }
             break;
         }
         default: cp = (unsigned char)e; break; /* " \ / */
         }
-        put_utf8(out, cap, &o, cp);
+        o = put_utf8(out, cap, o, cp);
     }
     return o;
 }
@@ -492,26 +476,6 @@ int gs_json_member(const struct gs_json *obj, const char *key, struct gs_json *o
         }
     }
     return found;
-}
-
-int gs_json_path(const struct gs_json *root, const char *path, struct gs_json *out)
-{
-    struct gs_json cur = *root;
-    char name[64];
-    while (*path) {
-        size_t n = strcspn(path, ".");
-        if (n >= sizeof name)
-            return 0;
-        memcpy(name, path, n);
-        name[n] = '\0';
-        if (!gs_json_member(&cur, name, &cur))
-            return 0;
-        path += n;
-        if (*path == '.')
-            path++;
-    }
-    *out = cur;
-    return 1;
 }
 
 char *gs_json_string(const struct gs_json *v, size_t *len)
@@ -557,31 +521,88 @@ int gs_json_int64(const struct gs_json *v, int64_t *out)
     return 1;
 }
 
-int gs_json_truthy(const struct gs_json *v)
+/* -------------------------------------------------------------- writers */
+
+enum escape_mode {
+    ESCAPE_JSON,    /* a JSON string's inside: valid JSON whatever s holds */
+    ESCAPE_MESSAGE, /* a string named in a message: a bad byte shows as \xNN */
+    ESCAPE_LINE,    /* text kept as it is, '"' and '\\' too: only made one line */
+};
+
+/*
+ * Append s[0..n) escaped; stop before the output passes `stop` bytes (at a
+ * whole character or escape). Returns the input bytes consumed.
+ */
+static size_t escape(struct gs_str *b, const char *s, size_t n, enum escape_mode mode,
+                     size_t stop)
 {
-    switch (v->type) {
-    case GS_JSON_NULL:
-    case GS_JSON_FALSE:
-        return 0;
-    case GS_JSON_TRUE:
-        return 1;
-    case GS_JSON_STRING:
-        return v->len > 2;
-    case GS_JSON_ARRAY:
-    case GS_JSON_OBJECT: {
-        size_t i = skip_ws(v->p, v->len, 1);
-        return i < v->len && v->p[i] != ']' && v->p[i] != '}';
+    size_t i = 0;
+    while (i < n) {
+        char e[16];
+        size_t k;
+        unsigned cp;
+        const char *out = e;
+        size_t len = utf8_at((const unsigned char *)s + i, n - i, &cp);
+        if (len == 0) {
+            k = 1;
+            if (mode == ESCAPE_JSON)
+                out = "\\ufffd";
+            else
+                snprintf(e, sizeof e, "\\x%02x", (unsigned char)s[i]);
+        } else {
+            k = len;
+            switch (cp) {
+            case '"': out = mode == ESCAPE_LINE ? "\"" : "\\\""; break;
+            case '\\': out = mode == ESCAPE_LINE ? "\\" : "\\\\"; break;
+            case '\b': out = "\\b"; break;
+            case '\f': out = "\\f"; break;
+            case '\n': out = "\\n"; break;
+            case '\r': out = "\\r"; break;
+            case '\t': out = "\\t"; break;
+            default:
+                /* C0, DEL, C1 (NEL among them), U+2028 and U+2029: what any
+                 * reader might take for the end of a line. */
+                if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029)
+                    snprintf(e, sizeof e, "\\u%04x", cp);
+                else
+                    out = NULL;
+            }
+        }
+        size_t olen = out ? strlen(out) : k;
+        if (b->len + olen > stop)
+            break;
+        gs_str_addn(b, out ? out : s + i, olen);
+        i += k;
     }
-    case GS_JSON_NUMBER: {
-        int64_t x;
-        int r = gs_json_int64(v, &x);
-        if (r >= 0) /* an integer: true unless every digit is 0 */
-            return r == 0 || x != 0;
-        char *copy = gs_xstrndup(v->p, v->len);
-        double d = strtod(copy, NULL); /* 1e-400 is 0.0 for Python too */
-        free(copy);
-        return d != 0.0;
+    return i;
+}
+
+void gs_json_quote(struct gs_str *b, const char *s, size_t n)
+{
+    gs_str_addc(b, '"');
+    escape(b, s, n, ESCAPE_JSON, SIZE_MAX);
+    gs_str_addc(b, '"');
+}
+
+void gs_quote(struct gs_str *b, const char *s, size_t n, enum gs_quote_as as)
+{
+    if (as == GS_AS_PATH) {
+        escape(b, s, n, ESCAPE_LINE, SIZE_MAX);
+        return;
     }
-    }
-    return 0;
+    int string = as == GS_AS_STRING;
+    if (string)
+        gs_str_addc(b, '"');
+    size_t done = escape(b, s, n, string ? ESCAPE_MESSAGE : ESCAPE_LINE, b->len + GS_QUOTE_MAX);
+    if (done < n)
+        gs_str_add(b, "...");
+    if (string)
+        gs_str_addc(b, '"');
+}
+
+char *gs_quoted(const char *s, size_t n, enum gs_quote_as as)
+{
+    struct gs_str b = {0};
+    gs_quote(&b, s, n, as);
+    return gs_str_take(&b);
 }

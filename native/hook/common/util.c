@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "json.h"
+
 const char *gs_program = "gpuslice-hook";
 
 static void out_of_memory(void)
@@ -174,7 +176,18 @@ int gs_refuse(const char *fmt, ...)
 
 int gs_fail_errno(const char *what, int err)
 {
-    return gs_fail("%s: %s", what, strerror(err));
+    char *shown = gs_quoted(what, strlen(what), GS_AS_PATH);
+    int rc = gs_fail("%s: %s", shown, strerror(err));
+    free(shown);
+    return rc;
+}
+
+int gs_fail_path(const char *path, const char *rest)
+{
+    char *shown = gs_quoted(path, strlen(path), GS_AS_PATH);
+    int rc = gs_fail("%s %s", shown, rest);
+    free(shown);
+    return rc;
 }
 
 const char *gs_message(void)
@@ -224,8 +237,7 @@ int gs_mkdirs(const char *path, unsigned mode)
         return S_ISDIR(st.st_mode) ? 0 : (errno = EEXIST, -1);
     char *p = gs_xstrdup(path);
     int rc = 0;
-    /* Parents first, as os.makedirs does; a parent made by someone else
-     * meanwhile is fine. */
+    /* Parents first; a parent made by someone else meanwhile is fine. */
     for (char *s = p + 1; *s && rc == 0; s++) {
         if (*s != '/')
             continue;

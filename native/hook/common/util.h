@@ -42,8 +42,10 @@ void gs_str_free(struct gs_str *b);
 /* Set the message; return the code. */
 int gs_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int gs_refuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* "<what>: <strerror(err)>", as Python prints an OSError. */
+/* "<what>: <strerror(err)>"; what (a path, mostly) made one line. */
 int gs_fail_errno(const char *what, int err);
+/* "<path> <rest>", path made one line. */
+int gs_fail_path(const char *path, const char *rest);
 const char *gs_message(void);
 /* Take the message (malloc'ed), leaving none: to keep it across a cleanup. */
 char *gs_message_take(void);
@@ -55,7 +57,8 @@ char *gs_message_take(void);
  */
 int gs_read_bounded(int fd, size_t max, char **out, size_t *len);
 
-/* os.makedirs(path, mode, exist_ok=True): parents 0777, the last one mode. */
+/* mkdir -p: the missing parents 0777, the last one mode; one already there
+ * (a folder) is fine. */
 int gs_mkdirs(const char *path, unsigned mode);
 
 /* Replace dirfd/name with body, through dirfd/tmp: a fresh file (O_EXCL,
@@ -64,10 +67,11 @@ int gs_mkdirs(const char *path, unsigned mode);
 int gs_replace_at(int dirfd, const char *tmp, const char *name, const char *body, size_t len,
                   const char *what);
 
-/* The first n characters (UTF-8 code points) of s, as Python's s[:n]. */
+/* The bytes of the first n characters (UTF-8 code points) of s: a short
+ * container id for messages (id[:12]), never cut inside a character. */
 size_t gs_utf8_prefix(const char *s, size_t n);
 
-/* time.time() */
+/* Seconds since the epoch, with a fraction: the accountant's timestamps. */
 double gs_now(void);
 /* All of s to fd, through EINTR and short writes; 0, or -1 (errno set). */
 int gs_write_all(int fd, const char *s, size_t n);

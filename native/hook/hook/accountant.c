@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 
 #include "gpuslice/statedb.h"
+#include "json.h"
 #include "procs.h"
-#include "pyfmt.h"
 #include "util.h"
 
 enum placement { BINPACK, SPREAD };
@@ -28,7 +28,7 @@ struct policy {
 
 struct gs_acct {
     sqlite3 *db;
-    char *path;
+    char *path;           /* for messages: one line (gs_quote) */
     struct policy policy; /* read in each admission's transaction */
 };
 
@@ -93,7 +93,7 @@ static void text(sqlite3_stmt *st, int i, const char *s)
 
 /* ------------------------------------------------------------- open */
 
-/* What SQLite says of a file it cannot use, in Python's frame. */
+/* What SQLite says of a file it cannot use, and what it is for. */
 static int unusable(struct gs_acct *a)
 {
     return gs_fail("%s: not a usable gpuslice database: %s", a->path, sqlite3_errmsg(a->db));
@@ -135,9 +135,9 @@ static int pragma_int(struct gs_acct *a, const char *sql, long long *out)
     return GS_OK;
 }
 
-/* The schema is Python's to make and migrate: this side only checks that
- * the file names itself gpuslice's (statedb.h) at the version it was built
- * for. A file of gpuslice 1 or 2 (no application_id; a meta table) is
+/* The schema is ocihook/accountant.py's to make and migrate: this side
+ * only checks that the file names itself gpuslice's (statedb.h) at the
+ * version it was built for. A file of gpuslice 1 or 2 (no application_id; a meta table) is
  * older; an empty one was never made by `gpuslice cdi generate`. */
 static int schema_check(struct gs_acct *a)
 {
@@ -179,24 +179,31 @@ static int schema_check(struct gs_acct *a)
 int gs_acct_open(const char *path, struct gs_acct **out)
 {
     struct stat st;
+    char *shown = gs_quoted(path, strlen(path), GS_AS_PATH);
+    int rc = GS_OK;
     if (stat(path, &st) != 0) {
         if (errno == ENOENT)
-            return gs_fail("%s: no gpuslice database; run `gpuslice cdi generate` (it records "
-                           "the cards)", path);
-        return gs_fail("%s: cannot open the accountant's database: %s", path, strerror(errno));
+            rc = gs_fail("%s: no gpuslice database; run `gpuslice cdi generate` (it records "
+                         "the cards)", shown);
+        else
+            rc = gs_fail("%s: cannot open the accountant's database: %s", shown,
+                         strerror(errno));
+        free(shown);
+        return rc;
     }
     sqlite3 *db = NULL;
     /* READWRITE without CREATE: a database is made by `gpuslice cdi generate`. */
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
-        int r = gs_fail("%s: cannot open the accountant's database: %s", path,
+        int r = gs_fail("%s: cannot open the accountant's database: %s", shown,
                         db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
         sqlite3_close(db);
+        free(shown);
         return r;
     }
     struct gs_acct *a = gs_xmalloc(sizeof *a);
     a->db = db;
-    a->path = gs_xstrdup(path);
+    a->path = shown;
     sqlite3_busy_timeout(db, GS_BUSY_TIMEOUT_MS);
     /* The schema before journal_mode=WAL, which writes to the file: a file
      * that is not ours is left as it was. */
@@ -305,7 +312,8 @@ static int rows(struct gs_acct *a, sqlite3_stmt *st, struct gs_reservations *lis
     return rc == SQLITE_DONE ? GS_OK : sql_fail(a);
 }
 
-/* INSERT INTO events; detail is json.dumps(detail, sort_keys=True). */
+/* INSERT INTO events; detail is a JSON object, its keys in alphabetical
+ * order (as ocihook/accountant.py writes its own). */
 static int event(struct gs_acct *a, const char *kind, const char *cid, const char *card,
                  const char *detail)
 {
@@ -327,7 +335,7 @@ static int dropped_event(struct gs_acct *a, const char *kind, const struct gs_re
 {
     struct gs_str d = {0};
     gs_str_add(&d, "{\"device\": ");
-    gs_json_quote(&d, r->device);
+    gs_json_quote(&d, r->device, strlen(r->device));
     gs_str_addf(&d, ", \"memory_mib\": %lld", (long long)r->memory_mib);
     if (with_pid) {
         if (r->has_pid)
@@ -497,7 +505,7 @@ static int card_usage(struct gs_acct *a, const struct card *c, struct usage *u)
 
 static int64_t capacity_mib(const struct gs_acct *a, const struct card *c)
 {
-    /* Python's int(): toward 0 (accountant.Policy.capacity_mib) */
+    /* toward 0, as accountant.Policy.capacity_mib rounds */
     return (int64_t)((double)c->total_mib * a->policy.overcommit);
 }
 
@@ -645,10 +653,10 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
         return GS_ERROR;
     struct gs_str d = {0};
     gs_str_addf(&d, "{\"cores\": %lld, \"device\": ", (long long)req->cores);
-    gs_json_quote(&d, req->device);
+    gs_json_quote(&d, req->device, strlen(req->device));
     gs_str_addf(&d, ", \"exclusive\": %s, \"memory_mib\": %lld, \"priority\": ",
                 req->exclusive ? "true" : "false", (long long)memory);
-    gs_json_quote(&d, req->priority);
+    gs_json_quote(&d, req->priority, strlen(req->priority));
     gs_str_addc(&d, '}');
     int rc = event(a, "admit", req->container_id, c->uuid, d.s);
     gs_str_free(&d);
@@ -704,7 +712,7 @@ static int admit_locked(struct gs_acct *a, const struct gs_request *req,
             goto out;
         }
     /* binpack: the fullest card that fits; spread: the emptiest. Ties:
-     * lowest index; equal keys: the first, as Python's min() and max(). */
+     * lowest index; equal keys: the first. */
     size_t pick = ncand, best = 0;
     for (size_t i = 0; i < ncand; i++) {
         int64_t f = free_mib(a, cand[i], &use[i]);
@@ -770,10 +778,10 @@ static int load_policy(struct gs_acct *a)
                 sqlite3_column_type(st, 2) == SQLITE_INTEGER;
     int r = GS_OK;
     if (!placement || (strcmp(placement, "binpack") != 0 && strcmp(placement, "spread") != 0)) {
-        struct gs_str q = {0};
-        gs_json_quote(&q, placement ? placement : "");
-        r = gs_fail("%s: policy placement %s is not binpack or spread; %s", a->path, q.s, fix);
-        gs_str_free(&q);
+        char *q = gs_quoted(placement ? placement : "", placement ? strlen(placement) : 0,
+                            GS_AS_STRING);
+        r = gs_fail("%s: policy placement %s is not binpack or spread; %s", a->path, q, fix);
+        free(q);
     } else if (!typed || !(overcommit >= 1.0 && overcommit <= 16.0))
         r = gs_fail("%s: policy memory_overcommit %g is not a number from 1.0 to 16.0; %s",
                     a->path, overcommit, fix);

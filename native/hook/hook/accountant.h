@@ -1,7 +1,7 @@
 /*
  * The node accountant's write side, on the SQLite database that
  * ocihook/accountant.py creates (schema, migrations, card records and the
- * admission policy are Python's; this side reads and writes rows only, and
+ * admission policy are its; this side reads and writes rows only, and
  * never creates a table). It opens only a file whose application_id and
  * user_version are gpuslice/statedb.h's. The rules: memory within total x
  * memory_overcommit, whole cards exclusive, compute caps adding up to

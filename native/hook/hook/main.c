@@ -20,6 +20,7 @@
 
 #include "accountant.h"
 #include "args.h"
+#include "json.h"
 #include "oci.h"
 #include "procs.h"
 #include "rootfs.h"
@@ -275,7 +276,10 @@ int main(int argc, char **argv)
     free(a.cards);
     if (fflush(stdout) != 0 && rc == GS_OK)
         rc = gs_fail("stdout: %s", strerror(errno));
-    if (rc != GS_OK)
-        fprintf(stderr, "gpuslice-hook: %s%s\n", rc == GS_ERROR ? "error: " : "", gs_message());
+    if (rc != GS_OK) { /* one line, whatever a database row put in it */
+        char *line = gs_quoted(gs_message(), strlen(gs_message()), GS_AS_PATH);
+        fprintf(stderr, "gpuslice-hook: %s%s\n", rc == GS_ERROR ? "error: " : "", line);
+        free(line);
+    }
     return rc;
 }

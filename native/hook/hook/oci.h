@@ -1,8 +1,9 @@
 /*
  * The two inputs an OCI runtime gives the hook, both written by whoever
  * built the container: the state on stdin and the bundle's config.json.
- * Everything is checked, with hook.py's messages: the id, the pid, the
- * paths, the sizes, the JSON, the user.
+ * Everything is checked: the id, the pid, the paths, the sizes, the JSON,
+ * the user. A message names a bad value by its JSON text, and the bundle's
+ * path as it is, each on one line (gs_quote).
  */
 #ifndef GS_OCI_H
 #define GS_OCI_H
@@ -23,19 +24,25 @@ struct gs_state {
 struct gs_config {
     uint32_t uid, gid;  /* process.user: the container dir's owner */
     char *root;         /* root.path as written, or NULL and: */
-    char *root_error;   /* why it is not a path (reported after admission, as hook.py) */
+    char *root_error;   /* why it is not a path (reported after admission: a
+                           container that does not fit hears that first) */
 };
 
 /* 1-128 of [A-Za-z0-9_.-], the first a letter or digit, no "..": it names
  * a folder and a database row. */
 int gs_container_id_ok(const char *id, size_t len);
-/* GS_ERROR with "container id '...' is not ..." for id (bytes, repr'ed). */
+/* GS_ERROR with 'container id "..." is not ...' for id (any bytes, from
+ * the command line: named as a string). */
 int gs_container_id_error(const char *id, size_t len);
 
 int gs_read_state(int fd, struct gs_state *out);
+/* The same on the state's text (what gs_read_state read): for the fuzzer. */
+int gs_parse_state(const char *data, size_t n, struct gs_state *out);
 void gs_state_free(struct gs_state *s);
 
 int gs_read_config(const char *bundle, struct gs_config *out);
+/* The same on config.json's text, bundle naming it in messages. */
+int gs_parse_config(const char *bundle, const char *data, size_t n, struct gs_config *out);
 void gs_config_free(struct gs_config *c);
 
 /* The rootfs path: root.path, under the bundle when relative. */

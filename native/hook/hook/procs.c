@@ -1,7 +1,7 @@
 /*
  * /proc readers for the accountant (start time, alive) and the create path
  * (host pid, runtime name). A file that cannot be read or parsed means "no
- * such process" or "unknown", as in the Python version.
+ * such process" or "unknown".
  */
 #include "procs.h"
 
@@ -37,7 +37,7 @@ static ssize_t read_proc(const char *path, char *buf, size_t size)
     return (ssize_t)n;
 }
 
-/* Python's int() of one whitespace-free token. */
+/* One decimal integer, optionally signed, that fits int64; nothing else. */
 static int parse_int(const char *s, size_t len, int64_t *out)
 {
     char tmp[32];

@@ -1,7 +1,7 @@
 /*
  * Processes, from /proc: whether a recorded process is still the same one
- * (pid and start time, as ocihook/procs.py), and who the container's
- * process is when the hook runs (as hook.py's host_pid and runtime_of).
+ * (pid and start time), and who the container's process is when the hook
+ * runs (its pid on the host, the runtime's name).
  */
 #ifndef GS_PROCS_H
 #define GS_PROCS_H

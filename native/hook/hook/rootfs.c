@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gpuslice/statedir.h"
+#include "json.h"
 #include "statedir.h"
 #include "util.h"
 
@@ -57,10 +58,14 @@ static int open_inside(int root_fd, const char *rel, int *out)
 
 int gs_open_in_rootfs(const char *rootfs, const char *rel, int *out)
 {
-    int root_fd = open(rootfs, DIR_PATH_FLAGS);
-    if (root_fd < 0)
-        return gs_fail("rootfs %s: %s", rootfs, strerror(errno));
-    int rc = open_inside(root_fd, rel, out);
+    int root_fd = open(rootfs, DIR_PATH_FLAGS), rc;
+    if (root_fd < 0) {
+        char *shown = gs_quoted(rootfs, strlen(rootfs), GS_AS_PATH);
+        rc = gs_fail("rootfs %s: %s", shown, strerror(errno));
+        free(shown);
+        return rc;
+    }
+    rc = open_inside(root_fd, rel, out);
     close(root_fd);
     return rc;
 }
@@ -127,7 +132,8 @@ void gs_mounts_close(struct gs_mounts *m)
     m->inner = NULL;
 }
 
-/* Python's str.isspace() on the ASCII range: what x.strip() removes. */
+/* What is trimmed from both ends of a line before it is compared with the
+ * shim's path: space, \t to \r, and 0x1c to 0x1f. */
 static int is_space(char c)
 {
     return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);

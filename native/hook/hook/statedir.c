@@ -16,6 +16,8 @@
 #include "util.h"
 
 #define PLACEMENT_TMP "." GPUSLICE_PLACEMENT_FILE ".tmp"
+#define TEXT(x) #x
+#define NUMBER_TEXT(x) TEXT(x) /* a #define's number, for a message */
 
 char *gs_path_join(const char *dir, const char *name)
 {
@@ -42,7 +44,7 @@ int gs_make_container_dir(const char *state_dir, const char *cid, uid_t uid, gid
     pfd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (pfd < 0) {
         if (errno == ELOOP || errno == ENOTDIR)
-            gs_fail("%s is not a folder", parent);
+            gs_fail_path(parent, "is not a folder");
         else
             gs_fail_errno(parent, errno);
         goto out;
@@ -51,15 +53,16 @@ int gs_make_container_dir(const char *state_dir, const char *cid, uid_t uid, gid
         if (errno != EEXIST)
             gs_fail_errno(path, errno);
         else if (fresh)
-            gs_fail("%s is left by an earlier container of this id and holds what gpuslice "
-                    "did not put there; remove it, then start the container again", path);
+            gs_fail_path(path, "is left by an earlier container of this id and holds what "
+                               "gpuslice did not put there; remove it, then start the "
+                               "container again");
         if (errno != EEXIST || fresh)
             goto out;
     }
     fd = openat(pfd, cid, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ELOOP || errno == ENOTDIR)
-            gs_fail("%s exists and is not a folder", path);
+            gs_fail_path(path, "exists and is not a folder");
         else
             gs_fail_errno(path, errno);
         goto out;
@@ -102,7 +105,7 @@ int gs_write_placement(int dirfd, const char *path, int64_t index, const char *u
         struct stat st;
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);
-            gs_fail("%s is not a regular file", card);
+            gs_fail_path(card, "is not a regular file");
             goto out;
         }
         int r = gs_read_bounded(fd, GPUSLICE_PLACEMENT_MAX_BYTES, &data, &n), e = errno;
@@ -112,11 +115,11 @@ int gs_write_placement(int dirfd, const char *path, int64_t index, const char *u
             goto out;
         }
         if (n > GPUSLICE_PLACEMENT_MAX_BYTES) {
-            gs_fail("%s is over %d bytes", card, GPUSLICE_PLACEMENT_MAX_BYTES);
+            gs_fail_path(card, "is over " NUMBER_TEXT(GPUSLICE_PLACEMENT_MAX_BYTES) " bytes");
             goto out;
         }
     }
-    /* readlines(): each line with its "\n", the last maybe without */
+    /* Line by line, each with its "\n", the last maybe without */
     for (size_t i = 0; i < n;) {
         const char *nl = memchr(data + i, '\n', n - i);
         size_t len = nl ? (size_t)(nl - (data + i)) + 1 : n - i;

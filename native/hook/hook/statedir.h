@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* "<state_dir>/<name>" without a doubled slash (os.path.join). */
+/* "<dir>/<name>" without a doubled slash. */
 char *gs_path_join(const char *dir, const char *name);
 
 /* Make <state_dir>/containers/<id>/ (mode 0755, owned by uid:gid when
@@ -32,7 +32,8 @@ int gs_open_card_dir(const char *state_dir, int *fd, char **path);
 
 /* Remove what the hook and the shim put in the container dir, then the
  * dir. Never recursive: where `cards` is still bound, a recursive removal
- * would reach the host's card files. Errors are ignored, as hook.py. */
+ * would reach the host's card files. Errors are ignored: what is left
+ * behind is an empty folder or a file, and a release must not fail on it. */
 void gs_remove_container_dir(const char *state_dir, const char *cid);
 
 #endif

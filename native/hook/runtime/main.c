@@ -33,14 +33,14 @@
 
 #include "json.h"
 #include "args.h"
+#include "request.h"
 #include "util.h"
 
 extern char **environ;
 
 #define PROGRAM "gpuslice-runtime"
 #define APPLIER "gpuslice-runtime-apply"
-#define CONFIG_MAX ((size_t)64 << 20) /* a config.json is a few KB; bounded all the same */
-#define LAST_LINE_MAX 2048            /* of the applier's stderr, for the log line */
+#define LAST_LINE_MAX 2048 /* of the applier's stderr, for the log line */
 /* Where to look when PATH is unset: a shim started with a bare environment
  * still finds a distribution's runc in /usr/sbin or /usr/bin. */
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -51,25 +51,6 @@ enum { EXIT_APPLY = 1, EXIT_OWN = 2 };
 static const struct gs_rt_globals *globals;
 
 /* ------------------------------------------------------------ reporting */
-
-static void json_escape(struct gs_str *b, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            gs_str_addc(b, '\\');
-            gs_str_addc(b, (char)c);
-        } else if (c == '\n') {
-            gs_str_add(b, "\\n");
-        } else if (c == '\t') {
-            gs_str_add(b, "\\t");
-        } else if (c < 0x20 || c == 0x7f) {
-            gs_str_addf(b, "\\u%04x", c);
-        } else {
-            gs_str_addc(b, (char)c); /* UTF-8 as it is; Go's decoder mends bad bytes */
-        }
-    }
-}
 
 /*
  * With --log FILE --log-format json, append the error as runc logs its own:
@@ -82,15 +63,15 @@ static void log_error(const char *line, size_t n)
         strcmp(globals->log_format, "json") != 0)
         return;
     struct gs_str b = {0};
-    gs_str_add(&b, "{\"level\":\"error\",\"msg\":\"");
-    json_escape(&b, line, n);
+    gs_str_add(&b, "{\"level\":\"error\",\"msg\":");
+    gs_json_quote(&b, line, n);
     /* RFC 3339 in UTC: localtime would read /etc/localtime for nothing. */
     char when[32];
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    gs_str_addf(&b, "\",\"time\":\"%s\"}\n", when);
+    gs_str_addf(&b, ",\"time\":\"%s\"}\n", when);
     int fd = open(globals->log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
     if (fd >= 0) {
         gs_write_all(fd, b.s, b.len); /* a failure has nowhere left to be said */
@@ -99,26 +80,29 @@ static void log_error(const char *line, size_t n)
     gs_str_free(&b);
 }
 
-/* "gpuslice-runtime: error: ..." on stderr (and in the JSON log); exit. */
+/* "gpuslice-runtime: error: ..." on stderr (and in the JSON log); exit.
+ * The arguments are paths and PATH, from the caller: made one line. */
 __attribute__((noreturn, format(printf, 2, 3))) static void die(int code, const char *fmt, ...)
 {
-    struct gs_str b = {0};
+    struct gs_str text = {0}, b = {0};
     va_list ap;
     va_start(ap, fmt);
     char small[512];
     int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
-    gs_str_add(&b, PROGRAM ": error: ");
     if (n >= 0 && (size_t)n < sizeof small) {
-        gs_str_add(&b, small);
+        gs_str_add(&text, small);
     } else { /* a long path in it: format again at length */
         va_start(ap, fmt);
         char *big = NULL;
         if (vasprintf(&big, fmt, ap) >= 0)
-            gs_str_add(&b, big);
+            gs_str_add(&text, big);
         free(big);
         va_end(ap);
     }
+    gs_str_add(&b, PROGRAM ": error: ");
+    gs_quote(&b, gs_str_cstr(&text), text.len, GS_AS_PATH);
+    gs_str_free(&text);
     log_error(b.s, b.len);
     gs_str_addc(&b, '\n');
     gs_write_all(2, b.s, b.len);
@@ -233,86 +217,7 @@ static const char *find_applier(const char *given, char *buf, size_t cap, const 
     return search_path(APPLIER, 0, buf, cap, NULL, 0) ? buf : NULL;
 }
 
-/* ------------------------------------------------------------ the request */
-
-/* Does the JSON string v, decoded, start with prefix? *whole: its decoded
- * length. Nothing allocated: only the first bytes are kept. */
-static int string_starts(const struct gs_json *v, const char *prefix, size_t *whole)
-{
-    char head[32];
-    size_t n = strlen(prefix);
-    if (v->type != GS_JSON_STRING || n > sizeof head)
-        return 0;
-    *whole = gs_json_string_into(v, head, sizeof head);
-    return *whole >= n && memcmp(head, prefix, n) == 0;
-}
-
-static int string_is(const struct gs_json *v, const char *want)
-{
-    size_t len;
-    return string_starts(v, want, &len) && len == strlen(want);
-}
-
-/*
- * A request: process.env has GPUSLICE=<something>, or an annotation
- * gpuslice.io/request, or any cdi.k8s.io/ annotation (CDI devices asked the
- * way Kubernetes asks them, which only the applier can honour here).
- * config.json is walked once at the top (the accessors rescan what they
- * walk, and this runs on every create); a repeated member counts as its
- * last one, as for runc's Go decoder.
- */
-static int asks_for_gpuslice(const struct gs_json *root)
-{
-    static const char env_name[] = "GPUSLICE=", cdi[] = "cdi.k8s.io/";
-    struct gs_json k, v, process = {0}, anns = {0}, env;
-    size_t cursor = 0, len;
-    while (gs_json_next(root, &cursor, &k, &v)) {
-        if (string_is(&k, "process"))
-            process = v;
-        else if (string_is(&k, "annotations"))
-            anns = v;
-    }
-    cursor = 0;
-    /* Only the shapes runc accepts: anything else is runc's error to report. */
-    if (process.p && gs_json_member(&process, "env", &env) && env.type == GS_JSON_ARRAY)
-        while (gs_json_next(&env, &cursor, NULL, &v))
-            if (string_starts(&v, env_name, &len) && len > sizeof env_name - 1)
-                return 1;
-    cursor = 0;
-    if (anns.p && anns.type == GS_JSON_OBJECT)
-        while (gs_json_next(&anns, &cursor, &k, &v))
-            if (string_is(&k, "gpuslice.io/request") || string_starts(&k, cdi, &len))
-                return 1;
-    return 0;
-}
-
-/* 1 if <bundle>/config.json can be read, parses, and asks for gpuslice.
- * Anything wrong with it is 0: the real runtime reports it, not us. */
-static int bundle_asks(const char *bundle)
-{
-    struct gs_str path = {0};
-    gs_str_add(&path, bundle);
-    gs_str_add(&path, "/config.json");
-    /* O_NONBLOCK: a FIFO planted there must not hang the wrapper. */
-    int fd = open(path.s, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    gs_str_free(&path);
-    if (fd < 0)
-        return 0;
-    struct stat st;
-    char *text = NULL;
-    size_t len = 0;
-    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-             gs_read_bounded(fd, CONFIG_MAX, &text, &len) == 0 && len <= CONFIG_MAX;
-    close(fd);
-    int asks = 0;
-    struct gs_json root;
-    struct gs_str err = {0};
-    if (ok && gs_json_parse(text, len, &root, &err) == 0)
-        asks = asks_for_gpuslice(&root);
-    gs_str_free(&err);
-    free(text);
-    return asks;
-}
+/* ------------------------------------------------------------- the bundle */
 
 /* The bundle as an absolute path (malloc'ed), as runc resolves it: against
  * the current folder, links left alone. */
@@ -498,7 +403,7 @@ int main(int argc, char **argv)
         gs_rt_parse_create(argc, argv, g.command + 1, &c);
         /* --help, or not exactly one container id: runc creates nothing. */
         const char *bundle = c.bundle && *c.bundle ? c.bundle : ".";
-        if (!c.help && c.positional == 1 && bundle_asks(bundle)) {
+        if (!c.help && c.positional == 1 && gs_rt_bundle_asks(bundle)) {
             char applier_buf[PATH_MAX];
             const char *tried;
             const char *applier = find_applier(g.apply, applier_buf, sizeof applier_buf, &tried);
