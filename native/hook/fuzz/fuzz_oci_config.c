@@ -1,6 +1,6 @@
 /*
  * libFuzzer harness for the bundle's config.json as the hook reads it
- * (hook/oci.c, gs_parse_config, then gs_rootfs_of): accepted or refused with
+ * (hook/oci.c, gs_parse_bundle, then gs_rootfs_of): accepted or refused with
  * one line, the deferred root.path error one line too, nothing leaked. The
  * bundle's name holds a newline: it must not make a message two lines.
  */
@@ -15,8 +15,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char bundle[] = "/run/bundles/a\nb";
-    struct gs_config cfg;
-    if (gs_parse_config(bundle, (const char *)data, size, &cfg) != GS_OK) {
+    struct gs_bundle cfg;
+    if (gs_parse_bundle(bundle, (const char *)data, size, &cfg) != GS_OK) {
         must_be_one_line(gs_message(), strlen(gs_message()));
         return 0;
     }
@@ -28,6 +28,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         must_be_one_line(gs_message(), strlen(gs_message()));
     }
-    gs_config_free(&cfg);
+    gs_bundle_free(&cfg);
     return 0;
 }

@@ -109,7 +109,7 @@ static int cmd_admit(const struct gs_args *a)
 /* After admission: the state dir (fresh for a container that held nothing
  * before: what an earlier container of this id left, its region above all,
  * is not this one's), the placement, the mounts, the preload. */
-static int set_up(const struct gs_args *a, const struct gs_state *st, const struct gs_config *cfg,
+static int set_up(const struct gs_args *a, const struct gs_state *st, const struct gs_bundle *cfg,
                   const struct gs_request *req, size_t nreq, const struct gs_reservations *held,
                   int first)
 {
@@ -146,7 +146,7 @@ static int set_up(const struct gs_args *a, const struct gs_state *st, const stru
 static int cmd_create(const struct gs_args *a)
 {
     struct gs_state st;
-    struct gs_config cfg = {0};
+    struct gs_bundle cfg = {0};
     struct gs_acct *acct = NULL;
     struct gs_request *reqs = NULL;
     struct gs_reservations held = {0}, dead = {0};
@@ -154,7 +154,7 @@ static int cmd_create(const struct gs_args *a)
     int rc = gs_read_state(0, &st);
     if (rc != GS_OK)
         return rc;
-    if ((rc = gs_read_config(st.bundle, &cfg)) != GS_OK ||
+    if ((rc = gs_read_bundle(st.bundle, &cfg)) != GS_OK ||
         (rc = gs_acct_open(a->value[O_DATABASE], &acct)) != GS_OK)
         goto out;
     int has_pid;
@@ -195,7 +195,7 @@ out:
     gs_reservations_free(&dead);
     free(reqs);
     gs_acct_close(acct);
-    gs_config_free(&cfg);
+    gs_bundle_free(&cfg);
     gs_state_free(&st);
     return rc;
 }

@@ -157,7 +157,7 @@ static int user_id(const struct gs_json *user, int has_user, const char *what, u
     return GS_OK;
 }
 
-int gs_parse_config(const char *bundle, const char *data, size_t n, struct gs_config *out)
+int gs_parse_bundle(const char *bundle, const char *data, size_t n, struct gs_bundle *out)
 {
     memset(out, 0, sizeof *out);
     struct gs_str err = {0}, why = {0};
@@ -214,11 +214,11 @@ out:
     free(shown);
     free(where);
     if (rc != GS_OK)
-        gs_config_free(out);
+        gs_bundle_free(out);
     return rc;
 }
 
-int gs_read_config(const char *bundle, struct gs_config *out)
+int gs_read_bundle(const char *bundle, struct gs_bundle *out)
 {
     memset(out, 0, sizeof *out);
     char *where = gs_quoted(bundle, strlen(bundle), GS_AS_PATH), *data = NULL;
@@ -259,21 +259,21 @@ int gs_read_config(const char *bundle, struct gs_config *out)
     else if (n > GS_CONFIG_MAX_BYTES)
         gs_fail("%s/config.json is over %d MiB", where, GS_CONFIG_MAX_BYTES / (1024 * 1024));
     else
-        rc = gs_parse_config(bundle, data, n, out);
+        rc = gs_parse_bundle(bundle, data, n, out);
 out:
     free(data);
     free(where);
     return rc;
 }
 
-void gs_config_free(struct gs_config *c)
+void gs_bundle_free(struct gs_bundle *c)
 {
     free(c->root);
     free(c->root_error);
     memset(c, 0, sizeof *c);
 }
 
-int gs_rootfs_of(const char *bundle, const struct gs_config *cfg, char **out)
+int gs_rootfs_of(const char *bundle, const struct gs_bundle *cfg, char **out)
 {
     if (!cfg->root)
         return gs_fail("%s", cfg->root_error ? cfg->root_error : "config.json has no root.path");

@@ -21,7 +21,8 @@ struct gs_state {
     char *bundle;
 };
 
-struct gs_config {
+/* What the hook reads of a bundle's config.json. */
+struct gs_bundle {
     uint32_t uid, gid;  /* process.user: the container dir's owner */
     char *root;         /* root.path as written, or NULL and: */
     char *root_error;   /* why it is not a path (reported after admission: a
@@ -40,12 +41,12 @@ int gs_read_state(int fd, struct gs_state *out);
 int gs_parse_state(const char *data, size_t n, struct gs_state *out);
 void gs_state_free(struct gs_state *s);
 
-int gs_read_config(const char *bundle, struct gs_config *out);
+int gs_read_bundle(const char *bundle, struct gs_bundle *out);
 /* The same on config.json's text, bundle naming it in messages. */
-int gs_parse_config(const char *bundle, const char *data, size_t n, struct gs_config *out);
-void gs_config_free(struct gs_config *c);
+int gs_parse_bundle(const char *bundle, const char *data, size_t n, struct gs_bundle *out);
+void gs_bundle_free(struct gs_bundle *c);
 
 /* The rootfs path: root.path, under the bundle when relative. */
-int gs_rootfs_of(const char *bundle, const struct gs_config *cfg, char **out);
+int gs_rootfs_of(const char *bundle, const struct gs_bundle *cfg, char **out);
 
 #endif
