@@ -7,16 +7,17 @@ accountant's database names itself). This module parses them with cffi, so
 that each contract has one definition. An installed package carries copies
 in ocihook/native/ (setup.py puts them there).
 
-cffi reads declarations and integer #defines; a ``#define NAME "text"`` line
-(statedir.h's names) is taken out before cffi sees the header and offered by
-:func:`string`. Any other macro form is refused: the headers stay plain.
+The #defines (a number, or one string literal: statedir.h's names) are read
+here line by line, strictly, so that a name costs no cffi import; cffi reads
+the structs (:func:`ffi`). Any other macro form is refused: the headers stay
+plain.
 """
 from __future__ import annotations
 
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Union
 
 # Every shared header, in the order cffi reads them (none includes another).
 HEADERS = ("region.h", "cardfile.h", "statedir.h", "statedb.h")
@@ -25,6 +26,8 @@ _DIRS = (
     Path(__file__).resolve().parent.parent / "native" / "include" / "gpuslice",  # the tree
 )
 _STRING_DEFINE = re.compile(r'^#define (GPUSLICE_[A-Z0-9_]+) "([ -!#-\[\]-~]*)"$', re.M)
+_INT_DEFINE = re.compile(r"^#define (GPUSLICE_[A-Z0-9_]+) (0x[0-9a-fA-F]+|[1-9][0-9]*|0)(?:u|ull)?"
+                         r"(?: +/\*.*\*/)?$")
 
 
 class HeaderError(RuntimeError):
@@ -51,41 +54,55 @@ def _body(name: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def _parsed() -> Tuple[Any, Dict[str, str]]:
+def _defines() -> Dict[str, Union[int, str]]:
+    """Every #define of the shared headers but the guards: a number or one
+    string literal, read without cffi (whose import and parse cost ~50 ms, too
+    much for a path name on a container's start). Any other form is refused,
+    as cffi would refuse it."""
+    found: Dict[str, Union[int, str]] = {}
+    for name in HEADERS:
+        for line in _body(name).splitlines():
+            if not line.startswith("#"):
+                continue
+            m = _INT_DEFINE.match(line) or _STRING_DEFINE.match(line)
+            if not m:
+                raise HeaderError(f"{header_path(name)}: {line.strip()!r} is not a #define of "
+                                  "a number or of one string literal, the only macros a "
+                                  "shared header may hold")
+            value = m.group(2)
+            found[m.group(1)] = value if m.re is _STRING_DEFINE else int(value, 0)
+    return found
+
+
+@lru_cache(maxsize=None)
+def ffi() -> Any:
+    """One cffi.FFI that knows every shared struct (and the integer #defines)."""
     import cffi
 
-    ffi = cffi.FFI()
-    strings: Dict[str, str] = {}
+    _defines()  # a header with a macro of another form is refused by name first
+    result = cffi.FFI()
     for name in HEADERS:
-        body = _body(name)
-        strings.update(_STRING_DEFINE.findall(body))
         try:
-            ffi.cdef(_STRING_DEFINE.sub("", body))
+            result.cdef(_STRING_DEFINE.sub("", _body(name)))
         except cffi.CDefError as e:
             said = [line.strip() for line in str(e).splitlines() if line.strip()]
             raise HeaderError(f"{header_path(name)}: not the plain C this reader takes: "
                               f"{'; '.join(said)}") from None
-    return ffi, strings
+    return result
 
 
-def ffi() -> Any:
-    """One cffi.FFI that knows every shared struct."""
-    return _parsed()[0]
-
-
-@lru_cache(maxsize=None)
-def _lib() -> Any:
-    return ffi().dlopen(None)
+def _define(name: str, kind: type) -> Any:
+    value = _defines().get(name)
+    if not isinstance(value, kind):
+        raise HeaderError(f"{name}: no such {kind.__name__} #define in {', '.join(HEADERS)}")
+    return value
 
 
 def constant(name: str) -> int:
     """An integer #define of a shared header."""
-    return int(getattr(_lib(), name))
+    return int(_define(name, int))
 
 
 def string(name: str) -> str:
     """A string #define of a shared header (statedir.h's names)."""
-    try:
-        return _parsed()[1][name]
-    except KeyError:
-        raise HeaderError(f"{name}: no such string #define in {', '.join(HEADERS)}") from None
+    return str(_define(name, str))

@@ -25,6 +25,8 @@ import stat
 import sys
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
+from cdi import regularfile
+
 ENV_NAME = "GPUSLICE"
 REQUEST_ANNOTATION = "gpuslice.io/request"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
@@ -90,22 +92,27 @@ def spec_dirs(configured: str) -> List[str]:
 
 
 def read_config(bundle: str) -> "tuple[Dict[str, Any], int]":
+    """config.json as the container's author wrote it: a regular file (no link,
+    no FIFO: nothing waited on), bounded, a JSON object; and its mode."""
     path = os.path.join(bundle, "config.json")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd, st = regularfile.open_regular(path, follow_links=False)
     except OSError as e:
         fail(f"{path}: {e.strerror}")
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            fail(f"{path} is not a regular file")
-        data = f.read(CONFIG_MAX_BYTES + 1)
+    except regularfile.NotRegular as e:
+        fail(str(e))
+    try:
+        data = regularfile.read_at_most(fd, CONFIG_MAX_BYTES)
+    finally:
+        os.close(fd)
     if len(data) > CONFIG_MAX_BYTES:
         fail(f"{path} is over {CONFIG_MAX_BYTES // (1024 * 1024)} MiB")
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         fail(f"{path} is not JSON: {e}")
+    except RecursionError:
+        fail(f"{path} is not JSON this runtime reads: nested too deep")
     if not isinstance(doc, dict):
         fail(f"{path} is not a JSON object")
     return doc, stat.S_IMODE(st.st_mode)

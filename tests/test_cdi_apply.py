@@ -212,3 +212,26 @@ def test_applier_command(tmp_path: Path) -> None:
     assert res.stderr == ("gpuslice-runtime: error: unknown CDI device gpuslice.io/gpu=0-99g; "
                           "gpuslice.io/gpu offers: 0\n")
     assert (bundle / "config.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: os.mkfifo(p), "is a FIFO, not a regular file"),
+    (lambda p: os.symlink("/dev/zero", p), "is a symbolic link, which is not followed here"),
+    (lambda p: p.write_text("[" * 100000 + "]" * 100000), "is not JSON this runtime reads: "
+                                                          "nested too deep"),
+    (lambda p: p.write_text('["x", {"process": 1}, 3]'), "is not a JSON object"),
+])
+def test_applier_on_a_hostile_config_json_says_one_line(tmp_path: Path, make, says) -> None:
+    """The applier runs as root on the container author's config.json: a FIFO is
+    not waited on, a link not followed, a deep nesting no traceback."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    make(bundle / "config.json")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"spec_dir: {tmp_path / 'cdi'}\n")
+    res = subprocess.run(["gpuslice-runtime-apply", "--bundle", str(bundle)],
+                         env=dict(os.environ, GPUSLICE_CONFIG=str(cfg)), capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("gpuslice-runtime: error: ")
+    assert str(bundle / "config.json") in res.stderr and says in res.stderr, res.stderr

@@ -195,6 +195,20 @@ def test_docker_refuses_invalid_json_and_leaves_it(setup: Setup) -> None:
     one_error_line(setup.run("docker", "--daemon-json", str(daemon)), "top level is an array")
 
 
+@pytest.mark.parametrize("engine, option", [("docker", "--daemon-json"),
+                                            ("containerd", "--config"),
+                                            ("podman", "--containers-conf")])
+def test_a_fifo_or_a_device_for_the_file_is_refused_not_waited_on(setup: Setup, engine: str,
+                                                                  option: str) -> None:
+    fifo = setup.tmp / "engine.conf"
+    os.mkfifo(fifo)
+    one_error_line(setup.run(engine, option, str(fifo), "--dry-run"), str(fifo), "a FIFO")
+    link = setup.tmp / "zero.conf"
+    link.symlink_to("/dev/zero")
+    one_error_line(setup.run(engine, option, str(link), "--dry-run"), str(link),
+                   "a character device")
+
+
 def test_docker_checks_its_options(setup: Setup) -> None:
     daemon = setup.tmp / "daemon.json"
     one_error_line(setup.run("docker", "--daemon-json", str(setup.tmp)), "a folder, not a file")

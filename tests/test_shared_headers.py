@@ -85,14 +85,17 @@ def test_a_header_that_is_not_plain_is_refused(tmp_path: Path,
     statedir.write_text(statedir.read_text().replace(
         '#define GPUSLICE_REGION_FILE "region"', '#define GPUSLICE_REGION_FILE ("reg" "ion")'))
     monkeypatch.setattr(cheader, "_DIRS", (tmp_path,))
-    cheader._parsed.cache_clear()
-    cheader._lib.cache_clear()
+    cheader._defines.cache_clear()
+    cheader.ffi.cache_clear()
     try:
-        with pytest.raises(cheader.HeaderError, match=r"statedir\.h: .*GPUSLICE_REGION_FILE"):
-            cheader.ffi()
+        for use in (cheader.ffi, lambda: cheader.string("GPUSLICE_CONTAINERS_DIR")):
+            with pytest.raises(cheader.HeaderError,
+                               match=r"statedir\.h: .*GPUSLICE_REGION_FILE.* is not a #define "
+                                     "of a number or of one string literal"):
+                use()
     finally:
-        cheader._parsed.cache_clear()
-        cheader._lib.cache_clear()
+        cheader._defines.cache_clear()
+        cheader.ffi.cache_clear()
 
 
 def test_a_missing_header_says_where_it_looked(tmp_path: Path,

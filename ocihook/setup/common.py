@@ -18,6 +18,7 @@ import stat
 import sys
 from typing import Any, Callable, List, Optional, Tuple, TypeVar
 
+from cdi import regularfile
 from ocihook.config import Config
 from ocihook.messages import say, warn
 
@@ -55,8 +56,9 @@ def check_file_option(path: str, option: str) -> None:
     if os.path.isdir(path):
         raise SetupError(f"{option} {path}: a folder, not a file")
     if os.path.exists(path):
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise SetupError(f"{option} {path}: not a regular file")
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise SetupError(f"{option} {path}: {regularfile.kind_of(mode)}, not a regular file")
         return
     folder = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(folder):
@@ -65,17 +67,25 @@ def check_file_option(path: str, option: str) -> None:
         raise SetupError(f"{option} {path}: {folder} is not a folder")
 
 
+# An engine's configuration is a few KiB; past this, reading it is a mistake.
+CONFIG_MAX_BYTES = 1 << 20
+
+
 def read_text(path: str) -> Optional[str]:
-    """The file's text, line ends as they are; None when there is no such file."""
+    """The file's text, line ends as they are; None when there is no such file.
+    A FIFO, a device or a folder there is refused, never waited on or read."""
     try:
-        with open(path, encoding="utf-8", newline="") as f:
-            return f.read()
+        data = regularfile.read_bounded(path, CONFIG_MAX_BYTES)
     except FileNotFoundError:
         return None
-    except UnicodeDecodeError as e:
-        raise SetupError(f"{path}: byte {e.start}: not UTF-8 text") from None
+    except (regularfile.NotRegular, regularfile.TooLarge) as e:
+        raise SetupError(f"{e}; setup edits the engine's configuration file only") from None
     except OSError as e:
         raise SetupError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SetupError(f"{path}: byte {e.start}: not UTF-8 text") from None
 
 
 def change_file(path: str, old: Optional[str], new: str, dry_run: bool) -> bool:
