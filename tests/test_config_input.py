@@ -401,3 +401,32 @@ def test_the_overcommit_range_is_said_once():
     """config.py owns it (parse_memory_overcommit); the schema only types the key."""
     schema = config_mod.schema()["properties"]["memory_overcommit"]
     assert schema["type"] == "number" and not {"minimum", "maximum"} & set(schema)
+
+
+def test_the_policy_rules_are_the_schema_s_and_the_table_s(tmp_path):
+    """ocihook/policy.py owns the rules: the configuration's schema offers its
+    placements, and the accountant's policy table takes its ranges and no more."""
+    import json
+    import sqlite3
+
+    from ocihook import accountant as acct
+    from ocihook import policy
+
+    schema = json.loads(config_mod.SCHEMA_PATH.read_text())
+    assert tuple(schema["properties"]["placement"]["enum"]) == policy.PLACEMENTS
+    a = acct.Accountant(str(tmp_path / "state.db"))
+    for placement in policy.PLACEMENTS:
+        for overcommit in (policy.OVERCOMMIT_MIN, policy.OVERCOMMIT_MAX):
+            for cores in (policy.CORES_LIMIT_MIN, policy.CORES_LIMIT_MAX):
+                a.set_policy(policy.Policy(placement, overcommit, cores))
+                assert a.policy() == policy.Policy(placement, overcommit, cores)
+    a.close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    for column, value in (("placement", "random"),
+                          ("memory_overcommit", policy.OVERCOMMIT_MIN - 0.01),
+                          ("memory_overcommit", policy.OVERCOMMIT_MAX + 0.01),
+                          ("cores_limit", policy.CORES_LIMIT_MIN - 1),
+                          ("cores_limit", policy.CORES_LIMIT_MAX + 1)):
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+            db.execute(f"UPDATE policy SET {column} = ?", (value,))
+    db.close()
