@@ -2,16 +2,22 @@
 says (ocihook/config.py parses it by these rules), what the accountant
 records in its policy table (ocihook/accountant.py; the table's CHECKs and
 gpuslice-hook's check of the row it reads say the same ranges) and what
-`gpuslice status` shows. Imports nothing heavy: the configuration is loaded
-on every request of the runtime wrapper's applier."""
+`gpuslice status` shows. The ranges are native/include/gpuslice/statedb.h's,
+which the hook checks the recorded row against too. Imports nothing heavy
+(the configuration is loaded on every request of the runtime wrapper's
+applier): cheader reads #defines without cffi."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
+from ocihook import cheader
+
 PLACEMENTS = ("binpack", "spread")
-OVERCOMMIT_MIN, OVERCOMMIT_MAX = 1.0, 16.0
-CORES_LIMIT_MIN, CORES_LIMIT_MAX = 1, 100
+OVERCOMMIT_MIN = float(cheader.constant("GPUSLICE_POLICY_OVERCOMMIT_MIN"))
+OVERCOMMIT_MAX = float(cheader.constant("GPUSLICE_POLICY_OVERCOMMIT_MAX"))
+CORES_LIMIT_MIN = cheader.constant("GPUSLICE_POLICY_CORES_LIMIT_MIN")
+CORES_LIMIT_MAX = cheader.constant("GPUSLICE_POLICY_CORES_LIMIT_MAX")
 
 
 @dataclass(frozen=True)

@@ -782,12 +782,16 @@ static int load_policy(struct gs_acct *a)
                             GS_AS_STRING);
         r = gs_fail("%s: policy placement %s is not binpack or spread; %s", a->path, q, fix);
         free(q);
-    } else if (!typed || !(overcommit >= 1.0 && overcommit <= 16.0))
-        r = gs_fail("%s: policy memory_overcommit %g is not a number from 1.0 to 16.0; %s",
-                    a->path, overcommit, fix);
-    else if (cores_limit < 1 || cores_limit > 100)
-        r = gs_fail("%s: policy cores_limit %lld is not a whole number from 1 to 100; %s",
-                    a->path, (long long)cores_limit, fix);
+    } else if (!typed || !(overcommit >= GPUSLICE_POLICY_OVERCOMMIT_MIN &&
+                           overcommit <= GPUSLICE_POLICY_OVERCOMMIT_MAX))
+        r = gs_fail("%s: policy memory_overcommit %g is not a number from %.1f to %.1f; %s",
+                    a->path, overcommit, (double)GPUSLICE_POLICY_OVERCOMMIT_MIN,
+                    (double)GPUSLICE_POLICY_OVERCOMMIT_MAX, fix);
+    else if (cores_limit < GPUSLICE_POLICY_CORES_LIMIT_MIN ||
+             cores_limit > GPUSLICE_POLICY_CORES_LIMIT_MAX)
+        r = gs_fail("%s: policy cores_limit %lld is not a whole number from %d to %d; %s",
+                    a->path, (long long)cores_limit, GPUSLICE_POLICY_CORES_LIMIT_MIN,
+                    GPUSLICE_POLICY_CORES_LIMIT_MAX, fix);
     else
         a->policy = (struct policy){overcommit, strcmp(placement, "spread") == 0 ? SPREAD
                                                                                  : BINPACK,
