@@ -712,8 +712,8 @@ def test_dockerd_version_parsed_from_what_it_prints(printed: str, expected) -> N
     ("containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da", (1, 7)),
     ("containerd github.com/containerd/containerd/v2 v2.0.0 "
      "207ad711eabd375a01713109a8a197d197ff6542", (2, 0)),
-    ("containerd github.com/containerd/containerd/v2 v2.1.3 c787fb98911740dd3ff2d0e45ce88cdf01410486",
-     (2, 1)),
+    ("containerd github.com/containerd/containerd/v2 v2.1.3 "
+     "c787fb98911740dd3ff2d0e45ce88cdf01410486", (2, 1)),
     ("containerd: command not found", None),
     ("", None),
 ])
@@ -781,8 +781,9 @@ def test_docker_26_enables_cdi_end_to_end(setup: Setup) -> None:
     assert res.stderr.splitlines()[0] == (
         "gpuslice: docker 26.1: CDI is opt-in before 28.2; enabling it (features.cdi); "
         f"adding {setup.spec_dir} to cdi-spec-dirs")
-    assert res.stdout == common.unified_diff(str(daemon), '{"log-level": "warn"}\n', docker.edit_cdi(
-        '{"log-level": "warn"}\n', "F", (26, 1), setup.spec_dir))
+    old = '{"log-level": "warn"}\n'
+    assert res.stdout == common.unified_diff(str(daemon), old,
+                                             docker.edit_cdi(old, "F", (26, 1), setup.spec_dir))
     assert snapshot(daemon) == before
     res = setup.run("docker", "--docker-version", "26.1", "--daemon-json", str(daemon))
     assert res.returncode == 0, res.stderr
@@ -903,8 +904,9 @@ CONTAINERD_CDI = [
      (1, 7), "/etc/cdi",
      'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n\n'
      '[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "x"\n'),
-    (CONTAINERD_V3, (2, 0), "/srv/cdi", CONTAINERD_V3 + '\n[plugins."io.containerd.cri.v1.runtime"]\n'
-     '  enable_cdi = true\n  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]\n'),
+    (CONTAINERD_V3, (2, 0), "/srv/cdi",
+     CONTAINERD_V3 + '\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = true\n'
+     '  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]\n'),
     ('version = 3\n\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = false # off\n'
      '  cdi_spec_dirs = ["/opt/cdi"]\n', (2, 0), "/srv/cdi",
      'version = 3\n\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = true # off\n'
@@ -984,3 +986,17 @@ def test_the_real_daemons_here_are_read(setup: Setup) -> None:
         res = setup.run(engine, option, str(setup.tmp / f"{engine}.conf"), "--dry-run")
         assert res.returncode == 0, res.stderr
         assert res.stderr.startswith(f"gpuslice: {engine} {found[0]}.{found[1]}: "), res.stderr
+
+
+def test_runtime_options_unused_on_the_cdi_path_are_named(setup: Setup) -> None:
+    res = setup.run("docker", "--docker-version", "27.0", "--name", "gs", "--real-runtime",
+                    "/usr/bin/runc", "--daemon-json", str(setup.tmp / "d.json"), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == (
+        "gpuslice: warning: --name and --real-runtime: not used with docker 27.0, which reads "
+        "the CDI spec itself (no runtime is registered)")
+    res = setup.run("containerd", "--containerd-version", "2.1", "--name", "gs", "--config",
+                    str(setup.tmp / "c.toml"), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0].startswith("gpuslice: warning: --name: not used with "
+                                                 "containerd 2.1")

@@ -287,6 +287,9 @@ def setup(cfg: Config, config_toml: str = CONFIG_TOML, name: str = DEFAULT_NAME,
     try:
         found = version_of("containerd", containerd_version, "--containerd-version", "1.7")
         if reads_cdi(found):
+            if name != DEFAULT_NAME:
+                warn(f"--name: not used with containerd {show(found)}, which reads the "
+                     "CDI spec itself (no runtime is added)")
             return _setup_cdi(cfg, config_toml, found, dry_run)
         check_name(name)
         changed, old = edit_file(config_toml, "--config", dry_run,

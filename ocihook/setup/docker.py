@@ -17,7 +17,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ocihook.config import Config
-from ocihook.messages import error, say
+from ocihook.messages import error, say, warn
 from ocihook.setup.common import (DEFAULT_NAME, SetupError, check_file_option, edit_file,
                                   example_device, nothing_written, read_text, warn_no_spec,
                                   warn_runtime_missing)
@@ -226,6 +226,11 @@ def setup(cfg: Config, daemon_json: str = DAEMON_JSON, name: str = DEFAULT_NAME,
     try:
         found = version_of("dockerd", docker_version, "--docker-version", "26.1")
         if found >= (25, 0):
+            unused = [o for o, v in (("--name", name != DEFAULT_NAME),
+                                     ("--real-runtime", real_runtime is not None)) if v]
+            if unused:
+                warn(f"{' and '.join(unused)}: not used with docker {show(found)}, which "
+                     "reads the CDI spec itself (no runtime is registered)")
             return _setup_cdi(cfg, daemon_json, found, dry_run)
         check_name(name)
         if real_runtime is not None:
