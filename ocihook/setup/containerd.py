@@ -320,7 +320,7 @@ def _setup_cdi(cfg: Config, config_toml: str, found: Version, dry_run: bool) -> 
         file_version = nothing_written(cdi_version, old, config_toml, found)
         table = toml_edit.render_key(CDI_TABLE[file_version])
         why = "CDI is off by default before 2.0" if found < (2, 0) else \
-            "CDI is on by default; setting it says so"
+            "CDI is on by default since 2.0; set all the same, so that the file says so"
         migrated = " (containerd 2 migrates this version 2 file on load)" \
             if file_version == 2 and found >= (2, 0) else ""
         changed, old = edit_file(config_toml, "--config", dry_run,
