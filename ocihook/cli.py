@@ -183,28 +183,38 @@ def setup_group() -> None:
               help="runtime name, for docker run --runtime NAME")
 @click.option("--real-runtime", metavar="PATH",
               help="the OCI runtime gpuslice-runtime runs [default: runc from PATH]")
+@click.option("--docker-version", metavar="X.Y",
+              help="the daemon's version [default: what dockerd --version prints]")
 @click.option("--dry-run", is_flag=True, help="print the diff; write nothing")
 @click.pass_obj
 def setup_docker(state: State, daemon_json: str, name: str, real_runtime: Optional[str],
-                 dry_run: bool) -> None:
-    """Add gpuslice-runtime to daemon.json's runtimes (Docker 20-24)."""
+                 docker_version: Optional[str], dry_run: bool) -> None:
+    """Docker 20-24: add gpuslice-runtime to daemon.json's runtimes. Docker 25
+    and later: have dockerd read the spec (features.cdi before 28.2, and
+    cdi-spec-dirs where it needs our spec dir)."""
     from ocihook.setup import docker
 
-    sys.exit(docker.setup(state.config, daemon_json, name, real_runtime, dry_run))
+    sys.exit(docker.setup(state.config, daemon_json, name, real_runtime, dry_run,
+                          docker_version))
 
 
 @setup_group.command("containerd")
 @click.option("--config", "config_toml", metavar="PATH", default="/etc/containerd/config.toml",
-              show_default=True, help="containerd's configuration file (version 2)")
+              show_default=True, help="containerd's configuration file")
 @click.option("--name", default="gpuslice", show_default=True,
-              help="runtime name, for CRI clients")
+              help="runtime name, for CRI clients (containerd 1.6)")
+@click.option("--containerd-version", metavar="X.Y",
+              help="the daemon's version [default: what containerd --version prints]")
 @click.option("--dry-run", is_flag=True, help="print the diff; write nothing")
 @click.pass_obj
-def setup_containerd(state: State, config_toml: str, name: str, dry_run: bool) -> None:
-    """Add a CRI runtime that runs gpuslice-runtime (containerd 1.6)."""
+def setup_containerd(state: State, config_toml: str, name: str,
+                     containerd_version: Optional[str], dry_run: bool) -> None:
+    """containerd 1.6: add a CRI runtime that runs gpuslice-runtime.
+    containerd 1.7 and 2.x: CRI's enable_cdi, and cdi_spec_dirs where it needs
+    our spec dir."""
     from ocihook.setup import containerd
 
-    sys.exit(containerd.setup(state.config, config_toml, name, dry_run))
+    sys.exit(containerd.setup(state.config, config_toml, name, dry_run, containerd_version))
 
 
 @setup_group.command("podman")

@@ -14,7 +14,7 @@ from typing import List, Optional
 import pytest
 
 from ocihook import config as config_mod
-from ocihook.setup import common, containerd, docker, podman
+from ocihook.setup import common, containerd, docker, engine_version, podman
 
 try:
     import tomllib  # Python 3.11: CI's
@@ -44,9 +44,12 @@ class Setup:
     def cfg(self) -> config_mod.Config:
         return config_mod.load(str(self.config))
 
-    def run(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["gpuslice", "--config", str(self.config), "setup", *args],
-                              capture_output=True, text=True, timeout=60)
+    def run(self, *args: str, path: Optional[str] = None) -> subprocess.CompletedProcess:
+        """path: the PATH to run it with (where it finds dockerd and containerd)."""
+        env = dict(os.environ, PATH=path) if path is not None else None
+        gpuslice = shutil.which("gpuslice") or "gpuslice"
+        return subprocess.run([gpuslice, "--config", str(self.config), "setup", *args],
+                              capture_output=True, text=True, timeout=60, env=env)
 
 
 @pytest.fixture
@@ -682,3 +685,319 @@ def test_config_runtime_path_default_and_key(tmp_path: Path) -> None:
         config_mod.check_file(str(path))
     path.write_text("runtime_path: /opt/gpuslice-runtime\n")
     assert config_mod.check_file(str(path)).to_dict()["runtime_path"] == "/opt/gpuslice-runtime"
+
+
+
+# -- the engine's version picks the path ---------------------------------------
+
+@pytest.mark.parametrize("printed, expected", [
+    ("Docker version 20.10.24+dfsg1, build 297e128", (20, 10)),
+    ("Docker version 24.0.5, build 24.0.5-0ubuntu1~22.04.1", (24, 0)),
+    ("Docker version 26.1.4, build 5650f9b", (26, 1)),
+    ("Docker version 28.2.2, build e6534b4\n", (28, 2)),
+    ("Docker version 28.1.1, build 01f442b", (28, 1)),
+    ("dockerd: unknown flag --version", None),
+    ("Docker version dev, build unknown", None),
+    ("", None),
+])
+def test_dockerd_version_parsed_from_what_it_prints(printed: str, expected) -> None:
+    assert engine_version.parse_dockerd(printed) == expected
+
+
+@pytest.mark.parametrize("printed, expected", [
+    ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1", (1, 6)),
+    ("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3", (1, 6)),
+    ("containerd github.com/containerd/containerd v1.7.20 "
+     "8fc6bcff51318944179630522a095cc9dbf9f353", (1, 7)),
+    ("containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da", (1, 7)),
+    ("containerd github.com/containerd/containerd/v2 v2.0.0 "
+     "207ad711eabd375a01713109a8a197d197ff6542", (2, 0)),
+    ("containerd github.com/containerd/containerd/v2 v2.1.3 "
+     "c787fb98911740dd3ff2d0e45ce88cdf01410486", (2, 1)),
+    ("containerd: command not found", None),
+    ("", None),
+])
+def test_containerd_version_parsed_from_what_it_prints(printed: str, expected) -> None:
+    assert engine_version.parse_containerd(printed) == expected
+
+
+def test_version_option_is_x_dot_y() -> None:
+    assert engine_version.parse_option("26.1", "--docker-version") == (26, 1)
+    assert engine_version.parse_option("28.2.0", "--docker-version") == (28, 2)
+    assert engine_version.parse_option("v2.0", "--containerd-version") == (2, 0)
+    for bad in ("26", "", "latest", "26.x"):
+        with pytest.raises(common.SetupError, match="give the version as X.Y"):
+            engine_version.parse_option(bad, "--docker-version")
+
+
+DOCKER_CDI = [
+    # Docker 25 to 28.1: features.cdi, in the file's layout, other features kept.
+    (None, (26, 1), "/srv/cdi",
+     '{\n  "features": {\n    "cdi": true\n  },\n  "cdi-spec-dirs": [\n    "/etc/cdi",\n'
+     '    "/var/run/cdi",\n    "/srv/cdi"\n  ]\n}\n'),
+    (None, (25, 0), "/etc/cdi", '{\n  "features": {\n    "cdi": true\n  }\n}\n'),
+    ('{"log-level": "warn"}\n', (26, 1), "/var/run/cdi",
+     '{"log-level": "warn", "features": {"cdi": true}}\n'),
+    ('{\n    "features": {"buildkit": true},\n    "log-level": "warn"\n}\n', (28, 1), "/etc/cdi",
+     '{\n    "features": {"buildkit": true, "cdi": true},\n    "log-level": "warn"\n}\n'),
+    ('{\n  "features": {\n    "cdi": false\n  }\n}\n', (26, 1), "/etc/cdi",
+     '{\n  "features": {\n    "cdi": true\n  }\n}\n'),
+    # cdi-spec-dirs named already: ours added at its end.
+    ('{"features": {"cdi": true}, "cdi-spec-dirs": ["/opt/cdi"]}\n', (26, 1), "/srv/cdi",
+     '{"features": {"cdi": true}, "cdi-spec-dirs": ["/opt/cdi", "/srv/cdi"]}\n'),
+    # 28.2 and later: CDI on by default; only the spec dir where it is needed.
+    ('{"log-level": "warn"}\n', (28, 2), "/srv/cdi",
+     '{"log-level": "warn", "cdi-spec-dirs": ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]}\n'),
+    ('{"log-level": "warn"}\n', (29, 0), "/etc/cdi", '{"log-level": "warn"}\n'),
+    # Set up already: the text as it was.
+    ('{"features": {"cdi": true}}', (26, 1), "/etc/cdi", '{"features": {"cdi": true}}'),
+]
+
+
+@pytest.mark.parametrize("text, version, spec_dir, expected", DOCKER_CDI)
+def test_docker_cdi_edit(text: Optional[str], version, spec_dir: str, expected: str) -> None:
+    assert docker.edit_cdi(text, "F", version, spec_dir) == expected
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"features": ["cdi"]}', ['"features" is an array, not an object']),
+    ('{"cdi-spec-dirs": "/etc/cdi"}', ['"cdi-spec-dirs" is a string, not an array']),
+    ('{"features": {', ["line 1, column"]),
+])
+def test_docker_cdi_edit_refuses(text: str, words: List[str]) -> None:
+    with pytest.raises(common.SetupError) as exc:
+        docker.edit_cdi(text, "F", (26, 1), "/srv/cdi")
+    for word in words:
+        assert word in str(exc.value)
+
+
+def test_docker_26_enables_cdi_end_to_end(setup: Setup) -> None:
+    daemon = setup.tmp / "daemon.json"
+    daemon.write_text('{"log-level": "warn"}\n')
+    before = snapshot(daemon)
+    res = setup.run("docker", "--docker-version", "26.1", "--daemon-json", str(daemon),
+                    "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == (
+        "gpuslice: docker 26.1: CDI is opt-in before 28.2; enabling it (features.cdi); "
+        f"adding {setup.spec_dir} to cdi-spec-dirs")
+    old = '{"log-level": "warn"}\n'
+    assert res.stdout == common.unified_diff(str(daemon), old,
+                                             docker.edit_cdi(old, "F", (26, 1), setup.spec_dir))
+    assert snapshot(daemon) == before
+    res = setup.run("docker", "--docker-version", "26.1", "--daemon-json", str(daemon))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(daemon.read_text()) == {
+        "log-level": "warn", "features": {"cdi": True},
+        "cdi-spec-dirs": ["/etc/cdi", "/var/run/cdi", setup.spec_dir]}
+    assert "runtimes" not in daemon.read_text()
+    assert "systemctl restart docker" in res.stderr
+    assert "run containers with: docker run --device gpuslice.io/gpu=0-4g IMAGE" in res.stderr
+    res = setup.run("docker", "--docker-version", "26.1", "--daemon-json", str(daemon))
+    assert res.returncode == 0 and res.stdout == ""
+    assert "already set up; nothing changed" in res.stderr
+
+
+def test_docker_28_2_enables_nothing(tmp_path: Path) -> None:
+    setup = Setup(tmp_path, spec_dir="/etc/cdi")
+    daemon = tmp_path / "docker" / "daemon.json"
+    res = setup.run("docker", "--docker-version", "28.2", "--daemon-json", str(daemon))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == ""
+    assert res.stderr.splitlines()[:2] == [
+        "gpuslice: docker 28.2: CDI is on by default since 28.2; nothing to enable",
+        "gpuslice: nothing to do: dockerd reads /etc/cdi (one of its default CDI spec dirs)"]
+    assert not daemon.parent.exists()
+
+
+def test_docker_version_chooses_the_runtime_before_25(setup: Setup) -> None:
+    daemon = setup.tmp / "daemon.json"
+    res = setup.run("docker", "--docker-version", "24.0", "--daemon-json", str(daemon),
+                    "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == \
+        "gpuslice: docker 24.0: no CDI before 25; registering gpuslice-runtime as runtime gpuslice"
+    assert '+  "runtimes": {' in res.stdout.splitlines()
+
+
+def fake_engine(tmp: Path, program: str, prints: Optional[str]) -> str:
+    """A PATH of one folder holding, unless prints is None, a
+    `program` that prints that for --version."""
+    folder = tmp / f"fake-{program}"
+    folder.mkdir()
+    if prints is not None:
+        fake = folder / program
+        fake.write_text(f"#!/bin/sh\necho '{prints}'\n")
+        fake.chmod(0o755)
+    return str(folder)
+
+
+@pytest.mark.parametrize("engine, option, prints, words", [
+    ("docker", "--daemon-json", None, ["no dockerd on PATH", "--docker-version X.Y"]),
+    ("docker", "--daemon-json", "Docker version dev", ["printed 'Docker version dev'",
+                                                       "--docker-version X.Y"]),
+    ("containerd", "--config", None, ["no containerd on PATH", "--containerd-version X.Y"]),
+    ("containerd", "--config", "containerd dev", ["printed 'containerd dev'",
+                                                  "--containerd-version X.Y"]),
+])
+def test_unknown_version_is_one_line_and_writes_nothing(setup: Setup, engine: str, option: str,
+                                                        prints: Optional[str],
+                                                        words: List[str]) -> None:
+    program = "dockerd" if engine == "docker" else "containerd"
+    target = setup.tmp / "engine.conf"
+    res = setup.run(engine, option, str(target), path=fake_engine(setup.tmp, program, prints))
+    one_error_line(res, "cannot tell the " + program + " version", *words)
+    assert not target.exists()
+
+
+def test_bad_version_option_is_one_line(setup: Setup) -> None:
+    target = setup.tmp / "daemon.json"
+    one_error_line(setup.run("docker", "--docker-version", "26", "--daemon-json", str(target)),
+                   "--docker-version '26'", "X.Y")
+    one_error_line(setup.run("containerd", "--containerd-version", "two", "--config",
+                             str(target)), "--containerd-version 'two'", "X.Y")
+    assert not target.exists()
+
+
+CONTAINERD_V2 = """version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "x"
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+
+[metrics]
+  address = ""
+"""
+CONTAINERD_V2_CDI = """version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "x"
+    enable_cdi = true
+    cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+
+[metrics]
+  address = ""
+"""
+CONTAINERD_V3 = """version = 3
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+"""
+
+CONTAINERD_CDI = [
+    (None, (1, 7), "/srv/cdi", 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n'
+     '  enable_cdi = true\n  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]\n'),
+    ("", (1, 7), "/etc/cdi",
+     'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n'),
+    (None, (2, 0), "/var/run/cdi",
+     'version = 3\n\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = true\n'),
+    (CONTAINERD_V2, (1, 7), "/srv/cdi", CONTAINERD_V2_CDI),
+    # containerd 2 with a version 2 file: the version 2 keys, which it migrates.
+    (CONTAINERD_V2, (2, 1), "/srv/cdi", CONTAINERD_V2_CDI),
+    (CONTAINERD_V2_CDI, (1, 7), "/srv/cdi", CONTAINERD_V2_CDI),
+    ('version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "x"\n',
+     (1, 7), "/etc/cdi",
+     'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n\n'
+     '[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "x"\n'),
+    (CONTAINERD_V3, (2, 0), "/srv/cdi",
+     CONTAINERD_V3 + '\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = true\n'
+     '  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "/srv/cdi"]\n'),
+    ('version = 3\n\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = false # off\n'
+     '  cdi_spec_dirs = ["/opt/cdi"]\n', (2, 0), "/srv/cdi",
+     'version = 3\n\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = true # off\n'
+     '  cdi_spec_dirs = ["/opt/cdi", "/srv/cdi"]\n'),
+]
+
+
+@pytest.mark.parametrize("text, version, spec_dir, expected", CONTAINERD_CDI)
+def test_containerd_cdi_edit(text: Optional[str], version, spec_dir: str, expected: str) -> None:
+    assert containerd.edit_cdi(text, "F", version, spec_dir) == expected
+
+
+@pytest.mark.parametrize("text, version, words", [
+    (CONTAINERD_V3, (1, 7), ["version = 3 is containerd 2's format", "containerd 1.7 cannot"]),
+    ('[plugins]\n', (1, 7), ["no `version = ` line", "version 1"]),
+    ('version = 4\n', (2, 0), ["version = 4", "version 2 and 3 files only"]),
+    ('version = 3\n[plugins."io.containerd.cri.v1.runtime"]\ncdi_spec_dirs = "/etc/cdi"\n', (2, 0),
+     ["line 3: cdi_spec_dirs is not a list of strings"]),
+])
+def test_containerd_cdi_edit_refuses(text: str, version, words: List[str]) -> None:
+    with pytest.raises(common.SetupError) as exc:
+        containerd.edit_cdi(text, "F", version, "/srv/cdi")
+    for word in words:
+        assert word in str(exc.value)
+
+
+def test_containerd_cdi_end_to_end(setup: Setup) -> None:
+    conf = setup.tmp / "config.toml"
+    res = setup.run("containerd", "--containerd-version", "1.7", "--config", str(conf),
+                    "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == (
+        "gpuslice: containerd 1.7: reads CDI through CRI (CDI is off by default before 2.0); "
+        'setting enable_cdi in [plugins."io.containerd.grpc.v1.cri"]')
+    assert not conf.exists()
+    res = setup.run("containerd", "--containerd-version", "2.0", "--config", str(conf))
+    assert res.returncode == 0, res.stderr
+    assert read_toml(conf)["plugins"]["io.containerd.cri.v1.runtime"] == {
+        "enable_cdi": True, "cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi", setup.spec_dir]}
+    assert "runtimes" not in conf.read_text()
+    conf.write_text(CONTAINERD_V2)
+    res = setup.run("containerd", "--containerd-version", "2.0", "--config", str(conf),
+                    "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0].endswith(
+        '[plugins."io.containerd.grpc.v1.cri"] (containerd 2 migrates this version 2 file '
+        "on load)")
+    conf.write_text(CONTAINERD_V3)
+    one_error_line(setup.run("containerd", "--containerd-version", "1.7", "--config", str(conf)),
+                   "containerd 1.7 cannot read")
+    assert conf.read_text() == CONTAINERD_V3
+
+
+def test_containerd_version_chooses_the_runtime_before_1_7(setup: Setup) -> None:
+    conf = setup.tmp / "config.toml"
+    res = setup.run("containerd", "--containerd-version", "1.6", "--config", str(conf),
+                    "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == ("gpuslice: containerd 1.6: no CDI before 1.7; "
+                                          "adding the CRI runtime gpuslice that runs "
+                                          "gpuslice-runtime")
+    assert f"+{CRI}.gpuslice]" in res.stdout.splitlines()
+
+
+def test_the_real_daemons_here_are_read(setup: Setup) -> None:
+    """The daemons this host runs (install.sh --with-tests installs them): their
+    own --version picks the path."""
+    assert shutil.which("dockerd") and shutil.which("containerd"), \
+        "the real dockerd and containerd are missing: run ./install.sh --with-tests"
+    for engine, program, option in (("docker", "dockerd", "--daemon-json"),
+                                    ("containerd", "containerd", "--config")):
+        printed = subprocess.run([program, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        parse = engine_version.parse_dockerd if program == "dockerd" else \
+            engine_version.parse_containerd
+        found = parse(printed)
+        assert found is not None, printed
+        res = setup.run(engine, option, str(setup.tmp / f"{engine}.conf"), "--dry-run")
+        assert res.returncode == 0, res.stderr
+        assert res.stderr.startswith(f"gpuslice: {engine} {found[0]}.{found[1]}: "), res.stderr
+
+
+def test_runtime_options_unused_on_the_cdi_path_are_named(setup: Setup) -> None:
+    res = setup.run("docker", "--docker-version", "27.0", "--name", "gs", "--real-runtime",
+                    "/usr/bin/runc", "--daemon-json", str(setup.tmp / "d.json"), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == (
+        "gpuslice: warning: --name and --real-runtime: not used with docker 27.0, which reads "
+        "the CDI spec itself (no runtime is registered)")
+    res = setup.run("containerd", "--containerd-version", "2.1", "--name", "gs", "--config",
+                    str(setup.tmp / "c.toml"), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0].startswith("gpuslice: warning: --name: not used with "
+                                                 "containerd 2.1")

@@ -129,12 +129,16 @@ def _keep_owner(path: str, st: Optional[os.stat_result]) -> None:
             os.chown(path, st.st_uid, st.st_gid)
 
 
-def edit_file(path: str, option: str, dry_run: bool,
-              edit: Callable[[Optional[str]], str]) -> Tuple[bool, Optional[str]]:
-    """Check the path, read, edit, show and write: (changed, old text)."""
+def edit_file(path: str, option: str, dry_run: bool, edit: Callable[[Optional[str]], str],
+              announce: Optional[str] = None) -> Tuple[bool, Optional[str]]:
+    """Check the path, read, edit, show and write: (changed, old text).
+    announce, the line that says which path setup took, is said once the
+    edit is made (a refusal stays one line), before the diff."""
     check_file_option(path, option)
     old = read_text(path)
     new = nothing_written(edit, old)
+    if announce:
+        say(announce)
     changed = change_file(path, old, new, dry_run)
     _report(path, changed, old is not None, dry_run)
     return changed, old

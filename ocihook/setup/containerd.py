@@ -1,14 +1,21 @@
-"""`gpuslice setup containerd`: a CRI runtime that runs gpuslice-runtime
-(containerd 1.6, which reads no CDI), in config.toml (version 2).
+"""`gpuslice setup containerd`: the path that containerd's version needs, in
+config.toml.
 
-The runtime is of type runc v2 with gpuslice-runtime as its BinaryName. A new
-one goes after the CRI plugin's other runtimes, indented as they are, a blank
-line before it; where its tables are there already, only runtime_type and
-BinaryName are set (each keeping its comment) or added.
+containerd 1.6 reads no CDI: a CRI runtime of type runc v2 with
+gpuslice-runtime as its BinaryName (version 2 file). A new one goes after the
+CRI plugin's other runtimes, indented as they are, a blank line before it;
+where its tables are there already, only runtime_type and BinaryName are set
+(each keeping its comment) or added.
+
+containerd 1.7 and 2.x read CDI specs through CRI: enable_cdi = true, and our
+spec dir in cdi_spec_dirs where containerd would not read it, in the CRI
+table of the file's own version (2: the CRI plugin's table, which containerd
+2 migrates on load; 3: the CRI runtime plugin's table).
 """
 from __future__ import annotations
 
-from typing import List, Optional
+import os
+from typing import Any, List, Optional, Tuple
 
 import tomlkit
 from tomlkit.items import Table
@@ -17,13 +24,20 @@ from tomlkit.toml_document import TOMLDocument
 from ocihook.config import Config
 from ocihook.messages import error, say, warn
 from ocihook.setup import toml_edit
-from ocihook.setup.common import (DEFAULT_NAME, SetupError, edit_file, example_device,
-                                  warn_no_spec, warn_runtime_missing)
+from ocihook.setup.common import (DEFAULT_NAME, SetupError, check_file_option, edit_file,
+                                  example_device, nothing_written, read_text, warn_no_spec,
+                                  warn_runtime_missing)
+from ocihook.setup.engine_version import Version, show, version_of
 from ocihook.setup.toml_edit import Holder, insert, lay_out
 
 CONFIG_TOML = "/etc/containerd/config.toml"
 CRI_RUNTIMES = ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes")
 RUNC_V2 = "io.containerd.runc.v2"
+# Where CRI's CDI keys are, by the file's version.
+CDI_TABLE = {2: ("plugins", "io.containerd.grpc.v1.cri"),
+             3: ("plugins", "io.containerd.cri.v1.runtime")}
+# The CDI spec dirs containerd reads when cdi_spec_dirs is not set.
+DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 def check_name(name: str) -> None:
@@ -153,7 +167,7 @@ def _add_options(doc: TOMLDocument, runtime: Holder, binary: str, indent: str,
     lay_out(binary_name, indent + "  ", "\n" + blank)
 
 
-def _set_string(doc: TOMLDocument, table: Holder, key: str, value: str, indent: str) -> None:
+def _set_string(doc: TOMLDocument, table: Holder, key: str, value: Any, indent: str) -> None:
     """table[key] = value: the value replaced in place (its comment kept), or
     the key added after the table's other keys, indented as they are (as
     `indent` without them)."""
@@ -166,13 +180,122 @@ def _set_string(doc: TOMLDocument, table: Holder, key: str, value: str, indent: 
         table[key] = value
 
 
+def reads_cdi(version: Version) -> bool:
+    """containerd 1.7 and later apply CDI specs through CRI."""
+    return version >= (1, 7)
+
+
+def _cdi_dirs(table: Optional[Holder], doc: TOMLDocument, keys: Tuple[str, ...],
+              source: str) -> Tuple[List[str], bool]:
+    """(the CDI spec dirs containerd reads with this file, whether it names them)."""
+    if table is None or "cdi_spec_dirs" not in table:
+        return list(DEFAULT_CDI_DIRS), False
+    dirs = table["cdi_spec_dirs"]
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        line = toml_edit.line_of(doc, keys + ("cdi_spec_dirs",))
+        raise SetupError(f"{source}: line {line}: cdi_spec_dirs is not a list of strings; "
+                         "this command cannot edit it")
+    return [str(d) for d in dirs], True
+
+
+def cdi_version(text: Optional[str], source: str, binary: Version) -> int:
+    """The config version whose keys the CDI edit writes: the file's own
+    (a missing or empty file: the binary's)."""
+    doc = toml_edit.parse(text, source)
+    found = version(doc, source)
+    own = 3 if binary >= (2, 0) else 2
+    if not doc:
+        return own
+    if found is None:
+        raise SetupError(f"{source}: no `version = ` line, so containerd reads it as a "
+                         "version 1 file; this command edits version 2 and 3 files only "
+                         "(`containerd config default` prints one to start from)")
+    if found == 3 and own == 2:
+        raise SetupError(f"{source}: version = 3 is containerd 2's format, which "
+                         f"containerd {show(binary)} cannot read; write a version 2 file "
+                         "(`containerd config default`) or give --containerd-version")
+    if found not in CDI_TABLE:
+        raise SetupError(f"{source}: version = {found}: this command edits version 2 "
+                         "and 3 files only")
+    return found
+
+
+def edit_cdi(text: Optional[str], source: str, binary: Version, spec_dir: str) -> str:
+    """config.toml whose CRI table (of the file's version) says enable_cdi =
+    true and whose CDI spec dirs hold spec_dir; a missing or empty file
+    becomes a file of the binary's version holding them."""
+    file_version = cdi_version(text, source, binary)
+    doc = toml_edit.parse(text, source)
+    keys = CDI_TABLE[file_version]
+    table = toml_edit.table_at(doc, keys, source)
+    dirs, named = _cdi_dirs(table, doc, keys, source)
+    add_dir = not any(os.path.realpath(d) == os.path.realpath(spec_dir) for d in dirs)
+    if table is not None and table.get("enable_cdi") is True and not add_dir:
+        return text or ""
+    if not doc:
+        number = tomlkit.item(file_version)
+        insert(doc, doc, "version", number)
+        lay_out(number, "")
+    if table is None:
+        table = _add_table(doc, keys, source)
+    indent = toml_edit.header_indent(table) + "  "
+    headless = not toml_edit.has_header(table)
+    _set_string(doc, table, "enable_cdi", True, indent)
+    if add_dir:
+        _set_string(doc, table, "cdi_spec_dirs", dirs + [spec_dir], indent)
+    if headless and isinstance(table, Table):
+        # Its keys gave it a header, before its sub-tables: a blank line parts them.
+        lay_out(table, "")
+        last = "cdi_spec_dirs" if add_dir else "enable_cdi"
+        table.value.item(last).trivia.trail = "\n\n"
+    new = doc.as_string()
+    wanted = f"[{toml_edit.render_key(keys)}] enable_cdi = true" + (
+        f" cdi_spec_dirs = {tomlkit.item(dirs + [spec_dir]).as_string()}" if add_dir else "")
+    toml_edit.check_reads_back(
+        new, source,
+        lambda d: toml_edit.dig(d, *keys, "enable_cdi") is True
+        and any(os.path.realpath(x) == os.path.realpath(spec_dir)
+                for x in toml_edit.dig(d, *keys, "cdi_spec_dirs") or DEFAULT_CDI_DIRS),
+        wanted)
+    return new
+
+
+def _add_table(doc: TOMLDocument, keys: Tuple[str, ...], source: str) -> Holder:
+    """An empty table at keys (a plugin's), after the other plugins' tables."""
+    plugins = toml_edit.table_at(doc, keys[:1], source)
+    table = tomlkit.table()
+    if plugins is None:
+        holder = tomlkit.table(is_super_table=True)
+        holder.add(keys[1], table)
+        insert(doc, doc, keys[0], holder)
+        lay_out(holder, "")
+        lay_out(table, "\n" if doc.as_string().strip() else "")
+    else:
+        siblings = [v for v in plugins.values() if toml_edit.has_header(v)]
+        indent = toml_edit.header_indent(siblings[0]) if siblings else ""
+        blank = toml_edit.take_blank_lines_after(plugins)
+        insert(doc, plugins, keys[1], table)
+        lay_out(table, "\n" + indent, "\n")
+        if blank:
+            table.trivia.trail = "\n" + blank
+    return toml_edit.table_at(doc, keys, source) or table
+
+
 def setup(cfg: Config, config_toml: str = CONFIG_TOML, name: str = DEFAULT_NAME,
-          dry_run: bool = False) -> int:
-    """`gpuslice setup containerd`: add a CRI runtime that runs gpuslice-runtime."""
+          dry_run: bool = False, containerd_version: Optional[str] = None) -> int:
+    """`gpuslice setup containerd`: the path for containerd's version."""
     try:
+        found = version_of("containerd", containerd_version, "--containerd-version", "1.7")
+        if reads_cdi(found):
+            if name != DEFAULT_NAME:
+                warn(f"--name: not used with containerd {show(found)}, which reads the "
+                     "CDI spec itself (no runtime is added)")
+            return _setup_cdi(cfg, config_toml, found, dry_run)
         check_name(name)
         changed, old = edit_file(config_toml, "--config", dry_run,
-                                 lambda old: edit(old, config_toml, name, cfg.runtime_path))
+                                 lambda old: edit(old, config_toml, name, cfg.runtime_path),
+                                 f"containerd {show(found)}: no CDI before 1.7; adding the "
+                                 f"CRI runtime {name} that runs gpuslice-runtime")
     except SetupError as e:
         error(str(e))
     warn_runtime_missing(cfg, "containerd")
@@ -187,4 +310,32 @@ def setup(cfg: Config, config_toml: str = CONFIG_TOML, name: str = DEFAULT_NAME,
         f"or a Kubernetes RuntimeClass with handler: {name}")
     say(f"ctr needs no configuration: ctr run --runc-binary {cfg.runtime_path} "
         f"--env GPUSLICE={example_device(cfg)} IMAGE ID ...")
+    return 0
+
+
+def _setup_cdi(cfg: Config, config_toml: str, found: Version, dry_run: bool) -> int:
+    try:
+        check_file_option(config_toml, "--config")
+        old = read_text(config_toml)
+        file_version = nothing_written(cdi_version, old, config_toml, found)
+        table = toml_edit.render_key(CDI_TABLE[file_version])
+        why = "CDI is off by default before 2.0" if found < (2, 0) else \
+            "CDI is on by default since 2.0; set all the same, so that the file says so"
+        migrated = " (containerd 2 migrates this version 2 file on load)" \
+            if file_version == 2 and found >= (2, 0) else ""
+        changed, old = edit_file(config_toml, "--config", dry_run,
+                                 lambda old: edit_cdi(old, config_toml, found, cfg.spec_dir),
+                                 f"containerd {show(found)}: reads CDI through CRI ({why}); "
+                                 f"setting enable_cdi in [{table}]{migrated}")
+    except SetupError as e:
+        error(str(e))
+    if cri_disabled(old, config_toml):
+        warn(f"{config_toml} disables the CRI plugin (disabled_plugins): CRI clients "
+             "cannot use CDI devices until it is enabled")
+    warn_no_spec(cfg)
+    if changed and not dry_run:
+        say("next: make containerd read it: systemctl restart containerd "
+            "(running containers keep running)")
+    say(f"CRI clients ask for the device {cfg.cdi_kind}={example_device(cfg)} "
+        "(a Kubernetes device plugin or DRA driver returns it as a CDI device name)")
     return 0

@@ -1,5 +1,9 @@
-"""`gpuslice setup docker`: gpuslice-runtime among dockerd's runtimes
-(Docker 20-24, which read no CDI).
+"""`gpuslice setup docker`: the path that dockerd's version needs.
+
+Docker 20-24 read no CDI: gpuslice-runtime among dockerd's runtimes. Docker
+25 to 28.1 read CDI specs when `features.cdi` is true; 28.2 and later by
+default. Either reads /etc/cdi and /var/run/cdi unless `cdi-spec-dirs` names
+other dirs: our spec dir is added there when it is not among them.
 
 daemon.json is JSON, read and written with the json module: the entry is put
 into `runtimes` in place, the rest of the text byte for byte as it was (object
@@ -13,15 +17,19 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ocihook.config import Config
-from ocihook.messages import error, say
-from ocihook.setup.common import (DEFAULT_NAME, SetupError, edit_file, example_device,
-                                  warn_no_spec, warn_runtime_missing)
+from ocihook.messages import error, say, warn
+from ocihook.setup.common import (DEFAULT_NAME, SetupError, check_file_option, edit_file,
+                                  example_device, nothing_written, read_text, warn_no_spec,
+                                  warn_runtime_missing)
+from ocihook.setup.engine_version import Version, show, version_of
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 # Runtime names dockerd keeps for itself: a daemon.json entry with one of
 # them stops dockerd from starting.
 RESERVED = ("runc", "io.containerd.runc.v1", "io.containerd.runc.v2",
             "io.containerd.runtime.v1.linux")
+# dockerd's CDI spec dirs when daemon.json names none.
+DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 def check_name(name: str) -> None:
@@ -54,15 +62,7 @@ def edit(text: Optional[str], source: str, name: str, entry: Dict[str, Any]) -> 
     """daemon.json with `runtimes[name] = entry`. The rest of the text stays
     as it was, byte for byte: the entry is put in, or replaced, in place and in
     the file's own layout."""
-    if text is None or not text.strip():
-        doc: Any = {}
-    else:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SetupError(f"{source}: line {e.lineno}, column {e.colno}: {e.msg}") from None
-    if not isinstance(doc, dict):
-        raise SetupError(f"{source}: the top level is {_json_type(doc)}, not an object")
+    doc = _load(text, source)
     runtimes = doc.get("runtimes", {})
     if not isinstance(runtimes, dict):
         raise SetupError(f"{source}: \"runtimes\" is {_json_type(runtimes)}, not an object")
@@ -76,6 +76,66 @@ def edit(text: Optional[str], source: str, name: str, entry: Dict[str, Any]) -> 
             return new
     # A new or empty file; or, should the edit in place ever miss, the whole
     # document written again (the same content, in json.dumps' layout).
+    return json.dumps(wanted, indent=_json_unit(text or ""), ensure_ascii=False) + "\n"
+
+
+def _load(text: Optional[str], source: str) -> Dict[str, Any]:
+    if text is None or not text.strip():
+        return {}
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SetupError(f"{source}: line {e.lineno}, column {e.colno}: {e.msg}") from None
+    if not isinstance(doc, dict):
+        raise SetupError(f"{source}: the top level is {_json_type(doc)}, not an object")
+    return doc
+
+
+def cdi_opt_in(version: Version) -> bool:
+    """Docker 25 to 28.1 read CDI only with features.cdi; 28.2 on by default."""
+    return (25, 0) <= version < (28, 2)
+
+
+def cdi_dirs(text: Optional[str], source: str) -> List[str]:
+    """The CDI spec dirs dockerd reads with this daemon.json."""
+    dirs = _load(text, source).get("cdi-spec-dirs", list(DEFAULT_CDI_DIRS))
+    if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+        raise SetupError(f"{source}: \"cdi-spec-dirs\" is {_json_type(dirs)}, "
+                         "not an array of strings")
+    return dirs
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def edit_cdi(text: Optional[str], source: str, version: Version, spec_dir: str) -> str:
+    """daemon.json with `features.cdi = true` where the version needs it
+    (other features kept) and spec_dir among `cdi-spec-dirs` where dockerd
+    would not read it; the rest byte for byte as it was."""
+    doc = _load(text, source)
+    features = doc.get("features", {})
+    if not isinstance(features, dict):
+        raise SetupError(f"{source}: \"features\" is {_json_type(features)}, not an object")
+    dirs = cdi_dirs(text, source)
+    puts: List[Tuple[Tuple[str, ...], Any]] = []
+    if cdi_opt_in(version) and features.get("cdi") is not True:
+        puts.append((("features", "cdi"), True))
+    if not any(_same_dir(d, spec_dir) for d in dirs):
+        puts.append((("cdi-spec-dirs",), dirs + [spec_dir]))
+    if not puts:
+        return text if text is not None else ""
+    wanted = dict(doc)
+    new = text if text is not None and doc else None
+    for keys, value in puts:
+        if len(keys) == 2:
+            wanted[keys[0]] = dict(wanted.get(keys[0], {}), **{keys[1]: value})
+        else:
+            wanted[keys[0]] = value
+        if new is not None:
+            new = _json_put(new, keys, value)
+    if new is not None and json.loads(new) == wanted:
+        return new
     return json.dumps(wanted, indent=_json_unit(text or ""), ensure_ascii=False) + "\n"
 
 
@@ -160,15 +220,26 @@ def _json_type(value: Any) -> str:
 
 
 def setup(cfg: Config, daemon_json: str = DAEMON_JSON, name: str = DEFAULT_NAME,
-          real_runtime: Optional[str] = None, dry_run: bool = False) -> int:
-    """`gpuslice setup docker`: add gpuslice-runtime to daemon.json's runtimes."""
+          real_runtime: Optional[str] = None, dry_run: bool = False,
+          docker_version: Optional[str] = None) -> int:
+    """`gpuslice setup docker`: the path for dockerd's version."""
     try:
+        found = version_of("dockerd", docker_version, "--docker-version", "26.1")
+        if found >= (25, 0):
+            unused = [o for o, v in (("--name", name != DEFAULT_NAME),
+                                     ("--real-runtime", real_runtime is not None)) if v]
+            if unused:
+                warn(f"{' and '.join(unused)}: not used with docker {show(found)}, which "
+                     "reads the CDI spec itself (no runtime is registered)")
+            return _setup_cdi(cfg, daemon_json, found, dry_run)
         check_name(name)
         if real_runtime is not None:
             check_real_runtime(real_runtime)
         entry = runtime_entry(cfg.runtime_path, real_runtime)
         changed, _old = edit_file(daemon_json, "--daemon-json", dry_run,
-                                  lambda old: edit(old, daemon_json, name, entry))
+                                  lambda old: edit(old, daemon_json, name, entry),
+                                  f"docker {show(found)}: no CDI before 25; registering "
+                                  f"gpuslice-runtime as runtime {name}")
     except SetupError as e:
         error(str(e))
     warn_runtime_missing(cfg, "dockerd")
@@ -177,4 +248,34 @@ def setup(cfg: Config, daemon_json: str = DAEMON_JSON, name: str = DEFAULT_NAME,
         say("next: make dockerd read it: systemctl reload docker (or send dockerd SIGHUP)")
     say(f"run containers with: docker run --runtime {name} "
         f"-e GPUSLICE={example_device(cfg)} IMAGE ...")
+    return 0
+
+
+def _setup_cdi(cfg: Config, daemon_json: str, found: Version, dry_run: bool) -> int:
+    try:
+        check_file_option(daemon_json, "--daemon-json")
+        old = read_text(daemon_json)
+        dirs = nothing_written(cdi_dirs, old, daemon_json)
+        add_dir = "" if any(_same_dir(d, cfg.spec_dir) for d in dirs) else \
+            f"; adding {cfg.spec_dir} to cdi-spec-dirs"
+        announce = f"docker {show(found)}: " + (
+            "CDI is opt-in before 28.2; enabling it (features.cdi)" if cdi_opt_in(found)
+            else "CDI is on by default since 28.2; nothing to enable") + add_dir
+        if old is None and not cdi_opt_in(found) and not add_dir:
+            say(announce)
+            say(f"nothing to do: dockerd reads {cfg.spec_dir} (one of its default CDI "
+                "spec dirs)")
+            changed = False
+        else:
+            changed, _old = edit_file(daemon_json, "--daemon-json", dry_run,
+                                      lambda old: edit_cdi(old, daemon_json, found,
+                                                           cfg.spec_dir), announce)
+    except SetupError as e:
+        error(str(e))
+    warn_no_spec(cfg)
+    if changed and not dry_run:
+        say("next: make dockerd read it: systemctl restart docker (features and "
+            "cdi-spec-dirs are read at start)")
+    say(f"run containers with: docker run --device {cfg.cdi_kind}={example_device(cfg)} "
+        "IMAGE ...")
     return 0
