@@ -2,10 +2,12 @@
 # Install gpuslice for the python3 on PATH, write /etc/gpuslice/config.yaml if
 # there is none, and generate the CDI spec when an NVIDIA driver is present.
 #
-#   sudo ./install.sh               gpuslice itself
-#   sudo ./install.sh --with-tests  also what the test suite needs (Debian/Ubuntu:
-#                                   podman, runc, busybox, gcc, clang; pytest), installed
-#                                   editable so the tests run against this tree
+#   ./install.sh               gpuslice itself
+#   ./install.sh --with-tests  also what the test suite needs (Debian/Ubuntu:
+#                              podman, runc, busybox, gcc, clang; pytest), installed
+#                              editable so the tests run against this tree
+# As root it runs as it is (a Debian container has no sudo); as another user
+# it runs itself again through sudo.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -13,12 +15,15 @@ with_tests=0
 for arg in "$@"; do
   case "$arg" in
     --with-tests) with_tests=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$arg' (use --with-tests or --help)" >&2; exit 2 ;;
   esac
 done
 if [ "$(id -u)" != 0 ]; then
-  echo "install.sh: run as root (sudo ./install.sh): it writes /etc/gpuslice and /etc/cdi" >&2
+  if command -v sudo >/dev/null 2>&1; then
+    exec sudo -- "$PWD/install.sh" "$@"
+  fi
+  echo "install.sh: run as root: it writes /etc/gpuslice and /etc/cdi, and sudo is not installed (as root: ./install.sh $*)" >&2
   exit 2
 fi
 
@@ -33,7 +38,7 @@ if [ "$with_tests" = 1 ]; then
   apt-get install -y -q --no-install-recommends \
     podman runc crun conmon containernetworking-plugins busybox-static uidmap \
     docker.io containerd \
-    gcc make libc6-dev libsqlite3-dev python3 python3-pip python3-dev clang libclang-rt-dev \
+    gcc make libc6-dev libsqlite3-dev libjansson-dev python3 python3-pip python3-dev clang libclang-rt-dev \
     ca-certificates util-linux mount procps \
     git cpio build-essential debhelper dh-python python3-all python3-setuptools \
     pybuild-plugin-pyproject python3-yaml python3-click python3-cffi python3-tomlkit \

@@ -1,4 +1,4 @@
-"""Builds the native parts with the package (gcc, make and libsqlite3's
+"""Builds the native parts with the package (gcc, make, libsqlite3's and Jansson's
 headers; no CUDA toolkit): `pip install .` compiles libgpuslice.so, the
 preloaded shim, and ships it with the shared headers that ocihook.cheader
 reads (native/include/gpuslice/*.h) in ocihook/native/; it compiles gpuslice-hook, the OCI

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional
 from cdi import names
 
 # CDI's hookName values, each also the name of its list in an OCI config's
-# hooks (cdi/apply.py puts a hook in hooks[hookName]).
+# hooks (gpuslice-runtime, native/hook/runtime/apply.c, puts a hook in hooks[hookName]).
 HOOK_NAMES = (
     "prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop",
 )

@@ -2,7 +2,7 @@
 
 The file is YAML (``/etc/gpuslice/config.yaml``, or ``--config`` /
 ``GPUSLICE_CONFIG``), read by the `gpuslice` command and by
-gpuslice-runtime-apply; gpuslice-hook (C) reads none: `gpuslice cdi
+gpuslice-cdi-cache; gpuslice-hook (C) reads none: `gpuslice cdi
 generate` writes what it needs into its arguments. Every key is optional and
 documented in docs/configuration.md.
 
@@ -136,9 +136,8 @@ def schema() -> Dict[str, Any]:
 
 def _schema_error(source: str, doc: Any) -> Optional[str]:
     # cdi.schemalite, not jsonschema (whose import alone costs 100 ms): this
-    # runs on every command and, from gpuslice-runtime-apply, on every start
-    # of a container through gpuslice-runtime. `gpuslice config check` runs
-    # jsonschema too.
+    # runs on every command, and whenever gpuslice-runtime has its CDI cache
+    # made again. `gpuslice config check` runs jsonschema too.
     from cdi.schemalite import Validator, first_problem
 
     problem = first_problem(Validator(schema()), doc)

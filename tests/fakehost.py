@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sysconfig
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -48,6 +49,14 @@ def build_runtime(asan: bool = False) -> Path:
     subprocess.run(["make", "-s", "-C", str(HOOK_DIR), *(["asan"] if asan else [])],
                    check=True)
     return HOOK_DIR / ("build-asan" if asan else "build") / "gpuslice-runtime"
+
+
+def runtime_cache_env(folder: Path) -> Dict[str, str]:
+    """The env that points gpuslice-runtime at the CDI cache tool pip installed
+    and at a cache of its own in folder (not the host's /var/cache)."""
+    tool = os.path.join(sysconfig.get_path("scripts"), "gpuslice-cdi-cache")
+    assert os.access(tool, os.X_OK), f"{tool} missing: pip install -e . (install.sh)"
+    return {"GPUSLICE_CACHE_TOOL": tool, "GPUSLICE_CDI_CACHE": str(folder / "cdi-cache.json")}
 
 
 def fake_gpu(index: int, **overrides: Any) -> Dict[str, Any]:

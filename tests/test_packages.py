@@ -52,13 +52,13 @@ RUNTIME = "/usr/bin/gpuslice-runtime"
 HOOKS_D = "/usr/share/containers/oci/hooks.d"
 # What the packages must both hold, after normalisation (see _normal).
 KEY_FILES = {
-    "/usr/bin/gpuslice", HOOK, RUNTIME, "/usr/bin/gpuslice-runtime-apply", SHIM,
+    "/usr/bin/gpuslice", HOOK, RUNTIME, "/usr/bin/gpuslice-cdi-cache", SHIM,
     "/usr/libexec/gpuslice/nvidia-driver-present", "/etc/gpuslice/config.yaml",
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.service",
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.path",
     "/usr/lib/tmpfiles.d/gpuslice.conf", HOOKS_D + "/gpuslice-poststop.json",
     "/usr/share/man/man8/gpuslice.8.gz", "/usr/share/man/man8/gpuslice-hook.8.gz",
-    "/usr/share/man/man8/gpuslice-runtime.8.gz", "/usr/share/man/man8/gpuslice-runtime-apply.8.gz",
+    "/usr/share/man/man8/gpuslice-runtime.8.gz", "/usr/share/man/man8/gpuslice-cdi-cache.8.gz",
     "SITE/ocihook/cli.py", "SITE/cdi/nvml.py",
     *(f"SITE/ocihook/native/{h}" for h in ("region.h", "cardfile.h", "statedir.h", "statedb.h")),
 }

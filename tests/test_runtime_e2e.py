@@ -1,6 +1,6 @@
 """gpuslice-runtime end to end: real dockerd 20.10 (`docker run --runtime`),
 real containerd 1.6 (`ctr run --runc-binary`) and real Podman (its own CDI
-against our applier), runc underneath, fake cards, a spec from `gpuslice cdi
+against gpuslice-runtime's), runc underneath, fake cards, a spec from `gpuslice cdi
 generate`, the real hook and accountant.
 """
 from __future__ import annotations
@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import shutil
-import sysconfig
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List
@@ -17,7 +16,7 @@ from typing import Dict, Iterator, List
 import pytest
 
 from daemons import Containerd, Dockerd, daemon_env
-from fakehost import Host, build_runtime, fake_gpu
+from fakehost import Host, build_runtime, fake_gpu, runtime_cache_env
 from podman_harness import podman_fixture
 
 podman = podman_fixture()
@@ -25,13 +24,6 @@ SHIM_MARKER = "not a real shim: marks the mount"
 PROBE = ("for n in /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl; do [ -c $n ] && echo node $n; "
          "done; env | grep -E '^GPUSLICE_(MEMORY|CORE)_LIMIT='; cat /usr/lib/gpuslice/libgpuslice.so; echo; "
          "cat /run/gpuslice/placement 2>/dev/null; [ -d /run/gpuslice/cards ] && echo cards")
-
-
-def applier() -> str:
-    """The console script pip installed for ocihook.runtime_apply."""
-    path = os.path.join(sysconfig.get_path("scripts"), "gpuslice-runtime-apply")
-    assert os.access(path, os.X_OK), f"{path} missing: pip install -e . (install.sh)"
-    return path
 
 
 class Node:
@@ -55,8 +47,8 @@ class Node:
         self.before = self._copier("before", str(self.runtime))
         self.after = self._copier("after", shutil.which("runc") or "runc")
         self.env = daemon_env({"GPUSLICE_CONFIG": str(self.host.config),
-                               "GPUSLICE_RUNTIME_APPLY": applier(),
-                               "GPUSLICE_RUNTIME_BINARY": str(self.after)})
+                               "GPUSLICE_RUNTIME_BINARY": str(self.after),
+                               **runtime_cache_env(tmp)})
 
     def _copier(self, name: str, then: str) -> Path:
         script = self.tmp / f"copy-{name}"

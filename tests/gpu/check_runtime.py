@@ -99,14 +99,15 @@ def main() -> int:
     if gen.returncode:
         print(gen.stderr)
         return report()
-    apply = out / "gpuslice-runtime-apply"
-    apply.write_text(f"#!/bin/sh\nexec {sys.executable} -m ocihook.runtime_apply \"$@\"\n")
-    apply.chmod(0o755)
+    tool = out / "gpuslice-cdi-cache"
+    tool.write_text(f"#!/bin/sh\nexec {sys.executable} -m ocihook.cdi_cache \"$@\"\n")
+    tool.chmod(0o755)
+    env["GPUSLICE_CDI_CACHE"] = str(out / "cdi-cache.json")
     bundle = out / "bundle"
     rootfs(bundle / "rootfs")
     (bundle / "config.json").write_text(json.dumps(bundle_config(runc, bundle)))
     before = (bundle / "config.json").read_bytes()
-    res = subprocess.run([runtime, "--gpuslice-runtime", runc, "--gpuslice-apply", str(apply),
+    res = subprocess.run([runtime, "--gpuslice-runtime", runc, "--gpuslice-cache-tool", str(tool),
                           "run", "--bundle", str(bundle), "gpuslice-gpu-check"], env=env,
                          capture_output=True, text=True, timeout=300)
     check("gpuslice-runtime run exits 0", 0, res.returncode, res.returncode == 0)

@@ -292,14 +292,15 @@ int gs_write_all(int fd, const char *s, size_t n)
 }
 
 int gs_replace_at(int dirfd, const char *tmp, const char *name, const char *body, size_t len,
-                  const char *what)
+                  unsigned mode, const char *what)
 {
     if (unlinkat(dirfd, tmp, 0) != 0 && errno != ENOENT)
         return gs_fail_errno(what, errno);
-    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return gs_fail_errno(what, errno);
-    int bad = gs_write_all(fd, body, len) != 0, e = errno;
+    /* The mode asked for, whatever the umask. */
+    int bad = fchmod(fd, (mode_t)mode) != 0 || gs_write_all(fd, body, len) != 0, e = errno;
     if (close(fd) != 0 && !bad) {
         bad = 1;
         e = errno;

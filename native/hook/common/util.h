@@ -63,9 +63,10 @@ int gs_mkdirs(const char *path, unsigned mode);
 
 /* Replace dirfd/name with body, through dirfd/tmp: a fresh file (O_EXCL,
  * whatever was left under tmp unlinked first, so a planted link or hard
- * link is never written through) renamed over name. Failures name `what`. */
+ * link is never written through) of exactly mode, renamed over name.
+ * Failures name `what`. */
 int gs_replace_at(int dirfd, const char *tmp, const char *name, const char *body, size_t len,
-                  const char *what);
+                  unsigned mode, const char *what);
 
 /* The bytes of the first n characters (UTF-8 code points) of s: a short
  * container id for messages (id[:12]), never cut inside a character. */

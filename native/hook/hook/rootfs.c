@@ -203,7 +203,7 @@ int gs_add_to_ld_so_preload(const char *rootfs)
         i += len + (nl != NULL);
     }
     gs_str_add(&body, GS_SHIM_IN_CONTAINER "\n");
-    rc = gs_replace_at(etc, tmp, "ld.so.preload", body.s, body.len, tmp);
+    rc = gs_replace_at(etc, tmp, "ld.so.preload", body.s, body.len, 0644, tmp);
 out:
     if (fd >= 0)
         close(fd);

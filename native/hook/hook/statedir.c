@@ -128,7 +128,7 @@ int gs_write_placement(int dirfd, const char *path, int64_t index, const char *u
         i += len;
     }
     gs_str_add(&body, line.s);
-    rc = gs_replace_at(dirfd, PLACEMENT_TMP, GPUSLICE_PLACEMENT_FILE, body.s, body.len, tmp);
+    rc = gs_replace_at(dirfd, PLACEMENT_TMP, GPUSLICE_PLACEMENT_FILE, body.s, body.len, 0644, tmp);
 out:
     free(data);
     free(card);

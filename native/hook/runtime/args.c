@@ -77,20 +77,20 @@ void gs_rt_parse_globals(int *argc, char **argv, struct gs_rt_globals *g)
         }
         if (!split_flag(a, &f))
             break; /* the command */
-        if (is(&f, "gpuslice-runtime") || is(&f, "gpuslice-apply")) {
+        if (is(&f, "gpuslice-runtime") || is(&f, "gpuslice-cache-tool")) {
             const char *v = f.value;
             i++;
             if (!v && i < n)
                 v = argv[i++];
             if (!v || !*v) {
                 g->bad_option = is(&f, "gpuslice-runtime") ? "--gpuslice-runtime"
-                                                           : "--gpuslice-apply";
+                                                           : "--gpuslice-cache-tool";
                 continue;
             }
             if (is(&f, "gpuslice-runtime"))
                 g->runtime = v;
             else
-                g->apply = v;
+                g->cache_tool = v;
             continue; /* not copied: the real runtime never sees it */
         }
         argv[w++] = argv[i++];

@@ -13,7 +13,7 @@
 
 struct gs_rt_globals {
     const char *runtime;    /* --gpuslice-runtime, or NULL */
-    const char *apply;      /* --gpuslice-apply, or NULL */
+    const char *cache_tool; /* --gpuslice-cache-tool, or NULL */
     const char *bad_option; /* one of ours without a value: its name; else NULL */
     int command;            /* argv index of the command (after the removal); 0: none */
     const char *log;        /* --log FILE, the last one; NULL if none */

@@ -3,9 +3,12 @@
  * CDI (Docker 20-24 --runtime, containerd 1.6 ctr --runc-binary, Nomad).
  * The engine runs it instead of runc for every container operation; it
  * hands each one to the real runtime with execv, unchanged, except that
- * before a `create` or `run` whose config.json asks for gpuslice it runs
- * the CDI applier (gpuslice-runtime-apply --bundle DIR), which rewrites
- * config.json, and gives up if the applier fails.
+ * for a `create` or `run` whose config.json asks for CDI devices it
+ * applies their edits to config.json first (apply.h), from the CDI cache
+ * (cache.h), and gives up if they cannot be applied. The cache is made by
+ * gpuslice-cdi-cache (Python: it validates every spec) only when it is
+ * missing or older than the configuration or a spec; otherwise nothing but
+ * this program runs.
  *
  * It sits on every `state`, `kill`, `delete`...: that path reads no file,
  * allocates nothing and makes a handful of system calls before the exec.
@@ -14,8 +17,9 @@
  * say so) is never written and never stops the container.
  *
  * Exit status: the real runtime's (it replaces this process); 1 when the
- * applier refused or failed (the real runtime is not run); 2 for the
- * wrapper's own errors (no real runtime, one of its options without a value).
+ * request was refused or the cache could not be made (the real runtime is
+ * not run); 2 for the wrapper's own errors (no real runtime, one of its
+ * options without a value).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,16 +35,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "json.h"
+#include "apply.h"
 #include "args.h"
+#include "cache.h"
+#include "json.h"
 #include "request.h"
 #include "util.h"
 
 extern char **environ;
 
 #define PROGRAM "gpuslice-runtime"
-#define APPLIER "gpuslice-runtime-apply"
-#define LAST_LINE_MAX 2048 /* of the applier's stderr, for the log line */
+#define CACHE_TOOL "gpuslice-cdi-cache"
+#define LAST_LINE_MAX 2048 /* of the cache tool's stderr, for the log line */
 /* Where to look when PATH is unset: a shim started with a bare environment
  * still finds a distribution's runc in /usr/sbin or /usr/bin. */
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -190,31 +196,31 @@ static const char *real_runtime(const char *given, char *buf, size_t cap)
         search_path_value(), *self ? "; this wrapper is " : "", self);
 }
 
-/* The applier: --gpuslice-apply, GPUSLICE_RUNTIME_APPLY, next to our own
- * executable, in PATH. NULL (with the name tried in *tried) if not found. */
-static const char *find_applier(const char *given, char *buf, size_t cap, const char **tried)
+/* The cache tool: --gpuslice-cache-tool, GPUSLICE_CACHE_TOOL, next to our
+ * own executable, in PATH. NULL (with the name tried in *tried) if not found. */
+static const char *find_cache_tool(const char *given, char *buf, size_t cap, const char **tried)
 {
     if (!given || !*given)
-        given = getenv("GPUSLICE_RUNTIME_APPLY");
+        given = getenv("GPUSLICE_CACHE_TOOL");
     if (given && *given) {
         *tried = given;
         if (strchr(given, '/'))
             return given;
         return search_path(given, 0, buf, cap, NULL, 0) ? buf : NULL;
     }
-    *tried = APPLIER;
+    *tried = CACHE_TOOL;
     struct stat st;
     ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
     if (n > 0) {
         buf[n] = '\0';
         char *slash = strrchr(buf, '/');
-        if (slash && (size_t)(slash + 1 - buf) + sizeof APPLIER <= cap) {
-            memcpy(slash + 1, APPLIER, sizeof APPLIER);
+        if (slash && (size_t)(slash + 1 - buf) + sizeof CACHE_TOOL <= cap) {
+            memcpy(slash + 1, CACHE_TOOL, sizeof CACHE_TOOL);
             if (executable_file(buf, &st))
                 return buf;
         }
     }
-    return search_path(APPLIER, 0, buf, cap, NULL, 0) ? buf : NULL;
+    return search_path(CACHE_TOOL, 0, buf, cap, NULL, 0) ? buf : NULL;
 }
 
 /* ------------------------------------------------------------- the bundle */
@@ -238,7 +244,7 @@ static char *absolute_bundle(const char *bundle)
     return gs_str_take(&b);
 }
 
-/* ------------------------------------------------------------ the applier */
+/* --------------------------------------------------------- the cache tool */
 
 /* A pipe end at fd 3 or above: with 0-2 closed by our caller, a pipe could
  * land there and then be dup2'ed over by the redirections. */
@@ -251,7 +257,7 @@ static int above_stdio(int fd)
     return high;
 }
 
-/* The last non-blank line seen, from the applier's stderr as it comes. */
+/* The last non-blank line seen, from the cache tool's stderr as it comes. */
 struct last_line {
     char cur[LAST_LINE_MAX], last[LAST_LINE_MAX];
     size_t cur_len, last_len;
@@ -302,17 +308,17 @@ static size_t utf8_whole(const char *s, size_t n)
 }
 
 /*
- * Run APPLIER --bundle DIR and wait: stdin /dev/null, stdout onto our
+ * Run CACHE_TOOL --output FILE and wait: stdin /dev/null, stdout onto our
  * stderr (our stdout may be a container's console or a pipe the engine
  * parses), stderr through a pipe that is copied to our stderr as it comes
  * and whose last line becomes the log line. Returns only if it succeeded.
  */
-static void run_applier(const char *applier, const char *bundle)
+static void run_cache_tool(const char *tool, const char *cache)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0 || (p[0] = above_stdio(p[0])) < 0 ||
         (p[1] = above_stdio(p[1])) < 0)
-        die(EXIT_APPLY, "cannot run the CDI applier %s: %s", applier, strerror(errno));
+        die(EXIT_APPLY, "cannot run the CDI cache tool %s: %s", tool, strerror(errno));
 
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -321,26 +327,26 @@ static void run_applier(const char *applier, const char *bundle)
     posix_spawn_file_actions_adddup2(&fa, p[1], 2);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
     /* The fds our caller passed on (--preserve-fds, sockets) are for the
-     * real runtime; the applier has no use for them and must not hold a
+     * real runtime; the tool has no use for them and must not hold a
      * pipe the engine waits on. (Ours are O_CLOEXEC anyway.) */
     posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 #endif
     /* An ignored SIGCHLD (inherited from whoever started us) would reap the
-     * applier before waitpid could see its status. */
+     * tool before waitpid could see its status. */
     struct sigaction dfl = {.sa_handler = SIG_DFL}, ign = {.sa_handler = SIG_IGN}, old_chld,
                      old_pipe;
     sigemptyset(&dfl.sa_mask);
     sigemptyset(&ign.sa_mask);
     sigaction(SIGCHLD, &dfl, &old_chld);
 
-    char *args[] = {(char *)applier, "--bundle", (char *)bundle, NULL};
+    char *args[] = {(char *)tool, "--output", (char *)cache, NULL};
     pid_t pid;
-    int e = posix_spawn(&pid, applier, &fa, NULL, args, environ);
+    int e = posix_spawn(&pid, tool, &fa, NULL, args, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(p[1]);
     if (e != 0) {
         close(p[0]);
-        die(EXIT_APPLY, "cannot run the CDI applier %s: %s", applier, strerror(e));
+        die(EXIT_APPLY, "cannot run the CDI cache tool %s: %s", tool, strerror(e));
     }
 
     /* A closed stderr must not kill us with SIGPIPE halfway: the exit
@@ -364,7 +370,7 @@ static void run_applier(const char *applier, const char *bundle)
     int status;
     while (waitpid(pid, &status, 0) < 0) {
         if (errno != EINTR)
-            die(EXIT_APPLY, "the CDI applier %s: waitpid: %s", applier, strerror(errno));
+            die(EXIT_APPLY, "the CDI cache tool %s: waitpid: %s", tool, strerror(errno));
     }
     sigaction(SIGPIPE, &old_pipe, NULL);
     sigaction(SIGCHLD, &old_chld, NULL);
@@ -372,14 +378,96 @@ static void run_applier(const char *applier, const char *bundle)
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return;
     if (WIFSIGNALED(status))
-        die(EXIT_APPLY, "the CDI applier %s was killed by signal %d (%s)", applier,
+        die(EXIT_APPLY, "the CDI cache tool %s was killed by signal %d (%s)", tool,
             WTERMSIG(status), strsignal(WTERMSIG(status)));
     if (!line.last_len)
-        die(EXIT_APPLY, "the CDI applier %s failed (exit status %d) and said nothing", applier,
+        die(EXIT_APPLY, "the CDI cache tool %s failed (exit status %d) and said nothing", tool,
             WEXITSTATUS(status));
     /* It said why on stderr already; the log gets the same line. */
     log_error(line.last, utf8_whole(line.last, line.last_len));
     exit(EXIT_APPLY);
+}
+
+/* ------------------------------------------------------------- the request */
+
+/* The cache, current: as it is, or made again first. */
+static json_t *current_cache(const struct gs_rt_globals *g)
+{
+    const char *path = gs_rt_cache_path();
+    json_t *cache;
+    if (gs_rt_cache_load(path, 1, &cache) == GS_OK)
+        return cache;
+    char buf[PATH_MAX];
+    const char *tried;
+    const char *tool = find_cache_tool(g->cache_tool, buf, sizeof buf, &tried);
+    if (!tool)
+        die(EXIT_APPLY, "cannot run the CDI cache tool %s: %s", tried, strerror(ENOENT));
+    run_cache_tool(tool, path);
+    /* Just made: what it was made from is what there is now, even if it
+     * says it must be made again next time. */
+    if (gs_rt_cache_load(path, 0, &cache) != GS_OK)
+        die(EXIT_APPLY, "%s after %s made it", gs_message(), tool);
+    return cache;
+}
+
+/*
+ * For a create or run: if the bundle's config.json asks for CDI devices,
+ * apply them and replace the file (same mode). config.json is read once,
+ * not through a link, without waiting on a FIFO.
+ */
+static void serve_request(const struct gs_rt_globals *g, const char *bundle)
+{
+    char *abs = absolute_bundle(bundle);
+    struct gs_str path = {0};
+    gs_str_add(&path, abs);
+    gs_str_add(&path, "/config.json");
+    int fd = open(path.s, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0) {
+        /* A link that asks is refused by name; anything else is runc's to report. */
+        if (errno == ELOOP && gs_rt_bundle_asks(abs))
+            die(EXIT_APPLY, "%s is a symbolic link, which is not followed here; write the "
+                            "config.json itself", path.s);
+        goto out;
+    }
+    struct stat st;
+    char *text = NULL;
+    size_t len = 0;
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+             gs_read_bounded(fd, GS_RT_CONFIG_MAX, &text, &len) == 0 && len <= GS_RT_CONFIG_MAX;
+    close(fd);
+    if (!ok || !gs_rt_text_asks(text, len)) {
+        free(text);
+        goto out;
+    }
+    json_error_t je;
+    json_t *config = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!config)
+        die(EXIT_APPLY, "%s is not JSON this runtime reads: %s (line %d, column %d)", path.s,
+            je.text, je.line, je.column);
+    json_t *cache = current_cache(g);
+    int rc = gs_rt_apply(config, cache, stat);
+    json_decref(cache);
+    if (rc == GS_ERROR)
+        die(EXIT_APPLY, "%s", gs_message());
+    if (rc == GS_OK) {
+        /* No fsync: a bundle lives as long as its container, in /run. */
+        char *body = json_dumps(config, JSON_COMPACT);
+        int dirfd = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct gs_str tmp = {0};
+        gs_str_addf(&tmp, ".config.json.%ld.tmp", (long)getpid());
+        if (!body || dirfd < 0 ||
+            gs_replace_at(dirfd, tmp.s, "config.json", body, strlen(body), st.st_mode & 07777,
+                          path.s) != GS_OK)
+            die(EXIT_APPLY, "cannot write %s", body && dirfd >= 0 ? gs_message() : path.s);
+        close(dirfd);
+        gs_str_free(&tmp);
+        free(body);
+    }
+    json_decref(config);
+out:
+    gs_str_free(&path);
+    free(abs);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -403,16 +491,8 @@ int main(int argc, char **argv)
         gs_rt_parse_create(argc, argv, g.command + 1, &c);
         /* --help, or not exactly one container id: runc creates nothing. */
         const char *bundle = c.bundle && *c.bundle ? c.bundle : ".";
-        if (!c.help && c.positional == 1 && gs_rt_bundle_asks(bundle)) {
-            char applier_buf[PATH_MAX];
-            const char *tried;
-            const char *applier = find_applier(g.apply, applier_buf, sizeof applier_buf, &tried);
-            if (!applier)
-                die(EXIT_APPLY, "cannot run the CDI applier %s: %s", tried, strerror(ENOENT));
-            char *abs = absolute_bundle(bundle);
-            run_applier(applier, abs);
-            free(abs);
-        }
+        if (!c.help && c.positional == 1)
+            serve_request(&g, bundle);
     }
     execv(runtime, argv);
     die(EXIT_OWN, "cannot run the real runtime %s: %s", runtime, strerror(errno));

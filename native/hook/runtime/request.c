@@ -35,7 +35,7 @@ static int string_is(const struct gs_json *v, const char *want)
 /*
  * A request: process.env has GPUSLICE=<something>, or an annotation
  * gpuslice.io/request, or any cdi.k8s.io/ annotation (CDI devices asked the
- * way Kubernetes asks them, which only the applier can honour here). A
+ * way Kubernetes asks them, which apply.c honours for any vendor). A
  * repeated member counts as its last one, as for runc's Go decoder.
  */
 static int asks_for_gpuslice(const struct gs_json *root)
