@@ -421,21 +421,17 @@ static void serve_request(const struct gs_rt_globals *g, const char *bundle)
     struct gs_str path = {0};
     gs_str_add(&path, abs);
     gs_str_add(&path, "/config.json");
-    int fd = open(path.s, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
-    if (fd < 0) {
+    char *text;
+    size_t len;
+    unsigned mode;
+    if (gs_rt_read_config(path.s, 0, &text, &len, &mode) != 0) {
         /* A link that asks is refused by name; anything else is runc's to report. */
-        if (errno == ELOOP && gs_rt_bundle_asks(abs))
+        if (errno == ELOOP && gs_rt_link_asks(path.s))
             die(EXIT_APPLY, "%s is a symbolic link, which is not followed here; write the "
                             "config.json itself", path.s);
         goto out;
     }
-    struct stat st;
-    char *text = NULL;
-    size_t len = 0;
-    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-             gs_read_bounded(fd, GS_RT_CONFIG_MAX, &text, &len) == 0 && len <= GS_RT_CONFIG_MAX;
-    close(fd);
-    if (!ok || !gs_rt_text_asks(text, len)) {
+    if (!gs_rt_text_asks(text, len)) {
         free(text);
         goto out;
     }
@@ -457,8 +453,8 @@ static void serve_request(const struct gs_rt_globals *g, const char *bundle)
         struct gs_str tmp = {0};
         gs_str_addf(&tmp, ".config.json.%ld.tmp", (long)getpid());
         if (!body || dirfd < 0 ||
-            gs_replace_at(dirfd, tmp.s, "config.json", body, strlen(body), st.st_mode & 07777,
-                          path.s) != GS_OK)
+            gs_replace_at(dirfd, tmp.s, "config.json", body, strlen(body), mode, path.s) !=
+                GS_OK)
             die(EXIT_APPLY, "cannot write %s", body && dirfd >= 0 ? gs_message() : path.s);
         close(dirfd);
         gs_str_free(&tmp);

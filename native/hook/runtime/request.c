@@ -75,23 +75,33 @@ int gs_rt_text_asks(const char *text, size_t len)
     return asks;
 }
 
-int gs_rt_bundle_asks(const char *bundle)
+int gs_rt_read_config(const char *path, int follow, char **text, size_t *len, unsigned *mode)
 {
-    struct gs_str path = {0};
-    gs_str_add(&path, bundle);
-    gs_str_add(&path, "/config.json");
     /* O_NONBLOCK: a FIFO planted there must not hang the wrapper. */
-    int fd = open(path.s, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    gs_str_free(&path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (follow ? 0 : O_NOFOLLOW));
     if (fd < 0)
-        return 0;
+        return -1;
     struct stat st;
-    char *text = NULL;
-    size_t len = 0;
+    *text = NULL;
+    *len = 0;
     int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-             gs_read_bounded(fd, GS_RT_CONFIG_MAX, &text, &len) == 0 && len <= GS_RT_CONFIG_MAX;
+             gs_read_bounded(fd, GS_RT_CONFIG_MAX, text, len) == 0 && *len <= GS_RT_CONFIG_MAX;
     close(fd);
-    int asks = ok && gs_rt_text_asks(text, len);
+    if (!ok) {
+        free(*text);
+        *text = NULL;
+        return -1;
+    }
+    *mode = st.st_mode & 07777;
+    return 0;
+}
+
+int gs_rt_link_asks(const char *path)
+{
+    char *text;
+    size_t len;
+    unsigned mode;
+    int asks = gs_rt_read_config(path, 1, &text, &len, &mode) == 0 && gs_rt_text_asks(text, len);
     free(text);
     return asks;
 }

@@ -16,8 +16,13 @@
 /* 1 if text (config.json's bytes, no NUL needed) parses and asks. */
 int gs_rt_text_asks(const char *text, size_t len);
 
-/* 1 if <bundle>/config.json is a regular file of at most GS_RT_CONFIG_MAX
- * bytes that parses and asks. */
-int gs_rt_bundle_asks(const char *bundle);
+/* config.json's bytes (malloc'ed, *text) and permission bits: 0 if path is
+ * a regular file of at most GS_RT_CONFIG_MAX bytes (follow: through a
+ * symbolic link); -1 otherwise (errno ELOOP: a link, not followed). */
+int gs_rt_read_config(const char *path, int follow, char **text, size_t *len, unsigned *mode);
+
+/* 1 if the config.json at path, read through a symbolic link, asks: for
+ * naming a link that asks, which the wrapper does not follow. */
+int gs_rt_link_asks(const char *path);
 
 #endif
