@@ -396,3 +396,22 @@ def test_cache_tool_usage(tmp_path: Path) -> None:
     assert res.returncode == 0 and res.stderr == "" and json.loads(out.read_text())["kind"] == KIND
     listed: List[str] = [i[0] for i in json.loads(out.read_text())["inputs"]]
     assert listed[:4] == [str(cfg), "/etc/cdi", "/var/run/cdi", str(tmp_path)]
+
+
+def test_hostile_spec_files_are_skipped_by_name_and_the_rest_serves(rig: Rig) -> None:
+    """A spec dir may hold what no spec is: a FIFO (never waited on), a file past
+    the size bound, bytes that are not UTF-8, a dangling link. Each is skipped
+    with its reason, which a request for a missing device names in one line."""
+    rig.write_spec("good.json", spec(KIND, {"0": {"env": ["GOOD=1"]}}))
+    os.mkfifo(rig.specs / "fifo.json")
+    with open(rig.specs / "huge.json", "wb") as f:
+        f.truncate((16 << 20) + 1)
+    (rig.specs / "latin1.yaml").write_bytes(b"cdiVersion: \xe9\n")
+    os.symlink(rig.specs / "gone", rig.specs / "dangling.json")
+    (rig.specs / "newline.json").write_text('{"cdiVersion": "1.1.0", "kind": "a\\nb/c"}')
+    assert rig.run({"process": {"env": ["GPUSLICE=0"]}}).config["process"]["env"] == \
+        ["GPUSLICE=0", "GOOD=1"]
+    res = rig.run({"process": {"env": ["GPUSLICE=1"]}})
+    res.refused(f"unknown CDI device {KIND}=1; {KIND} offers: 0; invalid spec files skipped: ")
+    for name in ("fifo.json", "huge.json", "latin1.yaml", "dangling.json", "newline.json"):
+        assert name in res.stderr, (name, res.stderr)
