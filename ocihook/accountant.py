@@ -96,6 +96,14 @@ _MIGRATIONS: Tuple[str, ...] = (
     );
     DROP TABLE meta;
     """,
+    # 4: why a card is out of service and since when (the health watcher or
+    # an operator set it; '' and NULL while healthy), and the name the
+    # container's engine gave it ('' when it recorded none), for operators.
+    """
+    ALTER TABLE cards ADD COLUMN health_reason TEXT NOT NULL DEFAULT '';
+    ALTER TABLE cards ADD COLUMN health_since REAL;
+    ALTER TABLE reservations ADD COLUMN name TEXT NOT NULL DEFAULT '';
+    """,
 )
 
 
@@ -111,6 +119,8 @@ class Card:
     name: str = ""
     mig: bool = False
     healthy: bool = True
+    health_reason: str = ""  # why it is out of service; "" while healthy
+    health_since: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,7 @@ class Reservation:
     pid_start: Optional[int]
     runtime: str
     created: float
+    name: str = ""  # the engine's name for the container, if it recorded one
 
 
 @dataclass(frozen=True)
@@ -140,12 +151,12 @@ class CardUsage:
 def _row_reservation(row: sqlite3.Row) -> Reservation:
     return Reservation(row["container_id"], row["device"], row["card_uuid"], row["memory_mib"],
                        row["cores"], row["priority"], bool(row["exclusive"]), row["pid"],
-                       row["pid_start"], row["runtime"], row["created"])
+                       row["pid_start"], row["runtime"], row["created"], row["name"])
 
 
 def _row_card(row: sqlite3.Row) -> Card:
     return Card(row["idx"], row["uuid"], row["total_mib"], row["name"], bool(row["mig"]),
-                bool(row["healthy"]))
+                bool(row["healthy"]), row["health_reason"], row["health_since"])
 
 
 class Accountant:

@@ -331,9 +331,10 @@ def test_the_schema_version_has_one_owner(tmp_path: Path) -> None:
 
 def test_the_hook_knows_this_schema(tmp_path: Path) -> None:
     b = Books(tmp_path, [card(0)])
-    for version, said in ((99, "schema version 99 is newer than this gpuslice knows (3); "
+    known = acct.SCHEMA_VERSION
+    for version, said in ((99, f"schema version 99 is newer than this gpuslice knows ({known}); "
                                "upgrade gpuslice"),
-                          (2, "schema version 2 is older than this gpuslice knows (3); run "
+                          (2, f"schema version 2 is older than this gpuslice knows ({known}); run "
                               "`gpuslice cdi generate` with this gpuslice")):
         db = sqlite3.connect(b.path)
         db.execute(f"PRAGMA user_version={version}")
@@ -415,7 +416,7 @@ def test_wal_and_version_recorded(tmp_path: Path) -> None:
     a = acct.Accountant(str(tmp_path / "state.db"))
     a.sync_cards([card(0)])
     assert a.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert a.db.execute("PRAGMA user_version").fetchone()[0] == acct.SCHEMA_VERSION == 3
+    assert a.db.execute("PRAGMA user_version").fetchone()[0] == acct.SCHEMA_VERSION == 4
     assert a.db.execute("PRAGMA application_id").fetchone()[0] == 0x47505344
     tables = {r[0] for r in a.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "meta" not in tables and "policy" in tables  # the version is no longer text

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from fakehost import Host, build_hook, fake_gpu
+from ocihook import accountant as acct
 
 REPO = Path(__file__).resolve().parent.parent
 GIB_MIB = 1024
@@ -487,9 +488,9 @@ OLDER_DATABASE = ("gpuslice-hook: error: {db}: made by an older gpuslice (schema
                   "database in place, rows kept)")
 
 
-def assert_version_3(node: Node) -> None:
+def assert_current_version(node: Node) -> None:
     """Named by PRAGMAs, no meta table, the configuration's policy recorded."""
-    assert rows(node.db, "PRAGMA user_version") == [(3,)]
+    assert rows(node.db, "PRAGMA user_version") == [(acct.SCHEMA_VERSION,)]
     assert rows(node.db, "PRAGMA application_id") == [(0x47505344,)]
     assert rows(node.db, "SELECT name FROM sqlite_master WHERE name='meta'") == []
     assert rows(node.db, "SELECT placement, memory_overcommit, cores_limit FROM policy") == \
@@ -515,7 +516,7 @@ def test_a_version_2_database_is_upgraded_in_place(node: Node) -> None:
     res = node.create("new", "0-6g")
     assert res.returncode == 2 and err(res) == OLDER_DATABASE.format(db=node.db)
     node.generate()
-    assert_version_3(node)
+    assert_current_version(node)
     assert rows(node.db, "SELECT * FROM reservations ORDER BY created") == before
     assert rows(node.db, "SELECT * FROM events")[:len(events)] == events
     assert node.create("new", "0-6g").returncode == 0  # 6144 + 2048 + 6144 of 16384
@@ -532,7 +533,7 @@ def test_a_version_1_database_is_upgraded_in_place(node: Node) -> None:
     assert err(res) == OLDER_DATABASE.format(db=node.db)
     assert rows(node.db, "SELECT value FROM meta") == [("1",)]
     node.generate()  # opens the books: version 1 -> 3, in place
-    assert_version_3(node)
+    assert_current_version(node)
     after = rows(node.db, "SELECT * FROM reservations")
     assert after == [before[0] + ("normal",)]  # every column kept; admitted before priorities
     assert rows(node.db, "SELECT kind, container_id, detail FROM events WHERE id=1") == \
