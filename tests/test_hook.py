@@ -517,7 +517,9 @@ def test_a_version_2_database_is_upgraded_in_place(node: Node) -> None:
     assert res.returncode == 2 and err(res) == OLDER_DATABASE.format(db=node.db)
     node.generate()
     assert_current_version(node)
-    assert rows(node.db, "SELECT * FROM reservations ORDER BY created") == before
+    # Every row kept, with the columns schema 4 added at their defaults.
+    assert rows(node.db, "SELECT * FROM reservations ORDER BY created") == \
+        [r + ("",) for r in before]
     assert rows(node.db, "SELECT * FROM events")[:len(events)] == events
     assert node.create("new", "0-6g").returncode == 0  # 6144 + 2048 + 6144 of 16384
     assert node.create("more", "0-6g").returncode == 1  # the old rows count
@@ -532,10 +534,11 @@ def test_a_version_1_database_is_upgraded_in_place(node: Node) -> None:
     assert res.returncode == 2
     assert err(res) == OLDER_DATABASE.format(db=node.db)
     assert rows(node.db, "SELECT value FROM meta") == [("1",)]
-    node.generate()  # opens the books: version 1 -> 3, in place
+    node.generate()  # opens the books: version 1 -> the current one, in place
     assert_current_version(node)
     after = rows(node.db, "SELECT * FROM reservations")
-    assert after == [before[0] + ("normal",)]  # every column kept; admitted before priorities
+    # Every column kept; admitted before priorities, and before names.
+    assert after == [before[0] + ("normal", "")]
     assert rows(node.db, "SELECT kind, container_id, detail FROM events WHERE id=1") == \
         [("admit", "old", '{"cores": 30}')]
     # The column refuses what is not a priority.
