@@ -319,6 +319,13 @@ def test_in_a_user_namespace_nothing_is_granted_or_touched(node: Node, asan: boo
         res = in_userns(args + common)
         assert res.returncode == 2, res.stderr
         assert err(res) == f"gpuslice-hook: error: {who}: {USERNS_WHY}{FIX_OPERATOR}"
+    # A namespace that maps nothing: the hook runs as the overflow uid.
+    overflow = Path("/proc/sys/kernel/overflowuid").read_text().strip()
+    unmapped = subprocess.run(["unshare", "--user", str(node.hook_path), "gc", *common],
+                              capture_output=True, timeout=60)
+    assert unmapped.returncode == 2, unmapped.stderr
+    assert err(unmapped) == (f"gpuslice-hook: error: gc: {USERNS_WHY}{FIX_OPERATOR}".replace(
+        "uid 0 there is uid 0 of the host", f"uid {overflow} there is no uid of the host"))
     assert books() == before
     assert node.release("held").returncode == 0  # on the host, as root: given back
 
