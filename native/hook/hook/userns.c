@@ -1,8 +1,9 @@
 /*
  * The user namespace check, from /proc/self/uid_map. The kernel is what
- * keeps a tenant out of the accountant (root's files are not a user
- * namespace's to write); this check only makes the refusal one line that
- * says why, before the database would fail with SQLite's words.
+ * keeps a rootless tenant out of the accountant (root's files are not a
+ * user namespace's to write); this check makes the refusal deliberate, for
+ * every user namespace, and one line that says why, where the database
+ * would have failed in SQLite's words.
  */
 #include "userns.h"
 
@@ -11,7 +12,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "util.h"
