@@ -25,7 +25,7 @@ from podman_harness import Podman
 from test_podman_e2e import PROBE as CDI_PROBE, SHIM_MARKER
 from test_runtime_e2e import PROBE as RUNTIME_PROBE, Node, probed, wait_until
 from test_setup import toml_loads
-from trixie_root import TrixieRoot
+from trixie_root import RootError, TrixieRoot
 
 KIND = "gpuslice.io/gpu"
 # The CDI probe, and the placement the hook writes for a card-less slice.
@@ -291,3 +291,36 @@ def test_setup_containerd_reads_17_and_containerd_takes_its_cri_block(
         assert cri_config["cdi_spec_dirs"] == dirs
     finally:
         c.stop()
+
+
+# -- the root itself ----------------------------------------------------------------
+
+def test_the_roots_mounts_stay_out_of_the_hosts_table(trixie: TrixieRoot) -> None:
+    assert str(trixie.path) not in Path("/proc/self/mountinfo").read_text()
+    inside = subprocess.run(trixie.enter("cat", "/proc/self/mountinfo"), capture_output=True,
+                            text=True, timeout=60)
+    assert inside.returncode == 0, inside.stderr
+    mounted = {line.split()[4] for line in inside.stdout.splitlines()}
+    assert {str(trixie.path / p) for p in ("proc", "sys", "dev", "run", "tmp")} <= mounted
+    assert str(trixie.path) in mounted and f"{trixie.path}{REPO}" in mounted
+
+
+def test_an_unreachable_mirror_fails_in_one_line(tmp_path: Path) -> None:
+    root = TrixieRoot(tmp_path / "root")
+    with pytest.raises(RootError) as e:
+        root.build([], mirror="http://127.0.0.1:9/debian")
+    root.close()
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("debootstrap trixie from http://127.0.0.1:9/debian failed "
+                                   "(exit 1): "), str(e.value)
+    assert "the machine must reach http://127.0.0.1:9/debian (log: " in str(e.value)
+
+
+def test_a_missing_debootstrap_fails_in_one_line(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(RootError) as e:
+        TrixieRoot(tmp_path / "root").build([])
+    assert str(e.value) == ("debootstrap not found: apt-get install debootstrap util-linux "
+                            "(./install.sh --with-tests installs them)")

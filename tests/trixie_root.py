@@ -78,7 +78,8 @@ class TrixieRoot:
         self.timings: Dict[str, float] = {}
 
     # ------------------------------------------------------------- making it
-    def build(self, shared: Sequence[Path], binaries: Sequence[Path] = ()) -> "TrixieRoot":
+    def build(self, shared: Sequence[Path], binaries: Sequence[Path] = (),
+              mirror: str = MIRROR) -> "TrixieRoot":
         """debootstrap, the namespace and its mounts, apt-get install (also of
         the libraries ``binaries``, built on the host, link to), then each of
         ``shared`` bind-mounted at its own path in the root."""
@@ -91,14 +92,14 @@ class TrixieRoot:
         # namespace of its own, so that those never reach the host's table.
         self._step("debootstrap", ["unshare", "--mount", "--propagation", "private",
                                    "debootstrap", "--variant=minbase", SUITE, str(self.path),
-                                   MIRROR],
-                   f"debootstrap {SUITE} from {MIRROR}")
+                                   mirror],
+                   f"debootstrap {SUITE} from {mirror}", mirror)
         self._hold()
         packages = [*PACKAGES, *library_packages(binaries)]
         install = ("apt-get update -q && apt-get install -y -q --no-install-recommends "
                    + " ".join(packages) + " && apt-get clean")
         self._step("apt-get", self.argv("sh", "-c", install),
-                   f"apt-get install in the {SUITE} root from {MIRROR}",
+                   f"apt-get install in the {SUITE} root from {mirror}", mirror,
                    env={"DEBIAN_FRONTEND": "noninteractive"})
         start = time.monotonic()
         for folder in _outermost(shared):
@@ -106,7 +107,7 @@ class TrixieRoot:
         self.timings["mounts"] = time.monotonic() - start
         return self
 
-    def _step(self, name: str, argv: List[str], what: str,
+    def _step(self, name: str, argv: List[str], what: str, mirror: str,
               env: Optional[Dict[str, str]] = None) -> None:
         log = self.folder / f"{name}.log"
         start = time.monotonic()
@@ -118,7 +119,7 @@ class TrixieRoot:
         if res.returncode != 0:
             raise RootError(f"{what} failed (exit {res.returncode}): "
                             f"{_last_line(log.read_text(errors='replace'))}; the machine must "
-                            f"reach {MIRROR} (log: {log})")
+                            f"reach {mirror} (log: {log})")
 
     def _hold(self) -> None:
         self.holder = subprocess.Popen(
@@ -218,7 +219,7 @@ class TrixieRoot:
     # ---------------------------------------------------------- taking it down
     def close(self) -> None:
         """Unmount what the namespace holds (deepest first), end its holder,
-        and remove the root's folder."""
+        and remove the root (its logs stay beside it, in the test's tmp)."""
         if self.holder is not None and self.holder.poll() is None:
             # umount -R takes the tree under the root in reverse order, the
             # root's own bind last.
@@ -227,8 +228,9 @@ class TrixieRoot:
             os.killpg(self.holder.pid, signal.SIGTERM)
             self.holder.wait(timeout=30)
         self.holder = None
-        if self.path.exists():
-            shutil.rmtree(self.folder, ignore_errors=True)
+        # No mount of the root is in the host's table: this removes the
+        # root's own files only, never what it had mounted.
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def library_packages(binaries: Sequence[Path]) -> List[str]:
