@@ -23,7 +23,8 @@ from daemons import Containerd, Dockerd, daemon_env
 from fakehost import NVIDIA_MAJOR, Host, fake_gpu
 from podman_harness import Podman
 from test_podman_e2e import PROBE as CDI_PROBE, SHIM_MARKER
-from test_runtime_e2e import PROBE as RUNTIME_PROBE, Node, probed, wait_until
+from test_runtime_e2e import PROBE as RUNTIME_PROBE, SHIM_MARKER as NODE_SHIM_MARKER
+from test_runtime_e2e import Node, probed, wait_until
 from test_setup import toml_loads
 from trixie_root import RootError, TrixieRoot
 
@@ -246,7 +247,7 @@ def test_containerd_17_ctr_through_gpuslice_runtime(node: Node, trixie: TrixieRo
         assert res.returncode == 0, res.stderr
         assert probed(res.stdout) == [
             "node /dev/nvidia0", "node /dev/nvidiactl", "GPUSLICE_MEMORY_LIMIT=4096MiB",
-            SHIM_MARKER, "cards"]
+            NODE_SHIM_MARKER, "cards"]
         assert wait_until(lambda: node.holders() == [])
         res = c.run("held", ["sleep", "600"], node.before, env=["GPUSLICE=1-4g-30"],
                     detach=True)

@@ -38,6 +38,7 @@ VERSION_COMMANDS = (("dockerd", "--version"), ("docker", "--version"),
                     ("containerd", "--version"), ("podman", "--version"),
                     ("runc", "--version"))
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STEP_SECONDS = 600  # debootstrap or apt-get; each takes under a minute or two here
 
 # Runs in the new mount namespace (host's sh and mount): $1 the root. The
 # private propagation (unshare's) keeps every mount here out of the host's
@@ -112,12 +113,17 @@ class TrixieRoot:
         log = self.folder / f"{name}.log"
         start = time.monotonic()
         with open(log, "w") as out:
-            res = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, timeout=900,
-                                 env={"PATH": PATH, "LANG": "C.UTF-8", **(env or {})})
+            try:
+                rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, timeout=STEP_SECONDS,
+                                    env={"PATH": PATH, "LANG": "C.UTF-8", **(env or {})}
+                                    ).returncode
+                how = f"exit {rc}"
+            except subprocess.TimeoutExpired:
+                rc, how = -1, f"still running after {STEP_SECONDS} s"
         self.timings[name] = time.monotonic() - start
-        if res.returncode != 0:
-            raise RootError(f"{what} failed (exit {res.returncode}): "
+        if rc != 0:
+            raise RootError(f"{what} failed ({how}): "
                             f"{_last_line(log.read_text(errors='replace'))}; the machine must "
                             f"reach {mirror} (log: {log})")
 
@@ -128,10 +134,10 @@ class TrixieRoot:
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, start_new_session=True)
         assert self.holder.stdout is not None
-        first = self.holder.stdout.readline().strip()
-        if first != "ready":
-            rest = first + self.holder.stdout.read() if self.holder.poll() is not None else first
-            raise RootError(f"the mounts of the {SUITE} root failed: {_last_line(rest)}")
+        first = self.holder.stdout.readline()
+        if first.strip() != "ready":  # the script stopped at a mount (set -e)
+            said = first + self.holder.stdout.read()
+            raise RootError(f"the mounts of the {SUITE} root failed: {_last_line(said)}")
 
     def _share(self, folder: Path) -> None:
         inside = self.path / str(folder).lstrip("/")
