@@ -7,11 +7,14 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 import pytest
 
 from fakehost import fake_gpus_doc
+
+if TYPE_CHECKING:
+    from trixie_root import TrixieRoot
 
 REPO = Path(__file__).resolve().parent.parent
 FAKEDRIVER_DIR = REPO / "tests" / "fakedriver"
@@ -50,7 +53,7 @@ def driver_root(tmp_path_factory: pytest.TempPathFactory, fakedriver: Path) -> P
 
 
 @pytest.fixture(scope="session")
-def trixie(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def trixie(tmp_path_factory: pytest.TempPathFactory) -> Iterator["TrixieRoot"]:
     """The Debian 13 root with its runtimes, made once per run and shared by
     the tests that ask for it; /tmp, the run's tmp folders and this repository
     are seen in it at their own paths. If it cannot be made, each of those

@@ -38,6 +38,7 @@ VERSION_COMMANDS = (("dockerd", "--version"), ("docker", "--version"),
                     ("containerd", "--version"), ("podman", "--version"),
                     ("runc", "--version"))
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy")
 STEP_SECONDS = 600  # debootstrap or apt-get; each takes under a minute or two here
 
 # Runs in the new mount namespace (host's sh and mount): $1 the root. The
@@ -59,6 +60,12 @@ exec sleep 2147483647
 class RootError(RuntimeError):
     """The root could not be made; the message is one line that says why and
     what to do."""
+
+
+def _step_env() -> Dict[str, str]:
+    """A clean environment, but for the proxy a machine may reach the mirror by."""
+    keep = {k: v for k, v in os.environ.items() if k.lower() in PROXY_VARIABLES}
+    return {"PATH": PATH, "LANG": "C.UTF-8", **keep}
 
 
 def _last_line(text: str) -> str:
@@ -116,8 +123,7 @@ class TrixieRoot:
             try:
                 rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, timeout=STEP_SECONDS,
-                                    env={"PATH": PATH, "LANG": "C.UTF-8", **(env or {})}
-                                    ).returncode
+                                    env={**_step_env(), **(env or {})}).returncode
                 how = f"exit {rc}"
             except subprocess.TimeoutExpired:
                 rc, how = -1, f"still running after {STEP_SECONDS} s"
