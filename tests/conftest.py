@@ -64,6 +64,7 @@ def trixie(tmp_path_factory: pytest.TempPathFactory) -> Iterator["TrixieRoot"]:
 
     start = time.monotonic()
     root = TrixieRoot(tmp_path_factory.mktemp("trixie"))
+    failure = None
     try:
         build_runtime()  # and the hook: the libraries they link to go into the root
         root.build(shared=[Path("/tmp"), tmp_path_factory.getbasetemp(), REPO],
@@ -71,8 +72,10 @@ def trixie(tmp_path_factory: pytest.TempPathFactory) -> Iterator["TrixieRoot"]:
                              HOOK_DIR / "build" / "gpuslice-runtime"])
         versions = root.versions()
     except RootError as e:
+        failure = str(e)
+    if failure is not None:  # out of the except: the line alone, no chained traceback
         root.close()
-        pytest.fail(str(e), pytrace=False)
+        pytest.fail(failure, pytrace=False)
     made = time.monotonic() - start
     try:
         yield root
