@@ -2,8 +2,8 @@
 (dockerd 26, containerd 1.7, podman 5.4, runc 1.1), on a Debian 12 host that
 never gets any of them installed.
 
-The root is made with debootstrap and apt-get from deb.debian.org (about a
-minute). Its mounts (the root on itself, so that runc finds "/" a mount point;
+The root is made with debootstrap and apt-get from deb.debian.org (one to two
+minutes). Its mounts (the root on itself, so that runc finds "/" a mount point;
 /proc, /sys, /dev, a tmpfs on /run; the host folders the tests share with it,
 at the same paths) live in a mount namespace of their own, held by one
 process: the host's mount table never changes, and whatever is left mounted
