@@ -187,8 +187,10 @@ class Host:
         doc["driver_version"] = driver_version
         self.gpus_json.write_text(json.dumps(doc))
 
-    def run(self, *args: str, config: Optional[Path] = None) -> subprocess.CompletedProcess:
-        env = dict(os.environ)
+    def run(self, *args: str, config: Optional[Path] = None,
+            path: Optional[str] = None) -> subprocess.CompletedProcess:
+        """`gpuslice ARGS` on this host; path: the PATH it finds engines on."""
+        env = dict(os.environ, **({"PATH": path} if path is not None else {}))
         env["GPUSLICE_FAKE_GPUS"] = str(self.gpus_json)
         env["GPUSLICE_CONFIG"] = str(config or self.config)
         env.pop("LD_LIBRARY_PATH", None)  # NVML must come from the driver root
