@@ -311,9 +311,11 @@ def test_rpm_has_the_debs_layout_and_scriptlets(packages: Packages) -> None:
         assert "deb-systemd-invoke stop '%s'" % unit in deb_scripts["prerm"]
         assert "systemctl start %s" % unit in scripts["postinstall"]
     # The watcher runs on after an upgrade as the new version (the rpm's
-    # scriptlet restarts it: try-restart; the deb's postinst restarts it).
+    # scriptlet restarts it: try-restart, or systemd 254's update helper; the
+    # deb's postinst restarts it).
     assert "gpuslice-health.service" in scripts["postuninstall"]
-    assert "try-restart" in scripts["postuninstall"]
+    assert "try-restart" in scripts["postuninstall"] or \
+        "mark-restart-system-units" in scripts["postuninstall"]
     assert "deb-systemd-invoke restart 'gpuslice-health.service'" in deb_scripts["postinst"]
 
 
