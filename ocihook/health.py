@@ -22,6 +22,7 @@ us as XID 92.
 from __future__ import annotations
 
 import time
+from ctypes import c_void_p
 from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional
 
@@ -84,7 +85,7 @@ LOST = Sickness("lost", "GPU is lost (NVML_ERROR_GPU_IS_LOST)", {})
 class _Card:
     index: int
     uuid: str            # "" when NVML could not say (lost before we asked)
-    handle: object
+    handle: c_void_p
 
 
 class _Rebuild(Exception):
@@ -187,7 +188,7 @@ class Watcher:
                 self._mark(acct, _Card(i, known[0].uuid if known else "", h), LOST)
         return cards
 
-    def _register(self, lib: nvml.Nvml, acct: accountant.Accountant, es: object,
+    def _register(self, lib: nvml.Nvml, acct: accountant.Accountant, es: c_void_p,
                   cards: List[_Card]) -> List[_Card]:
         watched = []
         for c in cards:
@@ -213,7 +214,7 @@ class Watcher:
     def _event(self, acct: accountant.Accountant, watched: List[_Card],
                data: nvml.NvmlEventData) -> None:
         sick = judge(data.eventType, data.eventData, self.ignored)
-        [card] = [c for c in watched if c.handle.value == data.device] or [None]
+        card = next((c for c in watched if c.handle.value == data.device), None)
         where = f"card {card.index} {card.uuid}" if card else f"device {data.device:#x}"
         if sick is None:
             if data.eventType & nvml.EVENT_XID_CRITICAL:
