@@ -316,7 +316,9 @@ def test_rpm_has_the_debs_layout_and_scriptlets(packages: Packages) -> None:
     assert "gpuslice-health.service" in scripts["postuninstall"]
     assert "try-restart" in scripts["postuninstall"] or \
         "mark-restart-system-units" in scripts["postuninstall"]
-    assert "deb-systemd-invoke restart 'gpuslice-health.service'" in deb_scripts["postinst"]
+    # dh_installsystemd's: restart on an upgrade ($2, the old version, set), else start.
+    assert "deb-systemd-invoke $_dh_action 'gpuslice-health.service'" in deb_scripts["postinst"]
+    assert "_dh_action=restart" in deb_scripts["postinst"]
 
 
 # -- installing, using, removing the deb ------------------------------------
