@@ -158,10 +158,15 @@ class Host:
             f"profiles:\n{profiles}\n"
             + extra_config)
 
-    def use_real_hook(self) -> Path:
+    def use_real_hook(self, into: Optional[Path] = None) -> Path:
         """Name this tree's gpuslice-hook (native/hook, built here) in the
-        configuration, as an installation has it, instead of the stand-in."""
+        configuration, as an installation has it, instead of the stand-in;
+        with *into*, a copy in that folder (for a user who cannot reach this
+        tree)."""
         hook = build_hook()
+        if into is not None:
+            into.mkdir(parents=True, exist_ok=True)
+            hook = Path(shutil.copy2(hook, into / hook.name))
         self.config.write_text(self.config.read_text().replace(f"hook_path: {self.hook}",
                                                                f"hook_path: {hook}"))
         self.hook = hook
