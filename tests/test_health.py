@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -218,6 +219,26 @@ def test_the_watcher_waits_for_a_driver_and_says_why(tmp_path: Path, host: Host)
                      "2 s", "gpuslice: health: stopped"]
 
 
+def test_a_database_it_cannot_use_is_one_line_and_a_retry(tmp_path: Path, host: Host) -> None:
+    other = tmp_path / "other.db"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE notes (t TEXT)")
+    db.commit()
+    db.close()
+    cfg = tmp_path / "other.yaml"
+    cfg.write_text(host.config.read_text().replace(f"database: {host.tmp / 'state.db'}",
+                                                   f"database: {other}"))
+    env = dict(os.environ, GPUSLICE_CONFIG=str(cfg), GPUSLICE_FAKE_GPUS=str(host.gpus_json))
+    env.pop("LD_LIBRARY_PATH", None)
+    res = subprocess.run(["gpuslice", "health", "watch", "--for", "5"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == [
+        f"gpuslice: health: {other}: holds tables that are not gpuslice's; refusing to touch "
+        "it (check the configuration key database); retrying every 2 s",
+        "gpuslice: health: stopped"]
+
+
 def test_operator_disables_and_enables_a_card(host: Host) -> None:
     hook = build_hook()
     db, state = str(host.tmp / "state.db"), str(host.tmp / "state")
@@ -252,8 +273,9 @@ def test_operator_disables_and_enables_a_card(host: Host) -> None:
     assert [e["detail"]["cause"] for e in events(host, "unhealthy")] == ["operator"]
 
 
-def test_both_out_of_service_card_less_says_why(host: Host) -> None:
-    hook = build_hook()
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_both_out_of_service_card_less_says_why(host: Host, asan: bool) -> None:
+    hook = build_hook(asan=asan)  # the refusal's event, its strings, under ASan too
     for i in ("0", "1"):
         assert host.run("card", "disable", i, "--reason", f"r{i}").returncode == 0
     c = cards(host)
