@@ -952,3 +952,34 @@ def test_policy_has_one_owner_the_accountant(node: Node) -> None:
     node.generate()
     assert rows(node.db, "SELECT cores_limit FROM policy") == [(80,)]
     assert node.create("p2", "1-1g-40").returncode == 0
+
+
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_the_engines_name_for_the_container_is_recorded(node: Node, asan: bool) -> None:
+    """From config.json's annotations (containerd's CRI, CRI-O, nerdctl, in that
+    order), one line of at most 128 characters; anything else is no name and
+    never a reason to refuse."""
+    if asan:
+        node.hook_path = build_hook(asan=True)
+    base = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}}
+    cases = {
+        "cri": ({"io.kubernetes.cri.container-name": "trainer",
+                 "io.kubernetes.cri-o.ContainerName": "k8s_other", "nerdctl/name": "n"},
+                "trainer"),
+        "crio": ({"io.kubernetes.cri-o.ContainerName": "k8s_job_pod_ns_uid_0"},
+                 "k8s_job_pod_ns_uid_0"),
+        "nerdctl": ({"nerdctl/name": "web"}, "web"),
+        "lines": ({"nerdctl/name": "a\nb\tc\u0007d\u007f"}, "a b c d "),
+        "nul": ({"nerdctl/name": "cut\u0000here"}, "cut"),
+        "long": ({"nerdctl/name": "é" * 300}, "é" * 128),
+        "number": ({"io.kubernetes.cri.container-name": 7, "nerdctl/name": "next"}, "next"),
+        "none": ({}, ""),
+        "notobj": ("annotations", ""),
+    }
+    for cid, (ann, name) in cases.items():
+        config = dict(base, annotations=ann)
+        res = node.create(cid, "6g", node.bundle(cid, config))
+        assert res.returncode == 0, (cid, res.stderr)
+        assert rows(node.db, "SELECT name FROM reservations WHERE container_id=?", cid) == \
+            [(name,)], cid
+        assert node.release(cid).returncode == 0

@@ -189,6 +189,8 @@ static int cmd_create(const struct gs_args *a)
     gs_runtime_of(has_pid, pid, runtime);
     size_t n = build_requests(a, st.id, has_pid ? &pid : NULL, has_start ? &start : NULL,
                               runtime, &reqs);
+    for (size_t i = 0; i < n; i++)
+        reqs[i].name = cfg.name;
     rc = gs_acct_admit(acct, reqs, n, &held, &dead, &first);
     remove_reclaimed(a->value[O_STATE_DIR], st.id, &dead);
     if (rc == GS_NO) {
