@@ -86,6 +86,15 @@ class NvmlPciInfo(ctypes.Structure):
     ]
 
 
+class NvmlUtilization(ctypes.Structure):
+    """nvmlUtilization_t: percent of the last sample period the card (gpu) and its
+    memory controller (memory) were busy."""
+    _fields_ = [
+        ("gpu", c_uint),
+        ("memory", c_uint),
+    ]
+
+
 _Device = c_void_p  # nvmlDevice_t: an opaque pointer
 
 # name: (argument types); every entry point returns nvmlReturn_t (an int).
@@ -102,6 +111,8 @@ _SIGNATURES = {
     "nvmlDeviceGetMemoryInfo": (_Device, POINTER(NvmlMemory)),
     "nvmlDeviceGetPciInfo_v3": (_Device, POINTER(NvmlPciInfo)),
     "nvmlDeviceGetMigMode": (_Device, POINTER(c_uint), POINTER(c_uint)),
+    # The exporter's sample of a card (ocihook/nvml_sample.py).
+    "nvmlDeviceGetUtilizationRates": (_Device, POINTER(NvmlUtilization)),
 }
 
 
@@ -202,6 +213,11 @@ class _Nvml:
         pci = NvmlPciInfo()
         self.call("nvmlDeviceGetPciInfo_v3", h, byref(pci))
         return pci
+
+    def utilization(self, h: c_void_p) -> NvmlUtilization:
+        u = NvmlUtilization()
+        self.call("nvmlDeviceGetUtilizationRates", h, byref(u))
+        return u
 
     def mig_mode(self, h: c_void_p) -> Tuple[int, int]:
         current, pending = c_uint(), c_uint()

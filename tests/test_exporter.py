@@ -1,0 +1,211 @@
+"""`gpuslice exporter`: what it serves, read at scrape time from the real
+accountant (admissions by this tree's gpuslice-hook), regions as the shim
+writes them, and the fake NVML; checked by prometheus_client's parser and by
+`promtool check metrics`, and scraped by a real Prometheus server while a
+fake-driver CUDA program holds memory in a real Podman container."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from exporter_node import MIB, Exporter, Node, samples, value
+from fakehost import fake_gpu
+
+GIB = 1 << 30
+A, B, C = "a" * 64, "b" * 64, "c" * 64
+
+
+@pytest.fixture
+def node(tmp_path: Path, driver_root: Path, fakedriver: Path) -> Node:
+    gpus = [fake_gpu(0, memory_mib=16384, memory_used_mib=3000, utilization_pct=45),
+            fake_gpu(1, memory_mib=16384)]
+    return Node(tmp_path, driver_root, gpus)
+
+
+def scene(node: Node) -> None:
+    """Three containers on two cards, and what the accountant's history holds."""
+    u0 = node.gpus[0]["uuid"]
+    node.admit(A, "0-4g-30", 0, memory_mib=4096, cores=30, priority="high")
+    node.admit(B, "4g", 0, memory_mib=4096)
+    node.admit(C, "1", 1, exclusive=True)
+    node.region(A, [(u0, 4 * GIB, 1536 * MIB, 30, 2_500_000_000, 500_000_000)],
+                [(17, {0: {"alloc": 1024 * MIB, "context": 512 * MIB}})])
+    node.region(B, [(u0, 4 * GIB, 768 * MIB)], [(5, {0: {"alloc": 768 * MIB}})])
+    # One released by an operator, one reclaimed after its process died.
+    node.admit("d" * 64, "4g", 0, memory_mib=4096)
+    assert node.hook("release", "--id", "d" * 64).returncode == 0
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    res = node.hook("admit", "--id", "e" * 64, "--device", "4g", "--card", u0,
+                    "--memory-mib", "4096", "--pid", str(dead.pid))
+    assert res.returncode == 0, res.stderr
+    assert node.hook("gc").returncode == 0
+
+
+def test_scrape_reads_cards_containers_processes_and_counters(node: Node) -> None:
+    scene(node)
+    u0, u1 = node.gpus[0]["uuid"], node.gpus[1]["uuid"]
+    exp = Exporter(node)
+    try:
+        m = samples(exp.scrape())
+    finally:
+        exp.stop()
+    card0 = {"index": "0", "uuid": u0, "model": "NVIDIA H200"}
+    assert value(m, "gpuslice_build_info") == 1
+    assert value(m, "gpuslice_source_up", source="accountant") == 1
+    assert value(m, "gpuslice_source_up", source="nvml") == 1
+    assert value(m, "gpuslice_card_memory_total_bytes", **card0) == 16384 * MIB
+    assert value(m, "gpuslice_card_memory_reserved_bytes", **card0) == 8192 * MIB
+    assert value(m, "gpuslice_card_memory_used_bytes", **card0) == 3000 * MIB
+    assert value(m, "gpuslice_card_utilization_ratio", **card0) == 0.45
+    assert value(m, "gpuslice_card_compute_reserved_ratio", **card0) == 0.3
+    assert value(m, "gpuslice_card_healthy", **card0) == 1
+    assert value(m, "gpuslice_card_health_info", reason="", **card0) == 1
+    assert value(m, "gpuslice_card_xid_errors_total", **card0) == 0
+    assert value(m, "gpuslice_card_memory_reserved_bytes", uuid=u1) == 16384 * MIB
+
+    a = {"container_id": A, "card_uuid": u0, "profile": "4g-30", "name": ""}
+    assert value(m, "gpuslice_container_info", device="0-4g-30", priority="high", **a) == 1
+    assert value(m, "gpuslice_container_memory_limit_bytes", **a) == 4 * GIB
+    assert value(m, "gpuslice_container_memory_used_bytes", **a) == 1536 * MIB
+    assert value(m, "gpuslice_container_compute_cap_ratio", **a) == 0.3
+    assert value(m, "gpuslice_container_card_seconds_total", **a) == 2.5
+    assert value(m, "gpuslice_container_throttled_seconds_total", **a) == 0.5
+    assert value(m, "gpuslice_container_processes", **a) == 1
+    assert value(m, "gpuslice_process_memory_used_bytes", container_id=A, pid="17") == 1536 * MIB
+    # Uncapped: the shim does not measure its card time, so no such series.
+    assert value(m, "gpuslice_container_memory_used_bytes", container_id=B) == 768 * MIB
+    for name in ("gpuslice_container_card_seconds_total", "gpuslice_container_compute_cap_ratio"):
+        assert [s for s in m.get(name, []) if s[0]["container_id"] == B] == []
+    # A whole card: its limit is the card; no region yet: nothing used.
+    assert value(m, "gpuslice_container_memory_limit_bytes", container_id=C) == 16384 * MIB
+    assert value(m, "gpuslice_container_memory_used_bytes", container_id=C, profile="whole") == 0
+
+    assert value(m, "gpuslice_admissions_total", result="admitted") == 5
+    assert value(m, "gpuslice_releases_total", kind="operator-release") == 1
+    assert value(m, "gpuslice_releases_total", kind="release") == 0
+    assert value(m, "gpuslice_reclaims_total") == 1
+
+
+def test_health_and_refusals_as_the_watcher_records_them(node: Node) -> None:
+    """The health watcher's records (another part of gpuslice writes them): a card
+    out of service with its reason and time, `refuse` events whose detail names
+    the reason, `xid` events per card. Written here as it would write them."""
+    scene(node)
+    u0 = node.gpus[0]["uuid"]
+    db = sqlite3.connect(node.db)
+    with db:
+        db.execute("UPDATE cards SET healthy=0, health_reason='XID 79: fallen off the bus', "
+                   "health_since=1764590000 WHERE uuid=?", (u0,))
+        for kind, detail in (("refuse", {"reason": "unhealthy"}), ("refuse", {"reason": "memory"}),
+                             ("refuse", {"reason": "memory"}), ("xid", {"xid": 79})):
+            db.execute("INSERT INTO events(at, kind, container_id, card_uuid, detail) VALUES "
+                       "(?, ?, '', ?, ?)", (time.time(), kind, u0, json.dumps(detail)))
+    db.close()
+    exp = Exporter(node)
+    try:
+        m = samples(exp.scrape())
+        again = samples(exp.scrape())  # counted once, not again at each scrape
+    finally:
+        exp.stop()
+    for found in (m, again):
+        assert value(found, "gpuslice_card_healthy", uuid=u0) == 0
+        assert value(found, "gpuslice_card_health_info", uuid=u0,
+                     reason="XID 79: fallen off the bus") == 1
+        assert value(found, "gpuslice_card_unhealthy_since_seconds", uuid=u0) == 1764590000
+        assert value(found, "gpuslice_card_xid_errors_total", uuid=u0) == 1
+        assert value(found, "gpuslice_admissions_total", result="refused", reason="memory") == 2
+        assert value(found, "gpuslice_admissions_total", result="refused",
+                     reason="unhealthy") == 1
+
+
+def test_new_events_and_containers_show_at_the_next_scrape(node: Node) -> None:
+    """The exporter holds no lock that keeps the hook from writing: admissions
+    made between two scrapes succeed and show in the second."""
+    exp = Exporter(node)
+    try:
+        first = samples(exp.scrape())
+        node.admit(A, "0-4g-30", 0, memory_mib=4096, cores=30)
+        second = samples(exp.scrape())
+        assert node.hook("release", "--id", A).returncode == 0
+        third = samples(exp.scrape())
+    finally:
+        exp.stop()
+    assert value(first, "gpuslice_admissions_total", result="admitted") == 0
+    assert "gpuslice_container_memory_limit_bytes" not in first
+    assert value(second, "gpuslice_admissions_total", result="admitted") == 1
+    assert value(second, "gpuslice_container_memory_limit_bytes", container_id=A) == 4 * GIB
+    assert "gpuslice_container_memory_limit_bytes" not in third
+    assert value(third, "gpuslice_releases_total", kind="operator-release") == 1
+
+
+def test_no_database_yet_serves_nvml_and_makes_no_file(node: Node, tmp_path: Path) -> None:
+    config = node.host.tmp / "config-nodb.yaml"
+    missing = tmp_path / "nowhere" / "state.db"
+    config.write_text(node.host.config.read_text().replace(f"database: {node.db}",
+                                                            f"database: {missing}"))
+    node.host.config = config
+    exp = Exporter(node)
+    try:
+        m = samples(exp.scrape())
+    finally:
+        exp.stop()
+    assert value(m, "gpuslice_source_up", source="accountant") == 0
+    assert value(m, "gpuslice_source_up", source="nvml") == 1
+    assert not missing.parent.exists()
+    assert f"accountant: {missing}: no accountant database yet" in exp.log.read_text()
+
+
+@pytest.mark.parametrize("listen, rule", [
+    ("10463", "no port"),
+    ("127.0.0.1:http", "port 'http' is not a number from 0 to 65535 (0: any free port, "
+                       "named in the log)"),
+    ("127.0.0.1:70000", "port '70000' is not a number from 0 to 65535 (0: any free port, "
+                        "named in the log)"),
+    ("::1:10463", "an IPv6 address goes in brackets"),
+    ("[1.2.3.4]:10463", "'1.2.3.4' is not an IPv6 address"),
+])
+def test_bad_listen_is_one_line_exit_2(node: Node, listen: str, rule: str) -> None:
+    res = subprocess.run(["gpuslice", "exporter", "--listen", listen], env=node.env(),
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2
+    assert res.stderr == (f"gpuslice: error: --listen {listen!r}: {rule}; give ADDR:PORT, "
+                          "e.g. 127.0.0.1:10463 or [::1]:10463\n")
+
+
+def test_port_taken_is_one_line_exit_2(node: Node) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = subprocess.run(["gpuslice", "exporter", "--listen", f"127.0.0.1:{port}"],
+                             env=node.env(), capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2
+    assert res.stderr.splitlines()[-1] == (f"gpuslice: error: --listen 127.0.0.1:{port}: cannot "
+                                          "serve there: Address already in use; pick a free "
+                                          "port or another address")
+
+
+def test_promtool_checks_the_exposition(node: Node, tmp_path: Path) -> None:
+    scene(node)
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: Debian's prometheus package (install.sh --with-tests)"
+    exp = Exporter(node)
+    try:
+        text = exp.scrape()
+    finally:
+        exp.stop()
+    res = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), \
+        res.stdout + res.stderr
