@@ -20,11 +20,17 @@ MIB = 1 << 20
 
 class Node:
     def __init__(self, tmp: Path, driver_root: Path, gpus: List[Dict],
-                 extra_config: str = "", spec_dir: Optional[Path] = None) -> None:
+                 extra_config: str = "", spec_dir: Optional[Path] = None,
+                 shim: Optional[Path] = None) -> None:
+        """shim: the libgpuslice.so the spec mounts (default: an empty stand-in)."""
         (tmp / "host").mkdir(parents=True, exist_ok=True)
         self.host = Host(tmp / "host", driver_root, gpus, extra_config=extra_config,
                          spec_dir=spec_dir)
         self.host.use_real_hook()
+        if shim is not None:
+            config = self.host.config
+            config.write_text(config.read_text().replace(f"shim_path: {self.host.shim}",
+                                                         f"shim_path: {shim}"))
         res = self.host.run("cdi", "generate")
         assert res.returncode == 0, res.stderr
         self.db = self.host.tmp / "state.db"

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from exporter_node import MIB, Exporter, Node, samples, value
-from fakehost import fake_gpu
+from fakehost import DRIVER_VERSION, LIBDIR, fake_gpu, make_driver_root
+from podman_harness import podman_fixture
 
 GIB = 1 << 30
 A, B, C = "a" * 64, "b" * 64, "c" * 64
@@ -30,6 +31,16 @@ def node(tmp_path: Path, driver_root: Path, fakedriver: Path) -> Node:
     gpus = [fake_gpu(0, memory_mib=16384, memory_used_mib=3000, utilization_pct=45),
             fake_gpu(1, memory_mib=16384)]
     return Node(tmp_path, driver_root, gpus)
+
+
+@pytest.fixture
+def driver_root_with_cuda(tmp_path: Path, fakedriver: Path) -> Path:
+    """A driver root whose libcuda is the fake driver's (not an empty stand-in):
+    the CDI spec mounts it into the container, where a CUDA program runs on it."""
+    root = make_driver_root(tmp_path / "driver", fakedriver)
+    shutil.copy(fakedriver / "libcuda.so.1",
+                root / LIBDIR.lstrip("/") / f"libcuda.so.{DRIVER_VERSION}")
+    return root
 
 
 def scene(node: Node) -> None:
@@ -209,3 +220,114 @@ def test_promtool_checks_the_exposition(node: Node, tmp_path: Path) -> None:
                          text=True, timeout=60)
     assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), \
         res.stdout + res.stderr
+
+
+# ------------------------------------------------ Prometheus and a real container
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Prometheus:
+    """Debian's prometheus server, on a loopback port, scraping one target every second."""
+
+    def __init__(self, workdir: Path, target: str) -> None:
+        binary = shutil.which("prometheus")
+        assert binary, "prometheus missing: Debian's prometheus package (install.sh --with-tests)"
+        workdir.mkdir()
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n  - job_name: gpuslice\n    static_configs:\n"
+            f"      - targets: ['{target}']\n")
+        self.port = free_port()
+        self.log = workdir / "prometheus.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"], stdout=log, stderr=log)
+        self.wait(lambda: self.get("/-/ready") is not None, "ready")
+
+    def get(self, path: str):  # type: ignore[no-untyped-def]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+                return r.read().decode()
+        except OSError:
+            assert self.proc.poll() is None, self.log.read_text()
+            return None
+
+    def query(self, promql: str) -> list:
+        body = self.get("/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        assert body is not None, self.log.read_text()
+        doc = json.loads(body)
+        assert doc["status"] == "success", doc
+        return doc["data"]["result"]
+
+    def wait(self, done, what: str, timeout: float = 90) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"prometheus: not {what}: {self.log.read_text()}"
+            time.sleep(0.25)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def glibc_rootfs(rootfs: Path, program: Path) -> None:
+    """Add `program` and the C library it and the shim load to a busybox root
+    (the driver's libraries come from the CDI spec, as in production)."""
+    for lib in ("/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6"):
+        dest = rootfs / lib.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(os.path.realpath(lib), dest)
+    shutil.copy(program, rootfs / program.name)
+
+
+podman = podman_fixture()
+
+
+def test_prometheus_scrapes_a_real_containers_memory(podman, tmp_path: Path, fakedriver: Path,
+                                                     driver_root_with_cuda: Path) -> None:
+    repo = Path(__file__).resolve().parent.parent
+    subprocess.run(["make", "-s", "-C", str(repo / "native" / "shim")], check=True)
+    subprocess.run(["make", "-s", "-C", str(repo / "tests" / "shim"), "VARIANT=plain"],
+                   check=True)
+    node = Node(tmp_path / "node", driver_root_with_cuda, [fake_gpu(0, memory_mib=16384)],
+                spec_dir=podman.cdi_dir, shim=repo / "native" / "shim" / "build" / "libgpuslice.so")
+    assert node.host.run("cdi", "generate").returncode == 0
+    glibc_rootfs(podman.rootfs, repo / "tests" / "shim" / "build-plain" / "cuprog")
+    exp = Exporter(node)
+    prom = Prometheus(tmp_path / "prometheus", f"127.0.0.1:{exp.port}")
+    cid = None
+    try:
+        started = podman.run(
+            ["/cuprog", "direct", "init", "pctx", "0", "alloc", "512M", "waitfile", "/never"],
+            devices=["gpuslice.io/gpu=0-4g-30"], env={"GPUSLICE_CONTEXT_RESERVE": "0"},
+            extra_args=["--detach", "--volume",
+                        f"{node.host.gpus_json}:/run/gpuslice-fake/gpus.json:ro"])
+        assert started.returncode == 0, started.stderr
+        cid = started.stdout.strip()
+        used = f'gpuslice_container_memory_used_bytes{{container_id="{cid}"}}'
+        prom.wait(lambda: [float(r["value"][1]) for r in prom.query(used)] == [512 * MIB],
+                  f"showing 512 MiB used by {cid}: {exp.scrape()}")
+        [limit] = prom.query(f'gpuslice_container_memory_limit_bytes{{container_id="{cid}"}}')
+        assert float(limit["value"][1]) == 4 * GIB
+        assert limit["metric"]["profile"] == "4g-30"
+        assert limit["metric"]["card_uuid"] == node.gpus[0]["uuid"]
+        [pid] = prom.query(f'gpuslice_process_memory_used_bytes{{container_id="{cid}"}}')
+        assert float(pid["value"][1]) == 512 * MIB and pid["metric"]["pid"] == "1"
+        stop = podman.podman(["stop", "--time", "0", cid], timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        cid = None
+        prom.wait(lambda: prom.query(used) == [], "dropping the stopped container's series")
+        assert prom.query('gpuslice_container_memory_limit_bytes') == []
+        assert [float(r["value"][1]) for r in prom.query("gpuslice_releases_total"
+                                                         '{kind="release"}')] == [1]
+    finally:
+        if cid:
+            podman.podman(["rm", "--force", "--time", "0", cid], timeout=120)
+        prom.stop()
+        exp.stop()
