@@ -95,7 +95,7 @@ class ContainerView:
     profile: str
     claim: RegionClaim
     limit_bytes: int           # the slice; the card's memory for a whole card
-    core_limit: int            # percent, 0: no cap (as the shim enforces it)
+    core_limit: int            # percent, 0: no cap (the accountant's record)
     card_seconds: Optional[float]       # card time charged; None: not measured (no cap)
     throttled_seconds: Optional[float]  # time slept for the cap; None likewise
 
@@ -163,12 +163,13 @@ def _container(cfg_state_dir: str, r: accountant.Reservation, card: accountant.C
     if r.container_id not in regions:
         regions[r.container_id] = read_region(cfg_state_dir, r.container_id)
     claim = region_claim(regions[r.container_id], card)
-    cap = max((min(d.core_limit, 100) for d in claim.devices), default=0)
+    # The shim measures card time where its region says the cap is in force.
+    measured = any(d.core_limit for d in claim.devices)
     charged = sum(d.compute_charged_ns for d in claim.devices)
     slept = sum(d.compute_throttled_ns for d in claim.devices)
     return ContainerView(r, profile_of(r), claim,
-                         card.total_mib * MIB if r.exclusive else r.memory_mib * MIB, cap,
-                         charged / NS if cap else None, slept / NS if cap else None)
+                         card.total_mib * MIB if r.exclusive else r.memory_mib * MIB, r.cores,
+                         charged / NS if measured else None, slept / NS if measured else None)
 
 
 def take(state_dir: str, acct: Optional[accountant.Accountant], sampler: Optional[Sampler],

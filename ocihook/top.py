@@ -84,11 +84,11 @@ def frame(snap: snapshot.Snapshot, prev: Optional[snapshot.Snapshot],
                          f"{_pct(slept) if k.core_limit else '-':>6} {r.priority:<6}")
             if k.claim.problem:
                 lines.append(f"    region {k.claim.state.upper()}: {k.claim.problem}")
-            for p in k.claim.processes:
-                lines.append(f"    pid {p.pid:<8} {'':<19} {p.used_bytes // MIB:>13}")
+            for p in k.claim.processes:  # its memory under the container's
+                lines.append(f"    pid {p.pid:<8}{p.used_bytes // MIB:>32}")
     if not snap.cards and "accountant" not in snap.problems:
         lines.append("no cards known yet: run `gpuslice cdi generate`")
-    return lines
+    return [line.rstrip() for line in lines]
 
 
 class Source:

@@ -16,6 +16,7 @@ from fakehost import Host
 from test_region_reader import write_region
 
 MIB = 1 << 20
+GIB = 1 << 30
 
 
 class Node:
