@@ -224,6 +224,48 @@ def test_promtool_checks_the_exposition(node: Node, tmp_path: Path) -> None:
 
 # ------------------------------------------------ Prometheus and a real container
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def doc_scrape_config() -> str:
+    """The scrape configuration docs/metrics.md gives."""
+    text = (REPO / "docs" / "metrics.md").read_text()
+    return text.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_scrape_config_is_valid(tmp_path: Path) -> None:
+    from ocihook.exporter import DEFAULT_LISTEN
+
+    config = tmp_path / "prometheus.yml"
+    config.write_text(doc_scrape_config())
+    assert f"'{DEFAULT_LISTEN}'" in config.read_text()
+    res = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_every_metric_is_documented_and_every_documented_one_served(node: Node) -> None:
+    import re
+
+    scene(node)
+    node.region(C, [(node.gpus[1]["uuid"], 0, 0, 0, 0, 0)], [])
+    db = sqlite3.connect(node.db)
+    with db:  # an unhealthy card, for its since-series
+        db.execute("UPDATE cards SET healthy=0, health_reason='test', health_since=1 "
+                   "WHERE idx=1")
+    db.close()
+    exp = Exporter(node)
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        served = {f.name + ("_total" if f.type == "counter" else "")
+                  for f in text_string_to_metric_families(exp.scrape())}
+    finally:
+        exp.stop()
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `(gpuslice_[a-z_]+)` \|", doc, re.M))
+    assert served == documented, (sorted(served - documented), sorted(documented - served))
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -238,10 +280,11 @@ class Prometheus:
         assert binary, "prometheus missing: Debian's prometheus package (install.sh --with-tests)"
         workdir.mkdir()
         config = workdir / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-            "scrape_configs:\n  - job_name: gpuslice\n    static_configs:\n"
-            f"      - targets: ['{target}']\n")
+        # docs/metrics.md's, scraping every second, at the test's exporter.
+        doc = doc_scrape_config()
+        assert "scrape_interval: 15s" in doc and "'127.0.0.1:10463'" in doc
+        config.write_text(doc.replace("scrape_interval: 15s", "scrape_interval: 1s")
+                          .replace("'127.0.0.1:10463'", f"'{target}'"))
         self.port = free_port()
         self.log = workdir / "prometheus.log"
         with open(self.log, "w") as log:
