@@ -310,7 +310,9 @@ def test_rpm_has_the_debs_layout_and_scriptlets(packages: Packages) -> None:
     # The exporter opens a port: installed, not enabled; stopped on removal and
     # restarted after an upgrade only where it runs.
     exporter = "gpuslice-exporter.service"
-    assert "deb-systemd-helper enable '%s'" % exporter not in deb_scripts["postinst"]
+    # dh_installsystemd --no-enable: enabled again only where the operator had it
+    # enabled (was-enabled), never on a first install.
+    assert "deb-systemd-helper debian-installed '%s'" % exporter in deb_scripts["postinst"]
     assert "deb-systemd-helper update-state '%s'" % exporter in deb_scripts["postinst"]
     assert [line for line in deb_scripts["postinst"].splitlines()
             if "deb-systemd-invoke try-restart" in line and exporter in line], \
