@@ -25,6 +25,7 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 
 # Buffer sizes from nvml.h: the _V2 sizes are the largest NVML fills.
 NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80
@@ -86,6 +87,22 @@ class NvmlPciInfo(ctypes.Structure):
     ]
 
 
+class NvmlMemoryV2(ctypes.Structure):
+    """nvmlMemory_v2_t (bytes): `used` leaves out what the driver reserves, as
+    nvidia-smi's memory.used does."""
+    _fields_ = [
+        ("version", c_uint),
+        ("total", c_ulonglong),
+        ("reserved", c_ulonglong),
+        ("free", c_ulonglong),
+        ("used", c_ulonglong),
+    ]
+
+
+# nvml.h's NVML_STRUCT_VERSION(Memory, 2).
+NVML_MEMORY_V2 = ctypes.sizeof(NvmlMemoryV2) | (2 << 24)
+
+
 class NvmlUtilization(ctypes.Structure):
     """nvmlUtilization_t: percent of the last sample period the card (gpu) and its
     memory controller (memory) were busy."""
@@ -113,6 +130,7 @@ _SIGNATURES = {
     "nvmlDeviceGetMigMode": (_Device, POINTER(c_uint), POINTER(c_uint)),
     # The exporter's sample of a card (ocihook/nvml_sample.py).
     "nvmlDeviceGetUtilizationRates": (_Device, POINTER(NvmlUtilization)),
+    "nvmlDeviceGetMemoryInfo_v2": (_Device, POINTER(NvmlMemoryV2)),
 }
 
 
@@ -213,6 +231,11 @@ class _Nvml:
         pci = NvmlPciInfo()
         self.call("nvmlDeviceGetPciInfo_v3", h, byref(pci))
         return pci
+
+    def memory_v2(self, h: c_void_p) -> NvmlMemoryV2:
+        mem = NvmlMemoryV2(version=NVML_MEMORY_V2)
+        self.call("nvmlDeviceGetMemoryInfo_v2", h, byref(mem))
+        return mem
 
     def utilization(self, h: c_void_p) -> NvmlUtilization:
         u = NvmlUtilization()

@@ -29,6 +29,7 @@ class Sampler:
         self.problem: Optional[str] = None
         self._nvml: Optional[nvml._Nvml] = None
         self._handles: Dict[str, object] = {}
+        self._v2 = True
         try:
             from cdi import driverfiles
 
@@ -59,7 +60,7 @@ class Sampler:
             return {}
         for uuid, h in self._handles.items():
             try:
-                mem = self._nvml.memory(h)  # type: ignore[arg-type]
+                mem = self._memory(h)
             except nvml.NvmlError:
                 continue  # fallen off the bus, say: no sample rather than a stale one
             try:
@@ -68,6 +69,21 @@ class Sampler:
                 busy = None  # not supported on this card (or by this driver)
             out[uuid] = CardSample(uuid, mem.total, mem.used, busy)
         return out
+
+    def _memory(self, h: object) -> "nvml.NvmlMemoryV2 | nvml.NvmlMemory":
+        """v2 where the driver has it: its `used` is nvidia-smi's memory.used (v1's
+        also counts what the driver reserves)."""
+        assert self._nvml is not None
+        if self._v2:
+            try:
+                return self._nvml.memory_v2(h)  # type: ignore[arg-type]
+            except nvml.NvmlError as e:
+                if e.code not in (nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+                                  nvml.NVML_ERROR_NOT_SUPPORTED,
+                                  nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH):
+                    raise
+                self._v2 = False  # an older driver: v1 from now on
+        return self._nvml.memory(h)  # type: ignore[arg-type]
 
     def close(self) -> None:
         if self._nvml is not None:
