@@ -12,9 +12,6 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from fakehost import Host
-from test_region_reader import write_region
-
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -24,6 +21,8 @@ class Node:
                  extra_config: str = "", spec_dir: Optional[Path] = None,
                  shim: Optional[Path] = None) -> None:
         """shim: the libgpuslice.so the spec mounts (default: an empty stand-in)."""
+        from fakehost import Host  # here: tests/gpu reads exposition with this module alone
+
         (tmp / "host").mkdir(parents=True, exist_ok=True)
         self.host = Host(tmp / "host", driver_root, gpus, extra_config=extra_config,
                          spec_dir=spec_dir)
@@ -59,6 +58,8 @@ class Node:
         assert res.returncode == 0, res.stderr
 
     def region(self, cid: str, devices: Sequence[tuple], procs: Sequence[tuple]) -> Path:
+        from test_region_reader import write_region
+
         folder = self.state_dir / "containers" / cid
         folder.mkdir(parents=True, exist_ok=True)
         write_region(folder / "region", devices=devices, procs=procs)

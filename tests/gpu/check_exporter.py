@@ -32,6 +32,9 @@ from typing import Dict, List
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+from exporter_node import samples  # noqa: E402
+from node import generate  # noqa: E402
 from table import check, measured, report  # noqa: E402
 
 MIB = 1 << 20
@@ -68,15 +71,8 @@ def smi(*query: str) -> List[List[str]]:
 
 
 def scrape(url: str) -> Dict[str, List[tuple]]:
-    from prometheus_client.parser import text_string_to_metric_families
-
     with urllib.request.urlopen(url, timeout=30) as r:
-        text = r.read().decode()
-    out: Dict[str, List[tuple]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
+        return samples(r.read().decode())
 
 
 def one(found: Dict[str, List[tuple]], name: str, **labels: str) -> float:
@@ -98,15 +94,8 @@ def main() -> int:
     subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
     shim = REPO / "native" / "shim" / "build" / "libgpuslice.so"
     state, db = out / "state", out / "state.db"
-    config = out / "config.yaml"
-    config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n"
-                      f"database: {db}\nstate_dir: {state}\n")
-    env = dict(os.environ, GPUSLICE_CONFIG=str(config))
-    gen = subprocess.run([sys.executable, "-m", "ocihook.cli", "cdi", "generate"], env=env,
-                         capture_output=True, text=True, cwd=REPO)
-    check("cdi generate", 0, gen.returncode, gen.returncode == 0)
-    if gen.returncode:
-        print(gen.stderr)
+    env = generate(out, shim, hook)
+    if env is None:
         return report()
     uuid = smi("--query-gpu=uuid")[0][0]
     (state / "cards").mkdir(parents=True, exist_ok=True)
