@@ -374,3 +374,18 @@ def test_prometheus_scrapes_a_real_containers_memory(podman, tmp_path: Path, fak
             podman.podman(["rm", "--force", "--time", "0", cid], timeout=120)
         prom.stop()
         exp.stop()
+
+
+def test_status_json_lists_each_containers_processes(node: Node) -> None:
+    """The per-process view of `gpuslice status --json`, from the same regions."""
+    scene(node)
+    res = subprocess.run(["gpuslice", "status", "--json"], env=node.env(), capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    containers = {k["id"]: k for c in json.loads(res.stdout)["cards"] for k in c["containers"]}
+    assert containers[A]["processes"] == [
+        {"pid": 17, "used_bytes": 1536 * MIB,
+         "by_kind": {"context": 512 * MIB, "alloc": 1024 * MIB, "vmm": 0, "pool": 0, "array": 0}}]
+    assert [p["pid"] for p in containers[B]["processes"]] == [5]
+    assert containers[C]["processes"] == [] and containers[C]["region"] == "absent"
+    assert containers[A]["name"] == ""
