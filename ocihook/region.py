@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import List, Tuple
 
 from cdi import regularfile
@@ -95,6 +96,16 @@ class _ConstantsOf:
 _Constants = _ConstantsOf()
 
 
+@lru_cache(maxsize=None)
+def _state_bytes() -> Tuple[int, int]:
+    """Where the low byte of procs[0].state lies in a region, and the slots' stride."""
+    ffi = cheader.ffi()
+    first = ffi.offsetof("struct gpuslice_region", "procs") + \
+        ffi.offsetof("struct gpuslice_proc", "state") + \
+        (0 if sys.byteorder == "little" else ffi.sizeof("unsigned int") - 1)
+    return first, ffi.sizeof("struct gpuslice_proc")
+
+
 def read(path: str) -> Region:
     """A consistent-enough snapshot: counters are read as they are, without the lock.
 
@@ -125,10 +136,7 @@ def read(path: str) -> Region:
     procs = []
     # The low byte of every slot's state, sliced out in one step: only slots where
     # it could say LIVE are looked at through cffi (a scrape reads every region).
-    first = ffi.offsetof("struct gpuslice_region", "procs") + \
-        ffi.offsetof("struct gpuslice_proc", "state") + \
-        (0 if sys.byteorder == "little" else ffi.sizeof("unsigned int") - 1)
-    stride = ffi.sizeof("struct gpuslice_proc")
+    first, stride = _state_bytes()
     low = buf[first::stride][:lib.GPUSLICE_MAX_PROCS]
     live = bytes([lib.GPUSLICE_SLOT_LIVE & 0xff])
     i = low.find(live)
