@@ -348,17 +348,22 @@ class Accountant:
         return CardUsage(card, sum(r.memory_mib for r in rows), sum(r.cores for r in rows),
                          any(r.exclusive for r in rows), rows)
 
-    def event_tally(self, after_id: int = 0) -> Tuple[int, Dict[Tuple[str, str, str], int]]:
-        """How many events of each (kind, card_uuid, reason) have id > after_id, and the
-        newest id: counters for the exporter, which asks only for what is new since
-        its last scrape. reason is the detail's "reason" (or "class") where the
-        detail is a JSON object that has one, else ""."""
+    def event_tally(self, after_id: int = 0
+                    ) -> Tuple[int, Dict[Tuple[str, str, str, str], int]]:
+        """How many events of each (kind, card_uuid, reason, cause) have id > after_id,
+        and the newest id: counters for the exporter, which asks only for what is
+        new since its last scrape. reason and cause are the detail's "reason" (a
+        refusal's class) and "cause" (why a card went out of service: xid, ecc...)
+        where the detail is a JSON object that has them, else ""."""
+        obj = "json_valid(detail) AND json_type(detail) = 'object'"
         rows = self.db.execute(
-            "SELECT kind, card_uuid, CASE WHEN json_valid(detail) AND json_type(detail) = "
-            "'object' THEN coalesce(json_extract(detail, '$.reason'), json_extract(detail, "
-            "'$.class'), '') ELSE '' END AS reason, count(*) AS n, max(id) AS last "
-            "FROM events WHERE id > ? GROUP BY 1, 2, 3", (after_id,)).fetchall()
-        tally = {(r["kind"], r["card_uuid"], str(r["reason"])): int(r["n"]) for r in rows}
+            f"SELECT kind, card_uuid, CASE WHEN {obj} THEN coalesce(json_extract(detail, "
+            f"'$.reason'), '') ELSE '' END AS reason, CASE WHEN {obj} THEN coalesce("
+            "json_extract(detail, '$.cause'), '') ELSE '' END AS cause, count(*) AS n, "
+            "max(id) AS last FROM events WHERE id > ? GROUP BY 1, 2, 3, 4",
+            (after_id,)).fetchall()
+        tally = {(r["kind"], r["card_uuid"], str(r["reason"]), str(r["cause"])): int(r["n"])
+                 for r in rows}
         return max([after_id] + [int(r["last"]) for r in rows]), tally
 
     def events(self, limit: int = 100) -> Iterator[sqlite3.Row]:

@@ -124,8 +124,9 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
                     "empty while healthy); always 1", CARD_LABELS + ["reason"])
     since = _gauge("gpuslice_card_unhealthy_since_seconds", "when the card went out of "
                    "service, Unix time", CARD_LABELS)
-    xid = CounterMetricFamily("gpuslice_card_xid_errors", "XID errors the health watcher "
-                              "recorded for the card", labels=CARD_LABELS)
+    xid = CounterMetricFamily("gpuslice_card_xid_errors", "critical XID errors that took the "
+                              "card out of service (the health watcher's unhealthy events of "
+                              "cause xid)", labels=CARD_LABELS)
 
     info = _gauge("gpuslice_container_info", "a container's slice on a card: its device, "
                   "priority and runtime; always 1",
@@ -161,7 +162,7 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
         health.add_metric(card + [c.card.health_reason], 1)
         if not c.card.healthy and c.card.health_since is not None:
             since.add_metric(card, c.card.health_since)
-        xid.add_metric(card, snap.events.count("xid", c.card.uuid))
+        xid.add_metric(card, snap.events.count("unhealthy", c.card.uuid, cause="xid"))
         for k in c.containers:
             r = k.reservation
             labels = [r.container_id, r.name, c.card.uuid, k.profile]

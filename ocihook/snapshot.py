@@ -131,20 +131,22 @@ class EventCounters:
 
     def __init__(self) -> None:
         self.last_id = 0
-        self.totals: Dict[Tuple[str, str, str], int] = {}
+        self.totals: Dict[Tuple[str, str, str, str], int] = {}  # (kind, card, reason, cause)
 
     def update(self, acct: accountant.Accountant) -> None:
         self.last_id, new = acct.event_tally(self.last_id)
         for key, n in new.items():
             self.totals[key] = self.totals.get(key, 0) + n
 
-    def count(self, kind: str, card_uuid: Optional[str] = None) -> int:
-        return sum(n for (k, c, _r), n in self.totals.items()
-                   if k == kind and (card_uuid is None or c == card_uuid))
+    def count(self, kind: str, card_uuid: Optional[str] = None, cause: Optional[str] = None
+              ) -> int:
+        return sum(n for (k, c, _r, why), n in self.totals.items()
+                   if k == kind and (card_uuid is None or c == card_uuid)
+                   and (cause is None or why == cause))
 
     def by_reason(self, kind: str) -> Dict[str, int]:
         out: Dict[str, int] = {}
-        for (k, _c, r), n in self.totals.items():
+        for (k, _c, r, _why), n in self.totals.items():
             if k == kind:
                 out[r] = out.get(r, 0) + n
         return out
