@@ -41,7 +41,7 @@ if [ "$with_tests" = 1 ]; then
     podman runc crun conmon containernetworking-plugins busybox-static uidmap \
     docker.io containerd \
     gcc make libc6-dev libsqlite3-dev libjansson-dev python3 python3-pip python3-dev clang libclang-rt-dev \
-    ca-certificates util-linux mount procps \
+    ca-certificates util-linux mount procps debootstrap \
     git cpio build-essential debhelper dh-python python3-all python3-setuptools \
     pybuild-plugin-pyproject python3-yaml python3-click python3-cffi python3-tomlkit \
     python3-prometheus-client prometheus tmux \

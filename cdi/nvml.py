@@ -1,4 +1,5 @@
-"""GPU discovery through NVML: what cards there are and what they are.
+"""GPU discovery through NVML: what cards there are and what they are; and
+NVML's events (critical XIDs, ECC errors), for the health watcher.
 
 NVML is loaded from the driver root's own ld cache when the driver lives
 somewhere other than ``/``, so that a spec for /run/nvidia/driver describes
@@ -8,7 +9,8 @@ The binding is our own and tiny: ctypes declarations of the few entry points
 and structures of NVML's C ABI (nvml.h) that discovery needs, so that no
 Python NVML package is needed at run time (Debian packages none). Nothing is
 kept between calls: each discover() loads the library it is given, uses it
-and shuts NVML down again.
+and shuts NVML down again. A long-running caller (the health watcher) holds
+one with open_nvml() and the event-set calls of Nvml.
 """
 from __future__ import annotations
 
@@ -22,10 +24,16 @@ DEFAULT_LIBRARY = "libnvidia-ml.so.1"
 # nvmlReturn_t values that discovery treats specially (nvml.h).
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
+
+# Event types, a bit mask (nvml.h's nvmlEventType*).
+EVENT_SINGLE_BIT_ECC = 0x0000000000000001
+EVENT_DOUBLE_BIT_ECC = 0x0000000000000002
+EVENT_XID_CRITICAL = 0x0000000000000008
 
 # Buffer sizes from nvml.h: the _V2 sizes are the largest NVML fills.
 NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE = 80
@@ -113,6 +121,20 @@ class NvmlUtilization(ctypes.Structure):
 
 
 _Device = c_void_p  # nvmlDevice_t: an opaque pointer
+_EventSet = c_void_p  # nvmlEventSet_t: an opaque pointer
+
+
+class NvmlEventData(ctypes.Structure):
+    """nvmlEventData_t, as nvmlEventSetWait_v2 fills it: eventData is the XID
+    for nvmlEventTypeXidCriticalError (999: one NVML does not know), else 0;
+    the instance ids are 0xFFFFFFFF unless a MIG instance is to blame."""
+    _fields_ = [
+        ("device", _Device),
+        ("eventType", c_ulonglong),
+        ("eventData", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    ]
 
 # name: (argument types); every entry point returns nvmlReturn_t (an int).
 _SIGNATURES = {
@@ -131,6 +153,11 @@ _SIGNATURES = {
     # The exporter's sample of a card (ocihook/nvml_sample.py).
     "nvmlDeviceGetUtilizationRates": (_Device, POINTER(NvmlUtilization)),
     "nvmlDeviceGetMemoryInfo_v2": (_Device, POINTER(NvmlMemoryV2)),
+    "nvmlEventSetCreate": (POINTER(_EventSet),),
+    "nvmlEventSetFree": (_EventSet,),
+    "nvmlDeviceGetSupportedEventTypes": (_Device, POINTER(c_ulonglong)),
+    "nvmlDeviceRegisterEvents": (_Device, c_ulonglong, _EventSet),
+    "nvmlEventSetWait_v2": (_EventSet, POINTER(NvmlEventData), c_uint),
 }
 
 
@@ -146,7 +173,7 @@ class NvmlError(Exception):
         return self.text
 
 
-class _Nvml:
+class Nvml:
     """One loaded libnvidia-ml: typed calls that raise NvmlError on failure."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
@@ -247,6 +274,34 @@ class _Nvml:
         self.call("nvmlDeviceGetMigMode", h, byref(current), byref(pending))
         return current.value, pending.value
 
+    # Events: a set of (card, event types) registrations and a wait on it.
+    def event_set_create(self) -> c_void_p:
+        es = _EventSet()
+        self.call("nvmlEventSetCreate", byref(es))
+        return es
+
+    def event_set_free(self, es: c_void_p) -> None:
+        self.call("nvmlEventSetFree", es)
+
+    def supported_event_types(self, h: c_void_p) -> int:
+        mask = c_ulonglong()
+        self.call("nvmlDeviceGetSupportedEventTypes", h, byref(mask))
+        return mask.value
+
+    def register_events(self, h: c_void_p, mask: int, es: c_void_p) -> None:
+        self.call("nvmlDeviceRegisterEvents", h, c_ulonglong(mask), es)
+
+    def event_wait(self, es: c_void_p, timeout_ms: int) -> Optional[NvmlEventData]:
+        """The next event of the set, or None when none came within timeout_ms."""
+        data = NvmlEventData()
+        try:
+            self.call("nvmlEventSetWait_v2", es, byref(data), c_uint(timeout_ms))
+        except NvmlError as e:
+            if e.code == NVML_ERROR_TIMEOUT:
+                return None
+            raise
+        return data
+
 
 # ---------------------------------------------------------------- discovery
 
@@ -254,9 +309,9 @@ def _decode(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _load(nvml_path: Optional[str]) -> _Nvml:
+def _load(nvml_path: Optional[str]) -> Nvml:
     try:
-        return _Nvml(ctypes.CDLL(nvml_path or DEFAULT_LIBRARY))
+        return Nvml(ctypes.CDLL(nvml_path or DEFAULT_LIBRARY))
     except OSError as e:
         if nvml_path is not None:
             raise DiscoveryError(f"cannot load NVML from {nvml_path}: {e}") from None
@@ -266,7 +321,20 @@ def _load(nvml_path: Optional[str]) -> _Nvml:
             "installed and loaded?") from None
 
 
-def _mig_enabled(nvml: _Nvml, handle: c_void_p) -> bool:
+def open_nvml(nvml_path: Optional[str] = None) -> Nvml:
+    """NVML loaded and initialised, for a caller that keeps it (nvmlShutdown
+    when done); DiscoveryError if it cannot start."""
+    nvml = _load(nvml_path)
+    try:
+        nvml.init()
+    except NvmlError as e:
+        where = nvml_path or DEFAULT_LIBRARY
+        raise DiscoveryError(f"NVML ({where}) did not start: {e}; is the NVIDIA driver "
+                             "installed and loaded?") from None
+    return nvml
+
+
+def _mig_enabled(nvml: Nvml, handle: c_void_p) -> bool:
     try:
         current, _pending = nvml.mig_mode(handle)
     except NvmlError as e:
@@ -278,13 +346,7 @@ def _mig_enabled(nvml: _Nvml, handle: c_void_p) -> bool:
 
 def discover(nvml_path: Optional[str] = None) -> Inventory:
     """Ask NVML for the driver and every card; raise DiscoveryError if it cannot answer."""
-    nvml = _load(nvml_path)
-    try:
-        nvml.init()
-    except NvmlError as e:
-        where = nvml_path or DEFAULT_LIBRARY
-        raise DiscoveryError(f"NVML ({where}) did not start: {e}; is the NVIDIA driver "
-                             "installed and loaded?") from None
+    nvml = open_nvml(nvml_path)
     failed = True
     try:
         driver = nvml.driver_version()

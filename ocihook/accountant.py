@@ -4,7 +4,9 @@ One SQLite file per host (configuration key ``database``, default
 /var/lib/gpuslice/state.db) in WAL mode. Two programs share it:
 
 - this module owns the schema (created and migrated here), the cards
-  (``sync_cards``, from NVML, at ``gpuslice cdi generate``) and the node's
+  (``sync_cards``, from NVML, at ``gpuslice cdi generate``; their health,
+  ``mark_unhealthy`` and ``mark_healthy``, from the health watcher and
+  ``gpuslice card disable|enable``) and the node's
   admission policy (``set_policy``, from the configuration file, at
   ``gpuslice cdi generate`` and ``gpuslice config apply``), and reads the
   reservations for ``gpuslice status``;
@@ -105,6 +107,30 @@ _MIGRATIONS: Tuple[str, ...] = (
     ALTER TABLE reservations ADD COLUMN name TEXT NOT NULL DEFAULT '';
     """,
 )
+
+
+# Why a card is out of service when `gpuslice cdi generate` did not see it
+# (sync_cards): the one mark that clears itself, when a later generate sees
+# the card again. Every other mark (the watcher's, an operator's) stays until
+# `gpuslice card enable` (docs/architecture.md, Health).
+GONE_REASON = "gone: not listed by NVML at `gpuslice cdi generate`"
+
+# The `unhealthy` event's causes (detail "cause") and who returns a card to
+# service (the `healthy` event's "by").
+CAUSES = ("xid", "ecc", "lost", "operator", "gone")
+RETURNED_BY = ("operator", "generate")
+
+
+def utc_stamp(at: float) -> str:
+    """2026-12-01T14:03:05Z: the time in a health reason."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def clears_itself(card: "Card") -> bool:
+    """A mark sync_cards made (or one from before reasons were kept, which only
+    sync_cards could make), which the next generate that sees the card lifts."""
+    return not card.healthy and (card.health_reason == "" or
+                                 card.health_reason.startswith(GONE_REASON))
 
 
 class AccountantError(RuntimeError):
@@ -280,9 +306,12 @@ class Accountant:
     # ---------------------------------------------------------------- cards
 
     def sync_cards(self, cards: Sequence[Card]) -> None:
-        """Record what NVML sees now. A card gone from the host stays, marked unhealthy."""
+        """Record what NVML sees now. A card gone from the host stays, out of service
+        (GONE_REASON); one seen again comes back only if that was all that was wrong:
+        a mark of the health watcher or an operator stays (clears_itself)."""
         now = time.time()
         with self._tx():
+            known = {c.uuid: c for c in self.cards()}
             seen = set()
             for c in cards:
                 seen.add(c.uuid)
@@ -290,12 +319,57 @@ class Accountant:
                     "INSERT INTO cards(uuid, idx, name, total_mib, mig, healthy, seen) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(uuid) DO UPDATE SET "
                     "idx=excluded.idx, name=excluded.name, total_mib=excluded.total_mib, "
-                    "mig=excluded.mig, healthy=excluded.healthy, seen=excluded.seen",
+                    "mig=excluded.mig, seen=excluded.seen",
                     (c.uuid, c.index, c.name, c.total_mib, int(c.mig), int(c.healthy), now))
-            for row in self.db.execute("SELECT uuid FROM cards WHERE healthy=1").fetchall():
-                if row["uuid"] not in seen:
-                    self.db.execute("UPDATE cards SET healthy=0 WHERE uuid=?", (row["uuid"],))
-                    self._event("card-gone", card_uuid=row["uuid"])
+                was = known.get(c.uuid)
+                if was is not None and clears_itself(was):
+                    self._set_health(was.uuid, True, "", None)
+                    self._event("healthy", card_uuid=was.uuid, by="generate",
+                                was=was.health_reason)
+            for c in known.values():
+                if c.uuid not in seen and c.healthy:
+                    reason = f"{GONE_REASON} at {utc_stamp(now)}"
+                    self._set_health(c.uuid, False, reason, now)
+                    self._event("unhealthy", card_uuid=c.uuid, cause="gone", reason=reason)
+
+    def _set_health(self, uuid: str, healthy: bool, reason: str, since: Optional[float]) -> None:
+        self.db.execute("UPDATE cards SET healthy=?, health_reason=?, health_since=? "
+                        "WHERE uuid=?", (int(healthy), reason, since, uuid))
+
+    def card(self, uuid: str) -> Optional[Card]:
+        row = self.db.execute("SELECT * FROM cards WHERE uuid=?", (uuid,)).fetchone()
+        return _row_card(row) if row is not None else None
+
+    def mark_unhealthy(self, uuid: str, cause: str, reason: str,
+                       **detail: object) -> Optional[Card]:
+        """Take a card out of service: no new container there (the hook refuses with
+        the reason), what runs there is left alone. The card as it was, or None if
+        the accountant does not know it. A card already out keeps its first reason
+        (what followed is likelier a consequence) and no event is written; else an
+        `unhealthy` event: {"cause": one of CAUSES, "reason": reason, **detail}."""
+        assert cause in CAUSES, cause
+        with self._tx():
+            card = self.card(uuid)
+            if card is not None and card.healthy:
+                self._set_health(uuid, False, reason, time.time())
+                self._event("unhealthy", card_uuid=uuid, cause=cause, reason=reason, **detail)
+            return card
+
+    def mark_healthy(self, uuid: str, by: str) -> Optional[Card]:
+        """Return a card to service; the card as it was (None if unknown). A
+        `healthy` event {"by": by, "was": the reason} if it was out."""
+        assert by in RETURNED_BY, by
+        with self._tx():
+            card = self.card(uuid)
+            if card is not None and not card.healthy:
+                self._set_health(uuid, True, "", None)
+                self._event("healthy", card_uuid=uuid, by=by, was=card.health_reason)
+            return card
+
+    def reservations(self, card_uuid: str) -> List[Reservation]:
+        """What is held on one card now, oldest first."""
+        return [_row_reservation(r) for r in self.db.execute(
+            "SELECT * FROM reservations WHERE card_uuid=? ORDER BY created", (card_uuid,))]
 
     def cards(self) -> List[Card]:
         return [_row_card(r) for r in self.db.execute("SELECT * FROM cards ORDER BY idx")]
@@ -343,8 +417,7 @@ class Accountant:
             return [self._usage(c) for c in self.cards()]
 
     def _usage(self, card: Card) -> CardUsage:
-        rows = [_row_reservation(r) for r in self.db.execute(
-            "SELECT * FROM reservations WHERE card_uuid=? ORDER BY created", (card.uuid,))]
+        rows = self.reservations(card.uuid)
         return CardUsage(card, sum(r.memory_mib for r in rows), sum(r.cores for r in rows),
                          any(r.exclusive for r in rows), rows)
 

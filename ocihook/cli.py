@@ -327,6 +327,81 @@ def top_cmd(state: State, once: bool) -> None:
         top.live(source)
 
 
+# -- health -------------------------------------------------------------------
+
+@cli.group("health")
+def health_group() -> None:
+    """Watch the cards' health (NVML's events) for the accountant."""
+
+
+@health_group.command("watch")
+@click.option("--ignore-xid", "ignored", multiple=True, type=click.IntRange(0, 2**32 - 1),
+              metavar="XID", help="an XID that leaves a card in service (repeatable; the "
+              "applications' XIDs 13, 31, 43, 45, 68, 109 always do)")
+@click.option("--for", "seconds", type=click.FloatRange(min=0, min_open=True), metavar="S",
+              help="stop after S seconds [default: until SIGTERM]")
+@click.pass_obj
+def health_watch(state: State, ignored: List[int], seconds: Optional[float]) -> None:
+    """Take a card out of service on a critical XID, a double-bit ECC error or
+    when it is lost; `gpuslice card enable N` returns it. Runs until SIGTERM
+    (gpuslice-health.service)."""
+    import signal
+    import time
+
+    from ocihook.health import Watcher
+    from ocihook.messages import say
+
+    stopped = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopped.append(True))
+    end = time.monotonic() + seconds if seconds else None
+    cfg = state.config
+    Watcher(cfg.database, say, cfg.driver_root, ignored).run(
+        lambda: bool(stopped) or (end is not None and time.monotonic() >= end))
+    say("health: stopped")
+
+
+# -- card -------------------------------------------------------------------
+
+@cli.group("card")
+def card_group() -> None:
+    """Take a card out of service, or return it (running containers stay)."""
+
+
+@card_group.command("disable")
+@click.argument("card")
+@click.option("--reason", required=True, metavar="TEXT",
+              help="why, in one line: the hook's refusals quote it")
+@click.pass_obj
+def card_disable(state: State, card: str, reason: str) -> None:
+    """Refuse new slices and whole cards on CARD (its index or UUID)."""
+    from ocihook import cards
+
+    acct = _accountant(state)
+    try:
+        click.echo(cards.disable(acct, card, reason))
+    except cards.CardError as e:
+        fail(str(e))
+    finally:
+        acct.close()
+
+
+@card_group.command("enable")
+@click.argument("card")
+@click.pass_obj
+def card_enable(state: State, card: str) -> None:
+    """Return CARD (its index or UUID) to service, whatever took it out."""
+    from ocihook import cards
+
+    acct = _accountant(state)
+    try:
+        click.echo(cards.enable(acct, card))
+    except cards.CardError as e:
+        fail(str(e))
+    finally:
+        acct.close()
+
+
 def main() -> None:
     cli(prog_name="gpuslice")
 

@@ -42,11 +42,12 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     """The --json document: {"policy": {placement, memory_overcommit, cores_limit} or
     null (none recorded yet), "policy_file_differs": {key: {"recorded", "file"}},
     "cards": [{index, uuid, total_mib, reserved_mib, used_mib, used_uncounted,
-    used_plausible, free_mib, healthy, containers: [{id, name, device, memory_mib,
-    cores, priority, used_mib, region, region_problem, pid, runtime, processes: [{pid,
-    used_bytes, by_kind: {context, alloc, vmm, pool, array}}]}]}]}: a process's pid is
-    the one in its container, its bytes those on this card. Free memory is by the
-    recorded policy, the one the hook admits by. A card's used_mib sums the
+    used_plausible, free_mib, healthy, health_reason ("" while healthy), health_since
+    (seconds since the epoch, null while healthy), containers: [{id, name, device,
+    memory_mib, cores, priority, used_mib, region, region_problem, pid, runtime,
+    processes: [{pid, used_bytes, by_kind: {context, alloc, vmm, pool, array}}]}]}]}: a
+    process's pid is the one in its container, its bytes those on this card. Free
+    memory is by the recorded policy, the one the hook admits by. A card's used_mib sums the
     containers' believed figures, used_uncounted says how many were not (used_mib
     null), used_plausible is false when the sum is more than the card holds
     (tenants' claims that are each possible but not together)."""
@@ -62,7 +63,8 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
         used = sum(c["used_mib"] for c in containers if c["used_mib"] is not None)
         capacity = policy.capacity_mib(u.card.total_mib)
         cards.append({"index": u.card.index, "uuid": u.card.uuid, "name": u.card.name,
-                      "healthy": u.card.healthy, "mig": u.card.mig,
+                      "healthy": u.card.healthy, "health_reason": u.card.health_reason,
+                      "health_since": u.card.health_since, "mig": u.card.mig,
                       "total_mib": u.card.total_mib, "reserved_mib": u.reserved_mib,
                       "used_mib": used,
                       "used_uncounted": sum(c["used_mib"] is None for c in containers),
@@ -111,7 +113,8 @@ def render(doc: Dict[str, Any]) -> str:
         lines.append(f"policy: the configuration file says {key} {both['file']}, the accountant "
                      f"admits by {both['recorded']}: `gpuslice config apply` records the file's")
     for c in doc["cards"]:
-        state = "" if c["healthy"] else "  UNHEALTHY"
+        state = "" if c["healthy"] else \
+            f"; OUT OF SERVICE: {c['health_reason'] or 'no reason recorded'}"
         lines.append(f"card {c['index']} {c['uuid']} {c['name']}: {c['reserved_mib']} of "
                      f"{c['total_mib']} MiB reserved, {_card_used(c)}, "
                      f"{c['free_mib']} MiB free, {c['cores']}% compute reserved{state}")

@@ -5,6 +5,10 @@ Runtimes that read no CDI: containers get our devices through
 gpuslice-runtime (`ctr run --runc-binary`, `docker run --runtime`). The
 daemons' environment reaches the runtime they run (through the shim), so
 `env` is how a test points gpuslice-runtime at its configuration.
+
+`prefix` runs a daemon and its client in another root instead
+(tests/trixie_root.py: Debian 13's containerd 1.7 and dockerd 26); their
+folders and sockets are host paths that root shares.
 """
 from __future__ import annotations
 
@@ -43,6 +47,13 @@ def _wait_for(sock: Path, proc: "subprocess.Popen[bytes]", log: Path, what: str,
     raise DaemonError(f"{what} did not start (exit {proc.poll()}):\n{tail}")
 
 
+def _remove_short(short: Path, prefix: Sequence[str]) -> None:
+    # What the daemon left mounted there, where it mounted it (the other
+    # root's mount namespace, with a prefix), then the folder.
+    subprocess.run([*prefix, "umount", "-R", str(short)], capture_output=True)
+    shutil.rmtree(short, ignore_errors=True)
+
+
 def _stop(proc: Optional["subprocess.Popen[bytes]"]) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -57,26 +68,33 @@ def _stop(proc: Optional["subprocess.Popen[bytes]"]) -> None:
 class Containerd:
     """containerd with its own root, state and socket; `ctr` against it."""
 
-    def __init__(self, workdir: Path, env: Dict[str, str]) -> None:
+    def __init__(self, workdir: Path, env: Dict[str, str], prefix: Sequence[str] = (),
+                 config: Optional[Path] = None) -> None:
+        """config: containerd's configuration file (default: one without the
+        CRI plugin, never the host's)."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
+        self.prefix = list(prefix)
         self.short = _short_dir("gsctd-")
         self.sock = self.short / "sock"
         self.rootfs = busybox_rootfs(workdir / "rootfs")
-        config = workdir / "containerd.toml"
-        # No CRI plugin: it wants networking and is not what ctr uses.
-        config.write_text('version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
+        if config is None:
+            config = workdir / "containerd.toml"
+            # No CRI plugin: it wants networking and is not what ctr uses.
+            config.write_text('version = 2\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
+        self.config = config
         self.log = workdir / "containerd.log"
         self.proc: Optional[subprocess.Popen] = subprocess.Popen(
-            ["containerd", "--config", str(config), "--root", str(workdir / "root"),
+            [*self.prefix, "containerd", "--config", str(config), "--root", str(workdir / "root"),
              "--state", str(self.short / "state"), "--address", str(self.sock)],
             env=env, stdout=open(self.log, "wb"), stderr=subprocess.STDOUT,
             start_new_session=True)
         _wait_for(self.sock, self.proc, self.log, "containerd")
 
     def ctr(self, args: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(["ctr", "--address", str(self.sock), *args], capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run([*self.prefix, "ctr", "--address", str(self.sock), *args],
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
 
     def run(self, cid: str, cmd: Sequence[str], runc_binary: Path, env: Sequence[str] = (),
             detach: bool = False) -> subprocess.CompletedProcess:
@@ -91,8 +109,7 @@ class Containerd:
     def stop(self) -> None:
         _stop(self.proc)
         self.proc = None
-        subprocess.run(["umount", "-R", str(self.short)], capture_output=True)
-        shutil.rmtree(self.short, ignore_errors=True)
+        _remove_short(self.short, self.prefix)
 
 
 class Dockerd:
@@ -102,16 +119,17 @@ class Dockerd:
     IMAGE = "gpuslice-busybox:test"
 
     def __init__(self, workdir: Path, env: Dict[str, str], runtimes: Dict[str, Path],
-                 daemon_json: Optional[Path] = None) -> None:
+                 daemon_json: Optional[Path] = None, prefix: Sequence[str] = ()) -> None:
         """runtimes: registered with --add-runtime; daemon_json: the daemon's
         configuration file (default: an empty one, never the host's)."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
+        self.prefix = list(prefix)
         self.daemon_json = daemon_json
         self.short = _short_dir("gsdkd-")
         self.sock = self.short / "docker.sock"
         self.log = workdir / "dockerd.log"
-        args = ["dockerd", "--data-root", str(workdir / "data"), "--exec-root",
+        args = [*self.prefix, "dockerd", "--data-root", str(workdir / "data"), "--exec-root",
                 str(self.short / "exec"), "--pidfile", str(self.short / "docker.pid"),
                 "-H", f"unix://{self.sock}", "--iptables=false", "--ip-masq=false",
                 "--bridge=none", "--storage-driver=vfs", "--config-file",
@@ -141,7 +159,7 @@ class Dockerd:
             raise DaemonError(f"docker import failed: {res.stderr}")
 
     def docker(self, args: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(["docker", "-H", f"unix://{self.sock}", *args],
+        return subprocess.run([*self.prefix, "docker", "-H", f"unix://{self.sock}", *args],
                               capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
 
@@ -160,8 +178,7 @@ class Dockerd:
             self.docker(["rm", "-f", *containers])
         _stop(self.proc)
         self.proc = None
-        subprocess.run(["umount", "-R", str(self.short)], capture_output=True)
-        shutil.rmtree(self.short, ignore_errors=True)
+        _remove_short(self.short, self.prefix)
 
 
 def daemon_env(extra: Dict[str, str]) -> Dict[str, str]:

@@ -158,10 +158,15 @@ class Host:
             f"profiles:\n{profiles}\n"
             + extra_config)
 
-    def use_real_hook(self) -> Path:
+    def use_real_hook(self, into: Optional[Path] = None) -> Path:
         """Name this tree's gpuslice-hook (native/hook, built here) in the
-        configuration, as an installation has it, instead of the stand-in."""
+        configuration, as an installation has it, instead of the stand-in;
+        with *into*, a copy in that folder (for a user who cannot reach this
+        tree)."""
         hook = build_hook()
+        if into is not None:
+            into.mkdir(parents=True, exist_ok=True)
+            hook = Path(shutil.copy2(hook, into / hook.name))
         self.config.write_text(self.config.read_text().replace(f"hook_path: {self.hook}",
                                                                f"hook_path: {hook}"))
         self.hook = hook
@@ -182,8 +187,10 @@ class Host:
         doc["driver_version"] = driver_version
         self.gpus_json.write_text(json.dumps(doc))
 
-    def run(self, *args: str, config: Optional[Path] = None) -> subprocess.CompletedProcess:
-        env = dict(os.environ)
+    def run(self, *args: str, config: Optional[Path] = None,
+            path: Optional[str] = None) -> subprocess.CompletedProcess:
+        """`gpuslice ARGS` on this host; path: the PATH it finds engines on."""
+        env = dict(os.environ, **({"PATH": path} if path is not None else {}))
         env["GPUSLICE_FAKE_GPUS"] = str(self.gpus_json)
         env["GPUSLICE_CONFIG"] = str(config or self.config)
         env.pop("LD_LIBRARY_PATH", None)  # NVML must come from the driver root

@@ -170,13 +170,23 @@ class Podman:
     """
 
     def __init__(self, workdir: Path, cdi_spec_dirs: Optional[Sequence[Path]] = None, *,
-                 rootfs: Optional[Path] = None) -> None:
-        self.podman_bin = _which("podman")
+                 rootfs: Optional[Path] = None, prefix: Sequence[str] = (),
+                 network_backend: str = "cni") -> None:
+        """*prefix*: an argv prefix that runs podman in another root
+        (tests/trixie_root.py), whose binaries are then found on that root's
+        PATH and whose /var/run/cdi must exist; its podman may need another
+        *network_backend* (podman 5 has only netavark)."""
+        self.prefix = list(prefix)
+        self.network_backend = network_backend
         self.runtime = "runc"  # or the path of another OCI runtime (a wrapper)
         self.extra_env: Dict[str, str] = {}  # reaches conmon and the runtime
-        self.unshare_bin = _which("unshare")
-        _which("runc")
-        _which("mount")
+        if self.prefix:
+            self.podman_bin, self.unshare_bin = "podman", "unshare"
+        else:
+            self.podman_bin = _which("podman")
+            self.unshare_bin = _which("unshare")
+            _which("runc")
+            _which("mount")
         self.workdir = Path(workdir).resolve()
         w = self.workdir
         w.mkdir(parents=True, exist_ok=True)
@@ -200,7 +210,8 @@ class Podman:
             d.mkdir(parents=True, exist_ok=True)
         # The CDI mount point must exist on the host; an empty folder is
         # harmless (never removed: a concurrent run may be using it).
-        os.makedirs(CDI_MOUNT_POINT, exist_ok=True)
+        if not self.prefix:
+            os.makedirs(CDI_MOUNT_POINT, exist_ok=True)
         # podman refuses a runroot longer than 50 characters (conmon's socket
         # paths), so the run state lives in a short private folder in /tmp,
         # linked from workdir/short and removed by cleanup().
@@ -239,10 +250,11 @@ class Podman:
             "cdi_spec_dirs = %s\n"
             "\n"
             "[network]\n"
-            'network_backend = "cni"\n'
+            "network_backend = %s\n"
             "network_config_dir = %s\n"
             % (_toml_list(ULIMITS), _toml_str(self.tmpdir), _toml_list([self.hooks_dir]),
-               _toml_list(self.cdi_spec_dirs), _toml_str(self.net_dir)))
+               _toml_list(self.cdi_spec_dirs), _toml_str(self.network_backend),
+               _toml_str(self.net_dir)))
         self.storage_conf.write_text(
             "# written by tests/podman_harness.py\n"
             "[storage]\n"
@@ -283,7 +295,7 @@ class Podman:
 
     def base_command(self) -> List[str]:
         """argv prefix: namespace wrapper + podman with this instance's global flags."""
-        return [
+        return self.prefix + [
             self.unshare_bin, "--mount", "--propagation", "private",
             "/bin/sh", "-c", _NS_SCRIPT, "gpuslice-podman-ns",
             str(self._spec_dir_for_mount()), str(self.empty_dir),

@@ -8,6 +8,7 @@ at the same moment.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -128,7 +129,11 @@ def test_three_6g_on_a_16g_card_two_fit_then_the_third(tmp_path: Path) -> None:
     assert b.placed("c3", on=0) == card(0).uuid
     assert [u.reserved_mib for u in b.usage()] == [12 * GIB]
     kinds = [e["kind"] for e in reversed(b.events())]
-    assert kinds == ["policy", "admit", "admit", "operator-release", "admit"]
+    assert kinds == ["policy", "admit", "admit", "refuse", "operator-release", "admit"]
+    # The refusal is counted by its class, on the card its line named.
+    [refused] = [e for e in b.events() if e["kind"] == "refuse"]
+    assert (refused["container_id"], refused["card_uuid"], json.loads(refused["detail"])) == \
+        ("c3", card(0).uuid, {"device": "0-6g", "reason": "full"})
     assert b.run("release", "--id", "c1").returncode == 1  # holds nothing now
 
 
@@ -136,7 +141,8 @@ def test_refusal_writes_nothing(tmp_path: Path) -> None:
     b = Books(tmp_path, [card(0, 4 * GIB)])
     b.refusal("big", mib=8 * GIB, on=0)
     assert b.usage()[0].reservations == []
-    assert [e["kind"] for e in b.events()] == ["policy"]  # Books recorded it
+    # Books recorded the policy; the refusal is an event, nothing more.
+    assert [e["kind"] for e in b.events()] == ["refuse", "policy"]
 
 
 def test_same_device_twice_is_the_same_reservation(tmp_path: Path) -> None:
@@ -208,16 +214,50 @@ def test_mig_card_takes_no_slice_but_can_be_held_whole(tmp_path: Path) -> None:
 
 def test_unhealthy_or_vanished_card_takes_nothing_new(tmp_path: Path) -> None:
     b = Books(tmp_path, [card(0), card(1, healthy=False)])
-    assert re.search("card 1 .* unhealthy", b.refusal("s", mib=1 * GIB, on=1))
+    assert b.refusal("s", mib=1 * GIB, on=1) == (
+        f"gpuslice-hook: container s: 1-1g: card 1 ({card(1).uuid}) is out of service (no "
+        "reason recorded); `gpuslice card enable 1` returns it")
     b.placed("kept", mib=1 * GIB, on=0)
     a = acct.Accountant(str(b.path))
-    a.sync_cards([card(1)])  # card 0 is gone from the host
-    assert [c.healthy for c in a.cards()] == [False, True]
+    a.sync_cards([card(1)])  # card 0 is gone from the host; card 1 is back
+    assert [(c.healthy, c.health_reason.rsplit(" at ", 1)[0]) for c in a.cards()] == \
+        [(False, acct.GONE_REASON), (True, "")]
     a.close()
-    assert re.search("card 0 .* unhealthy or gone", b.refusal("t", mib=1 * GIB, on=0))
+    assert re.search(r"card 0 \(.*\) is out of service \(gone: not listed by NVML at "
+                     r"`gpuslice cdi generate` at 20\d\d-\d\d-\d\dT[\d:]+Z\); `gpuslice "
+                     "card enable 0` returns it", b.refusal("t", mib=1 * GIB, on=0))
     # What it held stays on the books until released.
     assert b.usage()[0].reserved_mib == 1 * GIB
-    assert "card-gone" in [e["kind"] for e in b.events()]
+    [gone] = [e for e in b.events() if e["kind"] == "unhealthy"]
+    assert json.loads(gone["detail"])["cause"] == "gone"
+    [back] = [e for e in b.events() if e["kind"] == "healthy"]
+    assert (back["card_uuid"], json.loads(back["detail"])) == \
+        (card(1).uuid, {"by": "generate", "was": ""})
+
+
+def test_a_watchers_or_operators_mark_outlasts_generate(tmp_path: Path) -> None:
+    """Only the mark generate made itself clears when generate sees the card;
+    an XID's or an operator's stays until `gpuslice card enable`."""
+    b = Books(tmp_path, [card(0), card(1)])
+    a = acct.Accountant(str(b.path))
+    a.mark_unhealthy(card(0).uuid, "xid", "XID 79 (GPU has fallen off the bus) at X", xid=79)
+    a.mark_unhealthy(card(1).uuid, "operator", "maintenance (gpuslice card disable at Y)")
+    # A second mark keeps the first reason and writes no event.
+    a.mark_unhealthy(card(0).uuid, "xid", "XID 48 (double-bit ECC error) at Z", xid=48)
+    a.sync_cards([card(0), card(1)])
+    assert [(c.healthy, c.health_reason) for c in a.cards()] == [
+        (False, "XID 79 (GPU has fallen off the bus) at X"),
+        (False, "maintenance (gpuslice card disable at Y)")]
+    assert all(c.health_since is not None for c in a.cards())
+    assert a.mark_healthy(card(0).uuid, "operator").health_reason.startswith("XID 79")
+    assert [(c.healthy, c.health_reason, c.health_since) for c in a.cards()][0] == \
+        (True, "", None)
+    assert a.mark_unhealthy("GPU-not-known", "xid", "x") is None
+    kinds = [(e["kind"], json.loads(e["detail"]).get("cause") or json.loads(e["detail"])["by"])
+             for e in reversed(list(a.events())) if e["kind"] in ("unhealthy", "healthy")]
+    assert kinds == [("unhealthy", "xid"), ("unhealthy", "operator"), ("healthy", "operator")]
+    a.close()
+    b.placed("s", mib=1 * GIB, on=0)
 
 
 def test_overcommit(tmp_path: Path) -> None:

@@ -108,21 +108,23 @@ def test_scrape_reads_cards_containers_processes_and_counters(node: Node) -> Non
     assert value(m, "gpuslice_reclaims_total") == 1
 
 
-def test_health_and_refusals_as_the_watcher_records_them(node: Node) -> None:
-    """The health watcher's records (another part of gpuslice writes them): a card
-    out of service with its reason and time, `refuse` events whose detail names
-    the reason, `xid` events per card. Written here as it would write them."""
+def test_health_xids_and_refusals(node: Node) -> None:
+    """A card the health watcher took out for a critical XID (through the
+    accountant, as the watcher does), and the hook's refusals, by class: one
+    on that card (unhealthy), two that do not fit (full)."""
+    from ocihook import accountant
+
     scene(node)
-    u0 = node.gpus[0]["uuid"]
-    db = sqlite3.connect(node.db)
-    with db:
-        db.execute("UPDATE cards SET healthy=0, health_reason='XID 79: fallen off the bus', "
-                   "health_since=1764590000 WHERE uuid=?", (u0,))
-        for kind, detail in (("refuse", {"reason": "unhealthy"}), ("refuse", {"reason": "memory"}),
-                             ("refuse", {"reason": "memory"}), ("xid", {"xid": 79})):
-            db.execute("INSERT INTO events(at, kind, container_id, card_uuid, detail) VALUES "
-                       "(?, ?, '', ?, ?)", (time.time(), kind, u0, json.dumps(detail)))
-    db.close()
+    u0, u1 = node.gpus[0]["uuid"], node.gpus[1]["uuid"]
+    acct = accountant.Accountant(str(node.db))
+    try:
+        acct.mark_unhealthy(u0, "xid", "XID 79 (fallen off the bus)", xid=79)
+    finally:
+        acct.close()
+    for card, mib in ((u0, 1024), (u1, 20480), (u1, 20480)):
+        res = node.hook("admit", "--id", "r" * 64, "--device", "1g", "--card", card,
+                        "--memory-mib", str(mib))
+        assert res.returncode == 1, res.stderr
     exp = Exporter(node)
     try:
         m = samples(exp.scrape())
@@ -132,12 +134,15 @@ def test_health_and_refusals_as_the_watcher_records_them(node: Node) -> None:
     for found in (m, again):
         assert value(found, "gpuslice_card_healthy", uuid=u0) == 0
         assert value(found, "gpuslice_card_health_info", uuid=u0,
-                     reason="XID 79: fallen off the bus") == 1
-        assert value(found, "gpuslice_card_unhealthy_since_seconds", uuid=u0) == 1764590000
+                     reason="XID 79 (fallen off the bus)") == 1
+        since = value(found, "gpuslice_card_unhealthy_since_seconds", uuid=u0)
+        assert abs(since - time.time()) < 600
         assert value(found, "gpuslice_card_xid_errors_total", uuid=u0) == 1
-        assert value(found, "gpuslice_admissions_total", result="refused", reason="memory") == 2
+        assert value(found, "gpuslice_card_xid_errors_total", uuid=u1) == 0
+        assert value(found, "gpuslice_admissions_total", result="refused", reason="full") == 2
         assert value(found, "gpuslice_admissions_total", result="refused",
                      reason="unhealthy") == 1
+        assert value(found, "gpuslice_admissions_total", result="admitted") == 5
 
 
 def test_new_events_and_containers_show_at_the_next_scrape(node: Node) -> None:

@@ -636,4 +636,87 @@ EXPORTS = [
     "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus", "nvmlDeviceGetBrand",
     "nvmlDeviceGetArchitecture", "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceGetSupportedEventTypes",
+    "nvmlDeviceRegisterEvents", "nvmlEventSetWait", "nvmlEventSetWait_v2",
 ]
+
+
+# Registers both cards for XIDs and ECC errors, then reports each wait as
+# [eventType, eventData, card index, gpuInstanceId] or the error's class name;
+# the events are injected by the script itself, after registration.
+EVENTS = r"""
+import json, os, pynvml as n
+n.nvmlInit()
+h = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+out = {"supported": [n.nvmlDeviceGetSupportedEventTypes(x) for x in h], "waits": []}
+es = n.nvmlEventSetCreate()
+mask = n.nvmlEventTypeXidCriticalError | n.nvmlEventTypeDoubleBitEccError
+for x in h:
+    n.nvmlDeviceRegisterEvents(x, mask, es)
+try:
+    n.nvmlDeviceRegisterEvents(h[0], 1 << 40, es)
+except n.NVMLError as e:
+    out["unsupported"] = type(e).__name__
+with open(os.environ["GPUSLICE_FAKE_NVML_EVENTS"], "a") as f:
+    f.write(INJECT)
+for _ in range(WAITS):
+    try:
+        d = n.nvmlEventSetWait_v2(es, 200)
+        out["waits"].append([d.eventType, d.eventData,
+                             [i for i, x in enumerate(h) if ctypes_addr(x) == ctypes_addr(d.device)][0],
+                             d.gpuInstanceId])
+    except n.NVMLError as e:
+        out["waits"].append(type(e).__name__)
+out["lost_query"] = [type(e).__name__ if e else None for e in [try_uuid(x) for x in h]]
+n.nvmlEventSetFree(es)
+try:
+    n.nvmlEventSetWait_v2(es, 0)
+except n.NVMLError as e:
+    out["freed"] = type(e).__name__
+n.nvmlShutdown()
+print(json.dumps(out))
+"""
+
+EVENTS_PRELUDE = r"""
+import ctypes, pynvml as n
+def ctypes_addr(x):
+    return ctypes.cast(x, ctypes.c_void_p).value
+def try_uuid(x):
+    try:
+        n.nvmlDeviceGetUUID(x)
+    except n.NVMLError as e:
+        return e
+"""
+
+
+def run_events(env: Dict[str, str], tmp_path: Path, inject: str, waits: int) -> Dict[str, Any]:
+    env = dict(env, GPUSLICE_FAKE_NVML_EVENTS=str(tmp_path / "events"))
+    (tmp_path / "events").write_text("xid 0 79\n")  # before the set: never delivered
+    script = EVENTS_PRELUDE + "INJECT = %r\nWAITS = %d\n" % (inject, waits) + EVENTS
+    proc = run_py(env, script)
+    assert proc.returncode == 0, proc.stderr
+    return {"out": json.loads(proc.stdout), "stderr": proc.stderr}
+
+
+def test_events_as_pynvml_sees_them(fake_env, tmp_path: Path) -> None:
+    env = fake_env(count=2)
+    got = run_events(env, tmp_path, "xid 1 48\nsbe 0\ndbe 0\nxid 9 1\nbogus\nxid 0 13\n", 4)
+    out = got["out"]
+    assert out["supported"] == [0x1F, 0x1F]
+    assert out["unsupported"] == "NVMLError_NotSupported"
+    # The single-bit error was not registered for; an unknown card or word is one line.
+    assert out["waits"] == [[8, 48, 1, 0xFFFFFFFF], [2, 0, 0, 0xFFFFFFFF],
+                            [8, 13, 0, 0xFFFFFFFF], "NVMLError_Timeout"]
+    assert out["lost_query"] == [None, None]
+    assert out["freed"] == "NVMLError_InvalidArgument"
+    assert got["stderr"].count("ignored line") == 2, got["stderr"]
+    assert '"xid 9 1"' in got["stderr"] and '"bogus"' in got["stderr"]
+
+
+def test_a_lost_card_fails_the_wait_and_every_query(fake_env, tmp_path: Path) -> None:
+    env = fake_env(count=2)
+    out = run_events(env, tmp_path, "xid 1 79\nlost 1\n", 3)["out"]
+    # The XID that came first is delivered; then the set holds a lost card.
+    assert out["waits"] == [[8, 79, 1, 0xFFFFFFFF], "NVMLError_GpuIsLost",
+                            "NVMLError_GpuIsLost"]
+    assert out["lost_query"] == [None, "NVMLError_GpuIsLost"]

@@ -266,6 +266,71 @@ def test_hostile_input_changes_nothing(node: Node, asan: bool) -> None:
             assert all(v == [] for v in node.held().values()), name
 
 
+USERNS_WHY = ("the hook runs in a user namespace (uid 0 there is uid 0 of the host), as a "
+              "rootless container's hooks do, and the node's accountant is root's: a container "
+              "that could write it could grant itself any slice; ")
+FIX_CONTAINER = ("run the container as root (sudo podman run ..., or a rootful podman service) "
+                 "without --userns or --uidmap")
+FIX_OPERATOR = "run gpuslice-hook as root on the host, outside any user namespace"
+
+
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_in_a_user_namespace_nothing_is_granted_or_touched(node: Node, asan: bool) -> None:
+    """Every verb, run as a rootless runtime runs it: in a user namespace. This
+    one (`unshare --map-root-user` by root) maps its root to the host's, so the
+    files would let it write: the check refuses, not the permissions. A
+    poststop there has nothing to give back (its create was refused) and says
+    nothing. tests/test_rootless_podman.py has the real thing."""
+    if asan:  # the check's own read of /proc/self/uid_map: no overflow, no leak
+        node.hook_path = build_hook(asan=True)
+    assert node.create("held", "0-6g").returncode == 0
+
+    def in_userns(args: List[str], state: Optional[Dict] = None) -> subprocess.CompletedProcess:
+        return subprocess.run(["unshare", "--user", "--map-root-user", str(node.hook_path),
+                               *args], input=json.dumps(state).encode() if state else b"",
+                              capture_output=True, timeout=60)
+
+    def books() -> tuple:
+        db = sqlite3.connect(str(node.db))
+        try:
+            return (db.execute("SELECT * FROM reservations").fetchall(),
+                    db.execute("SELECT * FROM events").fetchall(),
+                    sorted(p.name for p in (node.state_dir / "containers").iterdir()))
+        finally:
+            db.close()
+
+    writable = subprocess.run(["unshare", "--user", "--map-root-user", "test", "-w",
+                               str(node.db)])
+    assert writable.returncode == 0
+    before = books()
+    bundle = str(node.bundle())
+    for device in ("0-6g", "6g", "0", "all"):
+        res = in_userns(node.create_args(device), {"ociVersion": "1.0.2", "id": "c1",
+                                                   "status": "creating", "bundle": bundle})
+        assert res.returncode == 2, res.stderr
+        assert err(res) == (f"gpuslice-hook: error: container c1: device {device} is not "
+                            f"granted: {USERNS_WHY}{FIX_CONTAINER}")
+    res = in_userns(node.host.spec_hook("0-6g", "poststop")[1:],
+                    {"ociVersion": "1.0.2", "id": "held", "status": "stopped", "bundle": bundle})
+    assert (res.returncode, res.stdout, res.stderr) == (0, b"", b"")
+    common = ["--database", str(node.db), "--state-dir", str(node.state_dir)]
+    for args, who in ((["gc"], "gc"), (["release", "--id", "held"], "release"),
+                      (["admit", "--id", "c2", "--device", "6g", "--memory-mib", "6144"],
+                       "container c2: device 6g is not granted")):
+        res = in_userns(args + common)
+        assert res.returncode == 2, res.stderr
+        assert err(res) == f"gpuslice-hook: error: {who}: {USERNS_WHY}{FIX_OPERATOR}"
+    # A namespace that maps nothing: the hook runs as the overflow uid.
+    overflow = Path("/proc/sys/kernel/overflowuid").read_text().strip()
+    unmapped = subprocess.run(["unshare", "--user", str(node.hook_path), "gc", *common],
+                              capture_output=True, timeout=60)
+    assert unmapped.returncode == 2, unmapped.stderr
+    assert err(unmapped) == (f"gpuslice-hook: error: gc: {USERNS_WHY}{FIX_OPERATOR}".replace(
+        "uid 0 there is uid 0 of the host", f"uid {overflow} there is no uid of the host"))
+    assert books() == before
+    assert node.release("held").returncode == 0  # on the host, as root: given back
+
+
 @pytest.mark.parametrize("text,expected", [
     (b"", "expected a value at line 1, column 1 (byte offset 0)"),
     (b'{"id": "c",\n "bundle" "/"}', "expected ':' after the member name at line 2, column 11 "
@@ -887,3 +952,34 @@ def test_policy_has_one_owner_the_accountant(node: Node) -> None:
     node.generate()
     assert rows(node.db, "SELECT cores_limit FROM policy") == [(80,)]
     assert node.create("p2", "1-1g-40").returncode == 0
+
+
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_the_engines_name_for_the_container_is_recorded(node: Node, asan: bool) -> None:
+    """From config.json's annotations (containerd's CRI, CRI-O, nerdctl, in that
+    order), one line of at most 128 characters; anything else is no name and
+    never a reason to refuse."""
+    if asan:
+        node.hook_path = build_hook(asan=True)
+    base = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}}
+    cases = {
+        "cri": ({"io.kubernetes.cri.container-name": "trainer",
+                 "io.kubernetes.cri-o.ContainerName": "k8s_other", "nerdctl/name": "n"},
+                "trainer"),
+        "crio": ({"io.kubernetes.cri-o.ContainerName": "k8s_job_pod_ns_uid_0"},
+                 "k8s_job_pod_ns_uid_0"),
+        "nerdctl": ({"nerdctl/name": "web"}, "web"),
+        "lines": ({"nerdctl/name": "a\nb\tc\u0007d\u007f"}, "a b c d "),
+        "nul": ({"nerdctl/name": "cut\u0000here"}, "cut"),
+        "long": ({"nerdctl/name": "é" * 300}, "é" * 128),
+        "number": ({"io.kubernetes.cri.container-name": 7, "nerdctl/name": "next"}, "next"),
+        "none": ({}, ""),
+        "notobj": ("annotations", ""),
+    }
+    for cid, (ann, name) in cases.items():
+        config = dict(base, annotations=ann)
+        res = node.create(cid, "6g", node.bundle(cid, config))
+        assert res.returncode == 0, (cid, res.stderr)
+        assert rows(node.db, "SELECT name FROM reservations WHERE container_id=?", cid) == \
+            [(name,)], cid
+        assert node.release(cid).returncode == 0

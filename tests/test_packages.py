@@ -50,6 +50,7 @@ SHIM = "/usr/lib/gpuslice/libgpuslice.so"
 HOOK = "/usr/bin/gpuslice-hook"
 RUNTIME = "/usr/bin/gpuslice-runtime"
 HOOKS_D = "/usr/share/containers/oci/hooks.d"
+UNITS = ("gpuslice-cdi-refresh.path", "gpuslice-cdi-refresh.service", "gpuslice-health.service")
 # What the packages must both hold, after normalisation (see _normal).
 KEY_FILES = {
     "/usr/bin/gpuslice", HOOK, RUNTIME, "/usr/bin/gpuslice-cdi-cache", SHIM,
@@ -57,6 +58,7 @@ KEY_FILES = {
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.service",
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.path",
     "/usr/lib/systemd/system/gpuslice-exporter.service",
+    "/usr/lib/systemd/system/gpuslice-health.service",
     "/usr/lib/tmpfiles.d/gpuslice.conf", HOOKS_D + "/gpuslice-poststop.json",
     "/usr/share/man/man8/gpuslice.8.gz", "/usr/share/man/man8/gpuslice-hook.8.gz",
     "/usr/share/man/man8/gpuslice-runtime.8.gz", "/usr/share/man/man8/gpuslice-cdi-cache.8.gz",
@@ -302,11 +304,22 @@ def test_rpm_has_the_debs_layout_and_scriptlets(packages: Packages) -> None:
             assert needle in scripts[rpm_name], (rpm_name, needle, scripts[rpm_name])
             assert needle in deb_scripts[deb_name], (deb_name, needle, deb_scripts[deb_name])
     # Units: enabled on install, stopped and disabled on removal.
-    for unit in ("gpuslice-cdi-refresh.path", "gpuslice-cdi-refresh.service"):
+    for unit in UNITS:
         assert "deb-systemd-helper enable '%s'" % unit in deb_scripts["postinst"]
         assert "deb-systemd-helper purge '%s'" % unit in deb_scripts["postrm"]
         assert unit in scripts["postinstall"] and unit in scripts["preuninstall"]
-    assert "deb-systemd-invoke stop 'gpuslice-cdi-refresh.path'" in deb_scripts["prerm"]
+    for unit in ("gpuslice-cdi-refresh.path", "gpuslice-health.service"):
+        assert "deb-systemd-invoke stop '%s'" % unit in deb_scripts["prerm"]
+        assert "systemctl start %s" % unit in scripts["postinstall"]
+    # The watcher runs on after an upgrade as the new version (the rpm's
+    # scriptlet restarts it: try-restart, or systemd 254's update helper; the
+    # deb's postinst restarts it).
+    assert "gpuslice-health.service" in scripts["postuninstall"]
+    assert "try-restart" in scripts["postuninstall"] or \
+        "mark-restart-system-units" in scripts["postuninstall"]
+    # dh_installsystemd's: restart on an upgrade ($2, the old version, set), else start.
+    assert "deb-systemd-invoke $_dh_action 'gpuslice-health.service'" in deb_scripts["postinst"]
+    assert "_dh_action=restart" in deb_scripts["postinst"]
     # The exporter opens a port: installed, not enabled; stopped on removal and
     # restarted after an upgrade only where it runs.
     exporter = "gpuslice-exporter.service"
@@ -320,7 +333,7 @@ def test_rpm_has_the_debs_layout_and_scriptlets(packages: Packages) -> None:
     assert "deb-systemd-invoke stop '%s'" % exporter in deb_scripts["prerm"]
     assert "deb-systemd-helper purge '%s'" % exporter in deb_scripts["postrm"]
     assert exporter in scripts["postinstall"] and exporter in scripts["preuninstall"]
-    assert "try-restart" in scripts["postuninstall"] and exporter in scripts["postuninstall"]
+    assert exporter in scripts["postuninstall"]
     preset = packages.clone / "packaging/rpm/50-gpuslice.preset"
     assert "disable %s" % exporter in preset.read_text().splitlines()
 
@@ -442,7 +455,7 @@ def _install_use_remove_purge(packages: Packages, listing: Dict[str, str], dirs_
     assert Path("/etc/gpuslice/config.yaml").read_text() == \
         _deb_member(packages.deb, "/etc/gpuslice/config.yaml")
     wants = Path("/etc/systemd/system/multi-user.target.wants")
-    for unit in ("gpuslice-cdi-refresh.path", "gpuslice-cdi-refresh.service"):
+    for unit in UNITS:
         assert (wants / unit).is_symlink(), "%s is not enabled" % unit
     assert not (wants / "gpuslice-exporter.service").exists(), "the exporter is enabled"
 

@@ -189,3 +189,23 @@ def test_the_specs_priority_replaces_the_containers_own(podman, node_hi: Host) -
         res = podman.run(probe, devices=[f"gpuslice.io/gpu={device}"], env=claim)
         assert res.returncode == 0, res.stderr
         assert res.stdout.splitlines() == ["GPUSLICE_PRIORITY=normal"], device
+
+
+def test_the_containers_name_is_recorded_when_the_engine_gives_one(podman, node: Host) -> None:
+    """Podman 4.3 puts no name in config.json (its annotations were read: none
+    names the container), so its containers are recorded with none; an
+    annotation an engine would set (containerd's CRI) passed by podman is read."""
+    from ocihook import accountant
+
+    plain = start(podman, "0-6g")
+    assert plain.returncode == 0, plain.stderr
+    named = podman.run(["sleep", "600"], devices=["gpuslice.io/gpu=0-6g"],
+                       extra_args=["--detach", "--annotation",
+                                   "io.kubernetes.cri.container-name=trainer"], timeout=120)
+    assert named.returncode == 0, named.stderr
+    a = accountant.Accountant(str(node.tmp / "state.db"))
+    try:
+        names = {r.container_id: r.name for u in a.usage() for r in u.reservations}
+    finally:
+        a.close()
+    assert names == {plain.stdout.strip(): "", named.stdout.strip(): "trainer"}

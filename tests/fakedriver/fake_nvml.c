@@ -13,6 +13,19 @@
  *    is NVML_ERROR_INSUFFICIENT_SIZE; a lost card answers every per-device
  *    query with NVML_ERROR_GPU_IS_LOST but can still be looked up.
  * One mutex guards all state: calls are cheap and tests call from threads.
+ *
+ * Events (nvmlEventSet*, nvmlDeviceRegisterEvents): a test injects them at
+ * run time by appending lines to the file named by $GPUSLICE_FAKE_NVML_EVENTS
+ * (FAKE_NVML_EVENTS_ENV), each line one of
+ *     xid <card index> <xid>    nvmlEventTypeXidCriticalError, eventData the XID
+ *     dbe <card index>          nvmlEventTypeDoubleBitEccError
+ *     sbe <card index>          nvmlEventTypeSingleBitEccError
+ *     lost <card index>         the card falls off the bus: from then on every
+ *                               query of it, and a wait on a set it is in,
+ *                               returns NVML_ERROR_GPU_IS_LOST
+ * The file is read on every call while the variable is set (new complete
+ * lines only); an event goes to every set that registered its card and type
+ * by then, as a real driver delivers only what happens after registration.
  * No NVML header is used; the types below repeat NVML's ABI (checked by the
  * static asserts against the sizes pynvml's ctypes structures have).
  */
@@ -27,8 +40,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -89,6 +104,27 @@ typedef struct {
     unsigned reserved[4];
 } nvmlPciInfoLegacy_t;
 
+/* nvmlEventData_t and the event types of nvml.h. */
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData; /* the XID for XidCriticalError, else 0 */
+    unsigned gpuInstanceId;       /* 0xFFFFFFFF: no MIG instance to blame */
+    unsigned computeInstanceId;
+} nvmlEventData_t;
+
+#define nvmlEventTypeSingleBitEccError 0x0000000000000001ULL
+#define nvmlEventTypeDoubleBitEccError 0x0000000000000002ULL
+#define nvmlEventTypePState 0x0000000000000004ULL
+#define nvmlEventTypeXidCriticalError 0x0000000000000008ULL
+#define nvmlEventTypeClock 0x0000000000000010ULL
+/* What every fake card offers (nvmlDeviceGetSupportedEventTypes). */
+#define FAKE_SUPPORTED_EVENTS                                                            \
+    (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError |                   \
+     nvmlEventTypePState | nvmlEventTypeXidCriticalError | nvmlEventTypeClock)
+
+_Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t layout");
+_Static_assert(offsetof(nvmlEventData_t, gpuInstanceId) == 24, "nvmlEventData_t layout");
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
 _Static_assert(offsetof(nvmlPciInfo_t, busId) == 36, "nvmlPciInfo_t layout");
 _Static_assert(sizeof(nvmlPciInfoLegacy_t) == 52, "legacy nvmlPciInfo_t layout");
@@ -109,12 +145,15 @@ static nvmlReturn_t leave(nvmlReturn_t rc)
     return rc;
 }
 
+static void read_injected(void);
+
 /* Take the lock if initialised; on failure the lock is not held. */
 static nvmlReturn_t enter(void)
 {
     pthread_mutex_lock(&g_lock);
     if (g_refcount == 0)
         return leave(NVML_ERROR_UNINITIALIZED);
+    read_injected();
     return NVML_SUCCESS;
 }
 
@@ -656,4 +695,189 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
 {
     (void)infos;
     return no_processes(device, infoCount);
+}
+
+/* ----------------------------------------------------------------- events */
+
+#define FAKE_NVML_EVENTS_ENV "GPUSLICE_FAKE_NVML_EVENTS"
+#define SET_QUEUE 64 /* events a set holds before the oldest is dropped */
+
+struct nvmlEventSet_st {
+    struct nvmlEventSet_st *next;          /* g_sets */
+    unsigned long long mask[FAKEGPUS_MAX_GPUS]; /* registered types per card */
+    nvmlEventData_t queue[SET_QUEUE];
+    unsigned head, count;
+};
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+
+static struct nvmlEventSet_st *g_sets; /* guarded by g_lock */
+static long g_injected_seen;           /* bytes of the injection file read */
+
+/* A set this library made and has not freed; compared, not dereferenced. */
+static struct nvmlEventSet_st *find_set(nvmlEventSet_t set)
+{
+    for (struct nvmlEventSet_st *s = g_sets; s; s = s->next)
+        if (s == set)
+            return s;
+    return NULL;
+}
+
+static void deliver(unsigned idx, unsigned long long type, unsigned long long data)
+{
+    for (struct nvmlEventSet_st *s = g_sets; s; s = s->next) {
+        if (!(s->mask[idx] & type))
+            continue;
+        if (s->count == SET_QUEUE) { /* full: the oldest goes */
+            s->head = (s->head + 1) % SET_QUEUE;
+            s->count--;
+        }
+        nvmlEventData_t *e = &s->queue[(s->head + s->count++) % SET_QUEUE];
+        *e = (nvmlEventData_t){handle_of(idx), type, data, 0xFFFFFFFFu, 0xFFFFFFFFu};
+    }
+}
+
+static void inject(const char *line)
+{
+    char what[8];
+    unsigned idx;
+    unsigned long long xid = 0;
+    int n = sscanf(line, "%7s %u %llu", what, &idx, &xid);
+    int ok = n >= 2 && idx < g_gpus.count;
+    if (ok && strcmp(what, "xid") == 0 && n == 3)
+        deliver(idx, nvmlEventTypeXidCriticalError, xid);
+    else if (ok && strcmp(what, "dbe") == 0 && n == 2)
+        deliver(idx, nvmlEventTypeDoubleBitEccError, 0);
+    else if (ok && strcmp(what, "sbe") == 0 && n == 2)
+        deliver(idx, nvmlEventTypeSingleBitEccError, 0);
+    else if (ok && strcmp(what, "lost") == 0 && n == 2)
+        g_gpus.gpus[idx].lost = true;
+    else
+        fprintf(stderr, "gpuslice fake libnvidia-ml.so.1: $%s: ignored line \"%s\" (not "
+                "\"xid N XID\", \"dbe N\", \"sbe N\" or \"lost N\" for a card N below %u)\n",
+                FAKE_NVML_EVENTS_ENV, line, g_gpus.count);
+}
+
+/* The injection file's complete lines not read yet (g_lock held). */
+static void read_injected(void)
+{
+    const char *path = getenv(FAKE_NVML_EVENTS_ENV);
+    if (!path || !path[0])
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return; /* not there yet: nothing injected */
+    char line[256];
+    if (fseek(f, g_injected_seen, SEEK_SET) == 0) {
+        while (fgets(line, sizeof line, f)) {
+            size_t len = strlen(line);
+            if (len == 0 || line[len - 1] != '\n')
+                break; /* a line still being written: read it next time */
+            g_injected_seen += (long)len;
+            line[len - 1] = '\0';
+            inject(line);
+        }
+    }
+    fclose(f);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!set)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    struct nvmlEventSet_st *s = calloc(1, sizeof *s);
+    if (!s)
+        return leave(NVML_ERROR_MEMORY);
+    s->next = g_sets;
+    g_sets = s;
+    *set = s;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    nvmlReturn_t rc = enter();
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (struct nvmlEventSet_st **p = &g_sets; *p; p = &(*p)->next)
+        if (*p == set) {
+            *p = set->next;
+            free(set);
+            return leave(NVML_SUCCESS);
+        }
+    return leave(NVML_ERROR_INVALID_ARGUMENT);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
+                                                     unsigned long long *eventTypes)
+{
+    ENTER_DEVICE(device, g);
+    (void)g;
+    if (!eventTypes)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *eventTypes = FAKE_SUPPORTED_EVENTS;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                             nvmlEventSet_t set)
+{
+    ENTER_DEVICE(device, g);
+    struct nvmlEventSet_st *s = find_set(set);
+    if (!s)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* As NVML: a type the card does not offer fails the whole call. */
+    if (eventTypes & ~FAKE_SUPPORTED_EVENTS)
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    s->mask[g - g_gpus.gpus] |= eventTypes;
+    return leave(NVML_SUCCESS);
+}
+
+/* Whether a card registered in s is lost (g_lock held). */
+static bool set_has_lost(const struct nvmlEventSet_st *s)
+{
+    for (unsigned i = 0; i < g_gpus.count; i++)
+        if (s->mask[i] && g_gpus.gpus[i].lost)
+            return true;
+    return false;
+}
+
+/* Queued events first, then a lost card; the lock is let go between looks,
+ * so that other threads' calls go on while one waits. */
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                        unsigned timeoutms)
+{
+    struct timespec start, now, nap = {0, 5 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        nvmlReturn_t rc = enter();
+        if (rc != NVML_SUCCESS)
+            return rc;
+        struct nvmlEventSet_st *s = find_set(set);
+        if (!s || !data)
+            return leave(NVML_ERROR_INVALID_ARGUMENT);
+        if (s->count) {
+            *data = s->queue[s->head];
+            s->head = (s->head + 1) % SET_QUEUE;
+            s->count--;
+            return leave(NVML_SUCCESS);
+        }
+        if (set_has_lost(s))
+            return leave(NVML_ERROR_GPU_IS_LOST);
+        pthread_mutex_unlock(&g_lock);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double waited_ms = (double)(now.tv_sec - start.tv_sec) * 1e3 +
+                           (double)(now.tv_nsec - start.tv_nsec) / 1e6;
+        if (waited_ms >= (double)timeoutms)
+            return NVML_ERROR_TIMEOUT;
+        nanosleep(&nap, NULL);
+    }
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data,
+                                     unsigned timeoutms)
+{
+    return nvmlEventSetWait_v2(set, data, timeoutms);
 }

@@ -30,6 +30,10 @@ struct gs_acct {
     sqlite3 *db;
     char *path;           /* for messages: one line (gs_quote) */
     struct policy policy; /* read in each admission's transaction */
+    /* Why the last admission was refused, for its `refuse` event: the
+     * class (a static string) and the card the line names ("" if none). */
+    const char *refused_class, *refused_device; /* the device: the request's */
+    char *refused_card;
 };
 
 struct card {
@@ -37,6 +41,7 @@ struct card {
     char *uuid;
     int64_t total_mib;
     int mig, healthy;
+    char *reason; /* health_reason: why it is out of service, "" if none recorded */
 };
 
 struct usage {
@@ -48,7 +53,7 @@ struct usage {
 
 #define RES_COLS \
     "container_id, device, card_uuid, memory_mib, cores, exclusive, pid, pid_start, runtime, " \
-    "created, priority"
+    "created, priority, name"
 
 static int sql_fail(struct gs_acct *a)
 {
@@ -204,6 +209,8 @@ int gs_acct_open(const char *path, struct gs_acct **out)
     struct gs_acct *a = gs_xmalloc(sizeof *a);
     a->db = db;
     a->path = shown;
+    a->refused_class = a->refused_device = NULL;
+    a->refused_card = NULL;
     sqlite3_busy_timeout(db, GS_BUSY_TIMEOUT_MS);
     /* The schema before journal_mode=WAL, which writes to the file: a file
      * that is not ours is left as it was. */
@@ -223,6 +230,7 @@ void gs_acct_close(struct gs_acct *a)
         return;
     sqlite3_close(a->db);
     free(a->path);
+    free(a->refused_card);
     free(a);
 }
 
@@ -262,6 +270,7 @@ static void reservation_free(struct gs_reservation *r)
     free(r->card_uuid);
     free(r->runtime);
     free(r->priority);
+    free(r->name);
 }
 
 void gs_reservations_free(struct gs_reservations *list)
@@ -300,6 +309,7 @@ static void row_reservation(sqlite3_stmt *st, struct gs_reservation *r)
     r->runtime = col_text(st, 8);
     r->created = sqlite3_column_double(st, 9);
     r->priority = col_text(st, 10);
+    r->name = col_text(st, 11);
 }
 
 /* Every row of a SELECT RES_COLS statement (already bound) into list. */
@@ -420,15 +430,17 @@ int gs_acct_release(struct gs_acct *a, const char *container_id, const char *why
 
 static void free_cards(struct card *cards, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         free(cards[i].uuid);
+        free(cards[i].reason);
+    }
     free(cards);
 }
 
 static int load_cards(struct gs_acct *a, struct card **out, size_t *n)
 {
-    sqlite3_stmt *st = prepare(a, "SELECT idx, uuid, total_mib, mig, healthy FROM cards "
-                                  "ORDER BY idx");
+    sqlite3_stmt *st = prepare(a, "SELECT idx, uuid, total_mib, mig, healthy, health_reason "
+                                  "FROM cards ORDER BY idx");
     if (!st)
         return GS_ERROR;
     struct card *v = NULL;
@@ -445,6 +457,7 @@ static int load_cards(struct gs_acct *a, struct card **out, size_t *n)
         c->total_mib = sqlite3_column_int64(st, 2);
         c->mig = sqlite3_column_int64(st, 3) != 0;
         c->healthy = sqlite3_column_int64(st, 4) != 0;
+        c->reason = col_text(st, 5);
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
@@ -517,17 +530,37 @@ static int64_t free_mib(const struct gs_acct *a, const struct card *c, const str
     return f > 0 ? f : 0;
 }
 
-/* 0 if req fits on c, else 1 and the one-line reason (naming what to do). */
+/* "card N (UUID) is out of service (reason); ..." */
+static void out_of_service(struct gs_str *why, const struct card *c)
+{
+    long long idx = (long long)c->index;
+    gs_str_addf(why, "card %lld (%s) is out of service (%s); `gpuslice card enable %lld` "
+                "returns it", idx, c->uuid, c->reason[0] ? c->reason : "no reason recorded",
+                idx);
+}
+
+/* The classes of a refusal, for its `refuse` event (docs/architecture.md). */
+#define R_UNHEALTHY "unhealthy"
+#define R_HELD "held"        /* held whole by another, or slices stand in the way */
+#define R_MIG "mig"
+#define R_FULL "full"        /* not enough memory free */
+#define R_COMPUTE "compute"  /* cores_limit reached */
+#define R_UNKNOWN "unknown-card"
+
+/* 0 if req fits on c, else 1, the one-line reason (naming what to do) and,
+ * in *cls, its class (R_*). */
 static int why_not(const struct gs_acct *a, const struct gs_request *req, const struct card *c,
-                   const struct usage *u, struct gs_str *why)
+                   const struct usage *u, struct gs_str *why, const char **cls)
 {
     const char *dev = req->device;
     long long idx = (long long)c->index;
     if (!c->healthy) {
-        gs_str_addf(why, "%s: card %lld (%s) is unhealthy or gone; it takes no new container",
-                    dev, idx, c->uuid);
+        *cls = R_UNHEALTHY;
+        gs_str_addf(why, "%s: ", dev);
+        out_of_service(why, c);
         return 1;
     }
+    *cls = R_HELD;
     if (u->exclusive) {
         gs_str_addf(why, "%s: card %lld (%s) is held whole by %s; stop it, or ask for another "
                     "card", dev, idx, c->uuid, u->holders);
@@ -541,11 +574,13 @@ static int why_not(const struct gs_acct *a, const struct gs_request *req, const 
                     (long long)u->reserved_mib, u->holders);
         return 1;
     }
+    *cls = R_MIG;
     if (c->mig) {
         gs_str_addf(why, "%s: card %lld (%s) is in MIG mode; it is offered whole only, ask for "
                     "the whole card", dev, idx, c->uuid);
         return 1;
     }
+    *cls = R_FULL;
     int64_t free = free_mib(a, c, u);
     if (req->memory_mib > free) {
         gs_str_addf(why, "%s: card %lld (%s) has %lld MiB free of %lld MiB, %lld MiB asked; stop "
@@ -553,6 +588,7 @@ static int why_not(const struct gs_acct *a, const struct gs_request *req, const 
                     (long long)capacity_mib(a, c), (long long)req->memory_mib);
         return 1;
     }
+    *cls = R_COMPUTE;
     if (req->cores && u->cores + req->cores > a->policy.cores_limit) {
         gs_str_addf(why, "%s: card %lld (%s) has %lld%% of its compute left, %lld%% asked; stop "
                     "a capped container on it or ask for less", dev, idx, c->uuid,
@@ -633,7 +669,7 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
     double now = gs_now();
     sqlite3_stmt *st = prepare(a, "INSERT INTO reservations(container_id, device, card_uuid, "
                                   "memory_mib, cores, exclusive, pid, pid_start, runtime, "
-                                  "created, priority) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+                                  "created, priority, name) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
     if (!st)
         return GS_ERROR;
     text(st, 1, req->container_id);
@@ -649,6 +685,7 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
     text(st, 9, req->runtime ? req->runtime : "");
     sqlite3_bind_double(st, 10, now);
     text(st, 11, req->priority);
+    text(st, 12, req->name ? req->name : "");
     if (run(a, st) != GS_OK)
         return GS_ERROR;
     struct gs_str d = {0};
@@ -668,6 +705,7 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
     r->card_uuid = gs_xstrdup(c->uuid);
     r->runtime = gs_xstrdup(req->runtime ? req->runtime : "");
     r->priority = gs_xstrdup(req->priority);
+    r->name = gs_xstrdup(req->name ? req->name : "");
     r->memory_mib = memory;
     r->cores = req->cores;
     r->exclusive = req->exclusive;
@@ -678,6 +716,16 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
     r->created = now;
     r->card_index = c->index;
     return GS_OK;
+}
+
+/* Keep what the `refuse` event of this admission will say. */
+static void note_refusal(struct gs_acct *a, const struct gs_request *req, const char *cls,
+                         const char *card)
+{
+    a->refused_class = cls;
+    a->refused_device = req->device;
+    free(a->refused_card);
+    a->refused_card = gs_xstrdup(card);
 }
 
 static int admit_locked(struct gs_acct *a, const struct gs_request *req,
@@ -702,6 +750,7 @@ static int admit_locked(struct gs_acct *a, const struct gs_request *req,
     size_t nuse = 0;
     struct gs_str why = {0};
     if (ncand == 0) {
+        note_refusal(a, req, R_UNKNOWN, "");
         rc = no_card(req);
         goto out;
     }
@@ -712,15 +761,26 @@ static int admit_locked(struct gs_acct *a, const struct gs_request *req,
             goto out;
         }
     /* binpack: the fullest card that fits; spread: the emptiest. Ties:
-     * lowest index; equal keys: the first. */
-    size_t pick = ncand, best = 0;
+     * lowest index; equal keys: the first. A card out of service is
+     * skipped; when none fits, the line names the healthy card with the
+     * most free, or what keeps the cards out of service if none is healthy. */
+    size_t pick = ncand, best = ncand, sick = 0;
     for (size_t i = 0; i < ncand; i++) {
+        if (!cand[i]->healthy) {
+            sick++;
+            continue;
+        }
         int64_t f = free_mib(a, cand[i], &use[i]);
-        int64_t bf = free_mib(a, cand[best], &use[best]);
-        if (f > bf || (f == bf && cand[i]->index < cand[best]->index))
+        if (best == ncand) {
             best = i;
+        } else {
+            int64_t bf = free_mib(a, cand[best], &use[best]);
+            if (f > bf || (f == bf && cand[i]->index < cand[best]->index))
+                best = i;
+        }
         struct gs_str scratch = {0};
-        int no = why_not(a, req, cand[i], &use[i], &scratch);
+        const char *cls;
+        int no = why_not(a, req, cand[i], &use[i], &scratch, &cls);
         gs_str_free(&scratch);
         if (no)
             continue;
@@ -735,11 +795,30 @@ static int admit_locked(struct gs_acct *a, const struct gs_request *req,
             pick = i;
     }
     if (pick == ncand) {
-        if (ncand > 1)
-            gs_str_add(&why, "no card has room; the likeliest: ");
-        size_t at = why.len;
-        if (!why_not(a, req, cand[best], &use[best], &why) || why.len == at)
-            gs_str_add(&why, "does not fit");
+        const char *cls = R_UNHEALTHY, *named = "";
+        if (best < ncand) {
+            if (ncand > 1)
+                gs_str_add(&why, "no card has room; the likeliest: ");
+            size_t at = why.len;
+            if (!why_not(a, req, cand[best], &use[best], &why, &cls) || why.len == at)
+                gs_str_add(&why, "does not fit");
+            named = cand[best]->uuid;
+            for (size_t i = 0, k = 0; i < ncand; i++)
+                if (!cand[i]->healthy)
+                    gs_str_addf(&why, "%s%lld", k++ ? ", " : "; out of service: card ",
+                                (long long)cand[i]->index);
+        } else if (ncand == 1) {
+            why_not(a, req, cand[0], &use[0], &why, &cls);
+            named = cand[0]->uuid;
+        } else {
+            gs_str_addf(&why, "%s: no card is in service: ", req->device);
+            for (size_t i = 0; i < ncand; i++) {
+                if (i)
+                    gs_str_add(&why, "; ");
+                out_of_service(&why, cand[i]);
+            }
+        }
+        note_refusal(a, req, cls, named);
         rc = gs_refuse("%s", why.s);
         goto out;
     }
@@ -814,9 +893,29 @@ static int holds_any(struct gs_acct *a, const char *cid, int *any)
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? GS_OK : sql_fail(a);
 }
 
+/* After a refusal's rollback, its `refuse` event, in a transaction of its
+ * own: {"device": ..., "reason": <class>}, the card the line names in
+ * card_uuid. A refusal costs this one INSERT more, an admission nothing; if
+ * it cannot be written, the refusal stands and its line is kept. */
+static void refusal_event(struct gs_acct *a, const char *cid)
+{
+    char *why = gs_message_take();
+    struct gs_str d = {0};
+    gs_str_add(&d, "{\"device\": ");
+    gs_json_quote(&d, a->refused_device, strlen(a->refused_device));
+    gs_str_add(&d, ", \"reason\": ");
+    gs_json_quote(&d, a->refused_class, strlen(a->refused_class));
+    gs_str_addc(&d, '}');
+    (void)event(a, "refuse", cid, a->refused_card ? a->refused_card : "", d.s);
+    gs_str_free(&d);
+    gs_refuse("%s", why);
+    free(why);
+}
+
 int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
                   struct gs_reservations *out, struct gs_reservations *reclaimed, int *first)
 {
+    a->refused_class = NULL;
     if (begin(a) != GS_OK)
         return GS_ERROR;
     size_t held = out->n, dead = reclaimed->n;
@@ -829,6 +928,8 @@ int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
     for (size_t i = 0; rc == GS_OK && i < n; i++)
         rc = admit_locked(a, &reqs[i], out);
     rc = finish(a, rc);
+    if (rc == GS_NO && a->refused_class)
+        refusal_event(a, reqs[0].container_id);
     if (rc != GS_OK) { /* nothing was written: nothing is held, nothing reclaimed */
         for (size_t i = held; i < out->n; i++)
             reservation_free(&out->v[i]);

@@ -32,10 +32,11 @@ struct gs_request {
     const int64_t *pid;      /* NULL: unknown */
     const int64_t *pid_start;
     const char *runtime;
+    const char *name;        /* the engine's name for the container; NULL: none */
 };
 
 struct gs_reservation {
-    char *container_id, *device, *card_uuid, *runtime, *priority;
+    char *container_id, *device, *card_uuid, *runtime, *priority, *name;
     int64_t memory_mib, cores;
     int exclusive;
     int has_pid, has_pid_start;
@@ -64,7 +65,8 @@ void gs_acct_close(struct gs_acct *a);
  * are the caller's to remove), *first: the container held nothing before
  * (its state dir is to be made fresh); GS_NO with the refusal; GS_ERROR.
  * On GS_NO or GS_ERROR nothing was written and nothing is added to out or
- * reclaimed. A request already held (same container, device and, for one
+ * reclaimed; a refusal (GS_NO) is recorded as a `refuse` event after the
+ * rollback. A request already held (same container, device and, for one
  * card, card) gives the reservation it holds: the hook ran twice. */
 int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
                   struct gs_reservations *out, struct gs_reservations *reclaimed, int *first);

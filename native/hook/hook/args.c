@@ -39,7 +39,9 @@ static const char help_text[] =
     "--priority high|normal|low (a slice's; default normal).\n"
     "Policy (placement, memory overcommit, cores limit): the accountant's, read in each\n"
     "admission (`gpuslice config apply` records the configuration's).\n"
-    "Exit: 0 ok, 1 refused, 2 bad input or usage.\n";
+    "In a user namespace (a rootless container's hooks) nothing is granted: the accountant\n"
+    "is root's. A poststop there does nothing.\n"
+    "Exit: 0 ok, 1 refused, 2 bad input, usage, or run in a user namespace.\n";
 
 static const struct {
     const char *name;

@@ -10,7 +10,8 @@
  *   gc       reclaim what dead containers hold
  *   admit    the accountant alone, for tests and operators
  *
- * Exit 0 ok, 1 a refusal ("no": the card is full), 2 bad input or usage.
+ * Exit 0 ok, 1 a refusal ("no": the card is full), 2 bad input or usage,
+ * or a hook in a user namespace (userns.h), which is granted nothing.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,7 +26,13 @@
 #include "procs.h"
 #include "rootfs.h"
 #include "statedir.h"
+#include "userns.h"
 #include "util.h"
+
+/* What to do about a hook in a user namespace: a container's, an operator's. */
+#define FIX_CONTAINER "run the container as root (sudo podman run ..., or a rootful podman " \
+                      "service) without --userns or --uidmap"
+#define FIX_OPERATOR "run gpuslice-hook as root on the host, outside any user namespace"
 
 /* One request per card for --exclusive with several cards (all or none),
  * else one request whose cards are the candidates. */
@@ -66,6 +73,18 @@ static void remove_reclaimed(const char *state_dir, const char *cid,
             gs_remove_container_dir(state_dir, dead->v[i].container_id);
 }
 
+/* In the initial user namespace, GS_OK; else the line that says why
+ * container cid gets no device (nothing is opened or written). */
+static int granted_here(const char *cid, const char *device, const char *fix)
+{
+    struct gs_str who = {0};
+    gs_str_addf(&who, "container %.*s: device %s is not granted", (int)gs_utf8_prefix(cid, 12),
+                cid, device);
+    int rc = gs_require_initial_userns(gs_str_cstr(&who), fix);
+    gs_str_free(&who);
+    return rc;
+}
+
 /* "container <id[:12]>: <why>": the refusal, one line. */
 static int refused(const char *cid)
 {
@@ -81,6 +100,8 @@ static int cmd_admit(const struct gs_args *a)
     const char *cid = a->value[O_ID];
     int64_t start = a->pid_start;
     const int64_t *pid = a->value[O_PID] ? &a->pid : NULL, *pid_start = NULL;
+    if (granted_here(cid, a->value[O_DEVICE], FIX_OPERATOR) != GS_OK)
+        return GS_ERROR;
     if (a->value[O_PID_START])
         pid_start = &start;
     else if (pid && gs_start_time(a->pid, &start))
@@ -154,7 +175,10 @@ static int cmd_create(const struct gs_args *a)
     int rc = gs_read_state(0, &st);
     if (rc != GS_OK)
         return rc;
-    if ((rc = gs_read_bundle(st.bundle, &cfg)) != GS_OK ||
+    /* Before anything is read from the bundle or opened: a rootless
+     * container would otherwise fail on the database, in SQLite's words. */
+    if ((rc = granted_here(st.id, a->value[O_DEVICE], FIX_CONTAINER)) != GS_OK ||
+        (rc = gs_read_bundle(st.bundle, &cfg)) != GS_OK ||
         (rc = gs_acct_open(a->value[O_DATABASE], &acct)) != GS_OK)
         goto out;
     int has_pid;
@@ -165,6 +189,8 @@ static int cmd_create(const struct gs_args *a)
     gs_runtime_of(has_pid, pid, runtime);
     size_t n = build_requests(a, st.id, has_pid ? &pid : NULL, has_start ? &start : NULL,
                               runtime, &reqs);
+    for (size_t i = 0; i < n; i++)
+        reqs[i].name = cfg.name;
     rc = gs_acct_admit(acct, reqs, n, &held, &dead, &first);
     remove_reclaimed(a->value[O_STATE_DIR], st.id, &dead);
     if (rc == GS_NO) {
@@ -205,6 +231,13 @@ static int cmd_release(const struct gs_args *a)
     const char *db = a->value[O_DATABASE], *state_dir = a->value[O_STATE_DIR];
     const char *cid = a->value[O_ID];
     struct gs_state st = {0};
+    long long host_uid;
+    if (cid && gs_require_initial_userns("release", FIX_OPERATOR) != GS_OK)
+        return GS_ERROR;
+    /* A poststop in a user namespace: its create was there too, and was
+     * granted nothing; nothing to give back, and nothing more to say. */
+    if (!cid && gs_in_initial_userns(&host_uid) == 0)
+        return GS_OK;
     if (!cid) { /* poststop: the state on stdin */
         int rc = gs_read_state(0, &st);
         if (rc != GS_OK)
@@ -237,6 +270,8 @@ static int cmd_gc(const struct gs_args *a)
 {
     struct gs_acct *acct;
     struct gs_reservations dead = {0};
+    if (gs_require_initial_userns("gc", FIX_OPERATOR) != GS_OK)
+        return GS_ERROR;
     int rc = gs_acct_open(a->value[O_DATABASE], &acct);
     if (rc != GS_OK)
         return rc;

@@ -157,6 +157,33 @@ static int user_id(const struct gs_json *user, int has_user, const char *what, u
     return GS_OK;
 }
 
+/* The container's name from config.json's annotations: the first of
+ * GS_NAME_ANNOTATIONS that is a string, cut at a NUL and to
+ * GS_NAME_MAX_CHARS characters, control characters made spaces (one line).
+ * Anything else is no name: a name is for operators, never a reason to
+ * refuse a start. */
+static char *name_of(const struct gs_json *doc)
+{
+    static const char *const keys[] = GS_NAME_ANNOTATIONS;
+    struct gs_json ann, v;
+    if (object_member(doc, "annotations", &ann) != 1)
+        return gs_xstrdup("");
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        if (!gs_json_member(&ann, keys[k], &v) || v.type != GS_JSON_STRING)
+            continue;
+        size_t len;
+        char *s = gs_json_string(&v, &len);
+        if (!s)
+            continue;
+        s[gs_utf8_prefix(s, GS_NAME_MAX_CHARS)] = '\0';
+        for (char *p = s; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = ' ';
+        return s;
+    }
+    return gs_xstrdup("");
+}
+
 int gs_parse_bundle(const char *bundle, const char *data, size_t n, struct gs_bundle *out)
 {
     memset(out, 0, sizeof *out);
@@ -208,6 +235,7 @@ int gs_parse_bundle(const char *bundle, const char *data, size_t n, struct gs_bu
     }
     if (why.len)
         out->root_error = gs_str_take(&why);
+    out->name = name_of(&doc);
     rc = GS_OK;
 out:
     gs_str_free(&err);
@@ -270,6 +298,7 @@ void gs_bundle_free(struct gs_bundle *c)
 {
     free(c->root);
     free(c->root_error);
+    free(c->name);
     memset(c, 0, sizeof *c);
 }
 

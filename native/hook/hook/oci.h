@@ -27,7 +27,16 @@ struct gs_bundle {
     char *root;         /* root.path as written, or NULL and: */
     char *root_error;   /* why it is not a path (reported after admission: a
                            container that does not fit hears that first) */
+    char *name;         /* the engine's name for the container (GS_NAME_ANNOTATIONS),
+                           one line of at most GS_NAME_MAX_CHARS; "" if none */
 };
+
+/* The annotations an engine names a container by, the first present wins:
+ * containerd's CRI, CRI-O, nerdctl. Podman 4.3 (seen) and Docker put none
+ * in config.json. */
+#define GS_NAME_ANNOTATIONS \
+    { "io.kubernetes.cri.container-name", "io.kubernetes.cri-o.ContainerName", "nerdctl/name" }
+#define GS_NAME_MAX_CHARS 128
 
 /* 1-128 of [A-Za-z0-9_.-], the first a letter or digit, no "..": it names
  * a folder and a database row. */
