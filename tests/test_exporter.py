@@ -111,7 +111,7 @@ def test_scrape_reads_cards_containers_processes_and_counters(node: Node) -> Non
 def test_health_xids_and_refusals(node: Node) -> None:
     """A card the health watcher took out for a critical XID (through the
     accountant, as the watcher does), and the hook's refusals, by class: one
-    on that card (unhealthy), two that do not fit (full)."""
+    on that card (unhealthy), two on the card C holds whole (held)."""
     from ocihook import accountant
 
     scene(node)
@@ -121,7 +121,7 @@ def test_health_xids_and_refusals(node: Node) -> None:
         acct.mark_unhealthy(u0, "xid", "XID 79 (fallen off the bus)", xid=79)
     finally:
         acct.close()
-    for card, mib in ((u0, 1024), (u1, 20480), (u1, 20480)):
+    for card, mib in ((u0, 1024), (u1, 1024), (u1, 1024)):
         res = node.hook("admit", "--id", "r" * 64, "--device", "1g", "--card", card,
                         "--memory-mib", str(mib))
         assert res.returncode == 1, res.stderr
@@ -139,7 +139,7 @@ def test_health_xids_and_refusals(node: Node) -> None:
         assert abs(since - time.time()) < 600
         assert value(found, "gpuslice_card_xid_errors_total", uuid=u0) == 1
         assert value(found, "gpuslice_card_xid_errors_total", uuid=u1) == 0
-        assert value(found, "gpuslice_admissions_total", result="refused", reason="full") == 2
+        assert value(found, "gpuslice_admissions_total", result="refused", reason="held") == 2
         assert value(found, "gpuslice_admissions_total", result="refused",
                      reason="unhealthy") == 1
         assert value(found, "gpuslice_admissions_total", result="admitted") == 5
