@@ -33,7 +33,9 @@ if [ "$with_tests" = 1 ]; then
   # Tests run real Podman 4.3 with runc (crun refuses the hybrid cgroup layout
   # of some hosts) on a busybox-static root file system; gcc builds the fake
   # driver; clang and libclang-rt-dev (libFuzzer, only a recommends of clang)
-  # build the fuzz harnesses. --no-install-recommends is enough: podman's
+  # build the fuzz harnesses; Prometheus scrapes the exporter and tmux drives
+  # `gpuslice top` in tests/test_exporter.py and test_top.py.
+  # --no-install-recommends is enough: podman's
   # recommends serve rootless use and images, which the tests do not need.
   apt-get install -y -q --no-install-recommends \
     podman runc crun conmon containernetworking-plugins busybox-static uidmap \
@@ -42,6 +44,7 @@ if [ "$with_tests" = 1 ]; then
     ca-certificates util-linux mount procps debootstrap \
     git cpio build-essential debhelper dh-python python3-all python3-setuptools \
     pybuild-plugin-pyproject python3-yaml python3-click python3-cffi python3-tomlkit \
+    python3-prometheus-client prometheus tmux \
     rpm lintian rpmlint </dev/null
 fi
 

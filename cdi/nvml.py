@@ -28,6 +28,7 @@ NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25
 
 # Event types, a bit mask (nvml.h's nvmlEventType*).
 EVENT_SINGLE_BIT_ECC = 0x0000000000000001
@@ -94,6 +95,31 @@ class NvmlPciInfo(ctypes.Structure):
     ]
 
 
+class NvmlMemoryV2(ctypes.Structure):
+    """nvmlMemory_v2_t (bytes): `used` leaves out what the driver reserves, as
+    nvidia-smi's memory.used does."""
+    _fields_ = [
+        ("version", c_uint),
+        ("total", c_ulonglong),
+        ("reserved", c_ulonglong),
+        ("free", c_ulonglong),
+        ("used", c_ulonglong),
+    ]
+
+
+# nvml.h's NVML_STRUCT_VERSION(Memory, 2).
+NVML_MEMORY_V2 = ctypes.sizeof(NvmlMemoryV2) | (2 << 24)
+
+
+class NvmlUtilization(ctypes.Structure):
+    """nvmlUtilization_t: percent of the last sample period the card (gpu) and its
+    memory controller (memory) were busy."""
+    _fields_ = [
+        ("gpu", c_uint),
+        ("memory", c_uint),
+    ]
+
+
 _Device = c_void_p  # nvmlDevice_t: an opaque pointer
 _EventSet = c_void_p  # nvmlEventSet_t: an opaque pointer
 
@@ -124,6 +150,9 @@ _SIGNATURES = {
     "nvmlDeviceGetMemoryInfo": (_Device, POINTER(NvmlMemory)),
     "nvmlDeviceGetPciInfo_v3": (_Device, POINTER(NvmlPciInfo)),
     "nvmlDeviceGetMigMode": (_Device, POINTER(c_uint), POINTER(c_uint)),
+    # The exporter's sample of a card (ocihook/nvml_sample.py).
+    "nvmlDeviceGetUtilizationRates": (_Device, POINTER(NvmlUtilization)),
+    "nvmlDeviceGetMemoryInfo_v2": (_Device, POINTER(NvmlMemoryV2)),
     "nvmlEventSetCreate": (POINTER(_EventSet),),
     "nvmlEventSetFree": (_EventSet,),
     "nvmlDeviceGetSupportedEventTypes": (_Device, POINTER(c_ulonglong)),
@@ -229,6 +258,16 @@ class Nvml:
         pci = NvmlPciInfo()
         self.call("nvmlDeviceGetPciInfo_v3", h, byref(pci))
         return pci
+
+    def memory_v2(self, h: c_void_p) -> NvmlMemoryV2:
+        mem = NvmlMemoryV2(version=NVML_MEMORY_V2)
+        self.call("nvmlDeviceGetMemoryInfo_v2", h, byref(mem))
+        return mem
+
+    def utilization(self, h: c_void_p) -> NvmlUtilization:
+        u = NvmlUtilization()
+        self.call("nvmlDeviceGetUtilizationRates", h, byref(u))
+        return u
 
     def mig_mode(self, h: c_void_p) -> Tuple[int, int]:
         current, pending = c_uint(), c_uint()

@@ -194,6 +194,32 @@ class Accountant:
 
     # ------------------------------------------------------------ database
 
+    @classmethod
+    def read_only(cls, path: str) -> "Accountant":
+        """The database opened for reading only (URI mode=ro), for the exporter and
+        `gpuslice top`: no migration, no write, no write lock; in WAL mode a reader
+        never holds up the hook's writes. AccountantError if it is missing, another
+        program's, or of a schema version other than this gpuslice's (an older one
+        is upgraded by the next command that opens it to write, e.g. `gpuslice
+        status`)."""
+        from urllib.parse import quote
+
+        try:
+            db = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
+                                 timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            db.row_factory = sqlite3.Row
+            version = cls._version(db, path)
+        except sqlite3.Error as e:
+            raise AccountantError(f"{path}: cannot open the accountant's database to read: "
+                                  f"{e}") from None
+        if version != SCHEMA_VERSION:
+            db.close()
+            raise AccountantError(f"{path}: schema version {version}, this gpuslice reads "
+                                  f"{SCHEMA_VERSION}; run `gpuslice status` once to upgrade it")
+        acct = cls.__new__(cls)
+        acct.path, acct.db = path, db
+        return acct
+
     @staticmethod
     def _open(path: str) -> sqlite3.Connection:
         parent = os.path.dirname(os.path.abspath(path))
@@ -394,6 +420,24 @@ class Accountant:
         rows = self.reservations(card.uuid)
         return CardUsage(card, sum(r.memory_mib for r in rows), sum(r.cores for r in rows),
                          any(r.exclusive for r in rows), rows)
+
+    def event_tally(self, after_id: int = 0
+                    ) -> Tuple[int, Dict[Tuple[str, str, str, str], int]]:
+        """How many events of each (kind, card_uuid, reason, cause) have id > after_id,
+        and the newest id: counters for the exporter, which asks only for what is
+        new since its last scrape. reason and cause are the detail's "reason" (a
+        refusal's class) and "cause" (why a card went out of service: xid, ecc...)
+        where the detail is a JSON object that has them, else ""."""
+        obj = "json_valid(detail) AND json_type(detail) = 'object'"
+        rows = self.db.execute(
+            f"SELECT kind, card_uuid, CASE WHEN {obj} THEN coalesce(json_extract(detail, "
+            f"'$.reason'), '') ELSE '' END AS reason, CASE WHEN {obj} THEN coalesce("
+            "json_extract(detail, '$.cause'), '') ELSE '' END AS cause, count(*) AS n, "
+            "max(id) AS last FROM events WHERE id > ? GROUP BY 1, 2, 3, 4",
+            (after_id,)).fetchall()
+        tally = {(r["kind"], r["card_uuid"], str(r["reason"]), str(r["cause"])): int(r["n"])
+                 for r in rows}
+        return max([after_id] + [int(r["last"]) for r in rows]), tally
 
     def events(self, limit: int = 100) -> Iterator[sqlite3.Row]:
         return iter(self.db.execute("SELECT * FROM events ORDER BY id DESC LIMIT ?", (limit,))

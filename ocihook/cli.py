@@ -286,6 +286,47 @@ def gc_cmd(state: State) -> None:
     _run_hook(state.config, "gc")
 
 
+# -- observing the node ----------------------------------------------------------
+
+@cli.command("exporter")
+@click.option("--listen", metavar="ADDR:PORT", default="127.0.0.1:10463", show_default=True,
+              help="where to serve /metrics ([::1]:PORT for IPv6, :PORT for every address)")
+@click.pass_obj
+def exporter_cmd(state: State, listen: str) -> None:
+    """Serve Prometheus metrics of the cards, containers and processes (docs/metrics.md)."""
+    from ocihook import exporter
+
+    try:
+        where = exporter.parse_listen(listen)
+    except exporter.ListenError as e:
+        fail(str(e))
+    cfg = state.config
+    try:
+        exporter.serve(cfg.state_dir, cfg.database, cfg.driver_root, where)
+    except OSError as e:
+        fail(f"--listen {listen}: cannot serve there: {e.strerror}; pick a free port or "
+             "another address")
+
+
+@cli.command("top")
+@click.option("--once", is_flag=True, help="print one frame (rates over one second) and exit")
+@click.pass_obj
+def top_cmd(state: State, once: bool) -> None:
+    """Cards, containers and processes live: memory against the slice, card time
+    against the cap, throttling, priority, health. q quits."""
+    from ocihook import top
+
+    cfg = state.config
+    source = top.Source(cfg.state_dir, cfg.database, cfg.driver_root)
+    if once:
+        click.echo(top.once(source))
+    elif not sys.stdout.isatty():
+        fail("gpuslice top: standard output is not a terminal; use `gpuslice top --once` "
+             "in scripts")
+    else:
+        top.live(source)
+
+
 # -- health -------------------------------------------------------------------
 
 @cli.group("health")

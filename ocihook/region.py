@@ -8,7 +8,9 @@ magic, version or size is refused rather than misread.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import List, Tuple
 
 from cdi import regularfile
@@ -82,6 +84,28 @@ def _read_exactly(path: str, size: int, what: str) -> bytes:
     return data
 
 
+class _ConstantsOf:
+    """region.h's integer #defines as attributes, from cheader's parse of it."""
+
+    def __getattr__(self, name: str) -> int:
+        value = cheader.constant(name)
+        setattr(self, name, value)
+        return value
+
+
+_Constants = _ConstantsOf()
+
+
+@lru_cache(maxsize=None)
+def _state_bytes() -> Tuple[int, int]:
+    """Where the low byte of procs[0].state lies in a region, and the slots' stride."""
+    ffi = cheader.ffi()
+    first = ffi.offsetof("struct gpuslice_region", "procs") + \
+        ffi.offsetof("struct gpuslice_proc", "state") + \
+        (0 if sys.byteorder == "little" else ffi.sizeof("unsigned int") - 1)
+    return first, ffi.sizeof("struct gpuslice_proc")
+
+
 def read(path: str) -> Region:
     """A consistent-enough snapshot: counters are read as they are, without the lock.
 
@@ -94,7 +118,7 @@ def read(path: str) -> Region:
     size = ffi.sizeof("struct gpuslice_region")
     buf = _read_exactly(path, size, "a region")
     r = ffi.cast("struct gpuslice_region *", ffi.from_buffer(buf))
-    lib = ffi.dlopen(None)
+    lib = _Constants  # region.h's #defines, looked up once (a scrape reads every region)
     want: Tuple[int, int, int] = (lib.GPUSLICE_REGION_MAGIC, lib.GPUSLICE_REGION_VERSION, size)
     got = (r.magic, r.version, r.size)
     if got == (0, 0, 0):  # sized, not yet filled in by the process that made it
@@ -110,8 +134,15 @@ def read(path: str) -> Region:
                            d.compute.throttled_ns, d.compute.launches)
                for i, d in ((i, r.devices[i]) for i in range(n))]
     procs = []
-    for i in range(lib.GPUSLICE_MAX_PROCS):
+    # The low byte of every slot's state, sliced out in one step: only slots where
+    # it could say LIVE are looked at through cffi (a scrape reads every region).
+    first, stride = _state_bytes()
+    low = buf[first::stride][:lib.GPUSLICE_MAX_PROCS]
+    live = bytes([lib.GPUSLICE_SLOT_LIVE & 0xff])
+    i = low.find(live)
+    while i >= 0:
         p = r.procs[i]
+        i = low.find(live, i + 1)
         if p.state == lib.GPUSLICE_SLOT_LIVE:
             procs.append(ProcUsage(p.pid, p.start_time,
                                    [[p.used[d][k] for k in range(lib.GPUSLICE_KINDS)]

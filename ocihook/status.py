@@ -12,43 +12,25 @@ is shown as such and left out of the card's sum (docs/architecture.md,
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from cdi.profiles import DEFAULT_PRIORITY
-from ocihook import accountant, region, statedir
+from ocihook import accountant, snapshot
 from ocihook.config import Config
 from ocihook.policy import Policy
 
 MIB = 1024 * 1024
 
 
-def _region_usage(cfg: Config, container_id: str,
-                  card: accountant.Card) -> Tuple[Optional[int], str, Optional[str]]:
-    """What the container's processes say they hold on that card now, in MiB,
-    and how far that is believed: (used_mib, region, problem) where region is
-    "ok", "absent" (no region yet: 0 used), "unreadable" or "implausible"
-    (used_mib None, problem says why)."""
-    path = statedir.region_path(cfg.state_dir, container_id)
-    try:
-        r = region.read(path)
-    except region.NoRegion:
-        return 0, "absent", None
-    except region.RegionError as e:
-        return None, "unreadable", str(e)
-    # Summed before it is judged: a region may name the card in several entries.
-    claimed = sum(d.used_bytes for d in r.devices if d.uuid == card.uuid)
-    if claimed > card.total_mib * MIB:
-        return None, "implausible", (f"{path} claims {claimed // MIB} MiB used on card "
-                                     f"{card.index}, which holds {card.total_mib} MiB")
-    return claimed // MIB, "ok", None
-
-
 def _container(cfg: Config, r: accountant.Reservation, card: accountant.Card) -> Dict[str, Any]:
-    used, state, problem = _region_usage(cfg, r.container_id, card)
-    return {"id": r.container_id, "device": r.device, "memory_mib": r.memory_mib,
-            "cores": r.cores, "priority": r.priority, "exclusive": r.exclusive,
-            "used_mib": used, "region": state, "region_problem": problem, "pid": r.pid,
-            "runtime": r.runtime}
+    claim = snapshot.region_claim(snapshot.read_region(cfg.state_dir, r.container_id), card)
+    used = claim.used_bytes // MIB if claim.used_bytes is not None else None
+    return {"id": r.container_id, "name": r.name, "device": r.device,
+            "memory_mib": r.memory_mib, "cores": r.cores, "priority": r.priority,
+            "exclusive": r.exclusive, "used_mib": used, "region": claim.state,
+            "region_problem": claim.problem, "pid": r.pid, "runtime": r.runtime,
+            "processes": [{"pid": p.pid, "used_bytes": p.used_bytes, "by_kind": p.by_kind}
+                          for p in claim.processes]}
 
 
 def policy_words(policy: Policy) -> str:
@@ -61,9 +43,11 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     null (none recorded yet), "policy_file_differs": {key: {"recorded", "file"}},
     "cards": [{index, uuid, total_mib, reserved_mib, used_mib, used_uncounted,
     used_plausible, free_mib, healthy, health_reason ("" while healthy), health_since
-    (seconds since the epoch, null while healthy), containers: [{id, device, memory_mib, cores,
-    priority, used_mib, region, region_problem, pid}]}]}. Free memory is by the
-    recorded policy, the one the hook admits by. A card's used_mib sums the
+    (seconds since the epoch, null while healthy), containers: [{id, name, device,
+    memory_mib, cores, priority, used_mib, region, region_problem, pid, runtime,
+    processes: [{pid, used_bytes, by_kind: {context, alloc, vmm, pool, array}}]}]}]}: a
+    process's pid is the one in its container, its bytes those on this card. Free
+    memory is by the recorded policy, the one the hook admits by. A card's used_mib sums the
     containers' believed figures, used_uncounted says how many were not (used_mib
     null), used_plausible is false when the sum is more than the card holds
     (tenants' claims that are each possible but not together)."""

@@ -69,6 +69,7 @@ for i, h in enumerate(handles):
         "memory": q(lambda: mem(h)),
         "memory_v2": q(lambda: mem2(h)),
         "mig": q(lambda: n.nvmlDeviceGetMigMode(h)),
+        "util": q(lambda: n.nvmlDeviceGetUtilizationRates(h).gpu),
         "cc": q(lambda: list(n.nvmlDeviceGetCudaComputeCapability(h))),
         "numa": q(lambda: n.nvmlDeviceGetNumaNodeId(h)),
         "brand": q(lambda: n.nvmlDeviceGetBrand(h)),
@@ -117,7 +118,7 @@ def expected_gpu(index: int, gpu: Dict[str, Any]) -> Dict[str, Any]:
     if gpu.get("health") == "lost":
         lost = "error:NVMLError_GpuIsLost"
         keys = ["index", "name", "uuid", "serial", "minor", "pci", "memory", "memory_v2", "mig",
-                "cc", "numa", "brand", "arch", "procs", "procs_v2"]
+                "util", "cc", "numa", "brand", "arch", "procs", "procs_v2"]
         # Looking a lost card up still works, as on the real driver.
         return dict({k: lost for k in keys}, by_uuid=True, by_bus=True)
     total = gpu["memory_mib"] << 20
@@ -138,6 +139,7 @@ def expected_gpu(index: int, gpu: Dict[str, Any]) -> Dict[str, Any]:
         "memory": [total, total - used, used],
         "memory_v2": [0x02000028, total, 0, total - used, used],
         "mig": [mig, mig],
+        "util": gpu.get("utilization_pct", 0),
         "cc": [int(x) for x in cc.split(".")],
         "numa": numa if numa >= 0 else "error:NVMLError_NotSupported",
         "brand": {None: 14, "tesla": 2, "nvidia": 14}[gpu.get("brand")],
@@ -203,7 +205,7 @@ def mixed_doc() -> Dict[str, Any]:
         fake_gpu(1, mig=True, numa_node=0, serial="1320000000001"),
         fake_gpu(2, health="lost", numa_node=1),
         fake_gpu(3, name="NVIDIA A100-SXM4-80GB", memory_mib=81920, memory_used_mib=1024,
-                 compute_capability="8.0", numa_node=1, brand="tesla",
+                 utilization_pct=37, compute_capability="8.0", numa_node=1, brand="tesla",
                  pci_bus_id="00000000:af:00.0", pci_device_id=0x20B210DE),
         fake_gpu(4, numa_node=0, compute_capability="8.9"),
     ]
@@ -231,6 +233,7 @@ def test_mixed_cards(fake_env) -> None:
     assert got["gpus"][2]["name"] == "error:NVMLError_GpuIsLost"
     assert got["gpus"][3]["pci"][0] == "00000000:AF:00.0"
     assert got["gpus"][3]["memory"] == [81920 << 20, 80896 << 20, 1024 << 20]
+    assert got["gpus"][3]["util"] == 37
     assert got["gpus"][3]["arch"] == 7 and got["gpus"][3]["cc"] == [8, 0]
     assert got["topology"]["0,1"] == 40 and got["topology"]["3,0"] == 50
     assert got["topology"]["1,4"] == 30 and got["topology"]["2,4"] == "error:NVMLError_GpuIsLost"
@@ -628,6 +631,7 @@ EXPORTS = [
     "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetSerial", "nvmlDeviceGetMinorNumber",
     "nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetPciInfo_v3",
     "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetNumaNodeId",
     "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus", "nvmlDeviceGetBrand",
     "nvmlDeviceGetArchitecture", "nvmlDeviceGetComputeRunningProcesses",

@@ -57,6 +57,7 @@ KEY_FILES = {
     "/usr/libexec/gpuslice/nvidia-driver-present", "/etc/gpuslice/config.yaml",
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.service",
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.path",
+    "/usr/lib/systemd/system/gpuslice-exporter.service",
     "/usr/lib/systemd/system/gpuslice-health.service",
     "/usr/lib/tmpfiles.d/gpuslice.conf", HOOKS_D + "/gpuslice-poststop.json",
     "/usr/share/man/man8/gpuslice.8.gz", "/usr/share/man/man8/gpuslice-hook.8.gz",
@@ -319,6 +320,22 @@ def test_rpm_has_the_debs_layout_and_scriptlets(packages: Packages) -> None:
     # dh_installsystemd's: restart on an upgrade ($2, the old version, set), else start.
     assert "deb-systemd-invoke $_dh_action 'gpuslice-health.service'" in deb_scripts["postinst"]
     assert "_dh_action=restart" in deb_scripts["postinst"]
+    # The exporter opens a port: installed, not enabled; stopped on removal and
+    # restarted after an upgrade only where it runs.
+    exporter = "gpuslice-exporter.service"
+    # dh_installsystemd --no-enable: enabled again only where the operator had it
+    # enabled (was-enabled), never on a first install.
+    assert "deb-systemd-helper debian-installed '%s'" % exporter in deb_scripts["postinst"]
+    assert "deb-systemd-helper update-state '%s'" % exporter in deb_scripts["postinst"]
+    assert [line for line in deb_scripts["postinst"].splitlines()
+            if "deb-systemd-invoke try-restart" in line and exporter in line], \
+        deb_scripts["postinst"]
+    assert "deb-systemd-invoke stop '%s'" % exporter in deb_scripts["prerm"]
+    assert "deb-systemd-helper purge '%s'" % exporter in deb_scripts["postrm"]
+    assert exporter in scripts["postinstall"] and exporter in scripts["preuninstall"]
+    assert exporter in scripts["postuninstall"]
+    preset = packages.clone / "packaging/rpm/50-gpuslice.preset"
+    assert "disable %s" % exporter in preset.read_text().splitlines()
 
 
 # -- installing, using, removing the deb ------------------------------------
@@ -440,6 +457,7 @@ def _install_use_remove_purge(packages: Packages, listing: Dict[str, str], dirs_
     wants = Path("/etc/systemd/system/multi-user.target.wants")
     for unit in UNITS:
         assert (wants / unit).is_symlink(), "%s is not enabled" % unit
+    assert not (wants / "gpuslice-exporter.service").exists(), "the exporter is enabled"
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -449,8 +467,8 @@ def _install_use_remove_purge(packages: Packages, listing: Dict[str, str], dirs_
 
     # Only the packaged modules and Debian's packages of the dependencies.
     res = installed.run("python3", "-c", "import cdi, ocihook, yaml, click, jsonschema, cffi, "
-                        "tomlkit; print('\\n'.join(m.__file__ for m in (cdi, ocihook, yaml, "
-                        "click, jsonschema, cffi, tomlkit)))")
+                        "tomlkit, prometheus_client; print('\\n'.join(m.__file__ for m in (cdi, "
+                        "ocihook, yaml, click, jsonschema, cffi, tomlkit, prometheus_client)))")
     for module in res.stdout.split():
         assert module.startswith("/usr/lib/python3/dist-packages/"), res.stdout
     # gpuslice setup's TOML edit, with Debian's tomlkit.

@@ -16,10 +16,15 @@ from ocihook import cheader, region
 DEFAULT_DEVICES = (("GPU-aaaa", 4 << 30, 768 << 20), ("GPU-bbbb", 0, 0))
 
 
+DEFAULT_PROCS = ((42, {0: {"alloc": 256 << 20, "context": 512 << 20}}),)
+
+
 def write_region(path, magic=None, version=None, size=None, truncate=0,
-                 devices=DEFAULT_DEVICES):
+                 devices=DEFAULT_DEVICES, procs=DEFAULT_PROCS):
     """A region as the shim makes it (through region.h's own struct), with
-    `devices` as (uuid, limit_bytes, used_bytes) and two process slots."""
+    `devices` as (uuid, limit_bytes, used_bytes[, core_limit, charged_ns,
+    throttled_ns]) and `procs` as (pid, {device: {kind: bytes}}) in live slots
+    from slot 5 on, then a freed slot."""
     ffi = cheader.ffi()
     lib = ffi.dlopen(None)
     r = ffi.new("struct gpuslice_region *")
@@ -27,15 +32,21 @@ def write_region(path, magic=None, version=None, size=None, truncate=0,
     r.version = lib.GPUSLICE_REGION_VERSION if version is None else version
     r.size = ffi.sizeof("struct gpuslice_region") if size is None else size
     r.device_count = len(devices)
-    for i, (uuid, limit, used) in enumerate(devices):
+    for i, (uuid, limit, used, *compute) in enumerate(devices):
         r.devices[i].uuid = uuid.encode()
         r.devices[i].limit_bytes = limit
         r.devices[i].used_bytes = used
-    r.procs[5].pid = 42
-    r.procs[5].state = lib.GPUSLICE_SLOT_LIVE
-    r.procs[5].used[0][lib.GPUSLICE_KIND_ALLOC] = 256 << 20
-    r.procs[5].used[0][lib.GPUSLICE_KIND_CONTEXT] = 512 << 20
-    r.procs[6].pid = 43  # a freed slot: not listed
+        if compute:
+            d = r.devices[i]
+            d.core_limit, d.compute.charged_ns, d.compute.throttled_ns = compute
+    slot = 5
+    for slot, (pid, used_by_device) in enumerate(procs, start=5):
+        r.procs[slot].pid = pid
+        r.procs[slot].state = lib.GPUSLICE_SLOT_LIVE
+        for dev, kinds in used_by_device.items():
+            for kind, n in kinds.items():
+                r.procs[slot].used[dev][region.KIND_NAMES.index(kind)] = n
+    r.procs[slot + 1].pid = 43  # a freed slot: not listed
     data = bytes(ffi.buffer(r))
     path.write_bytes(data[:len(data) - truncate] if truncate else data)
 

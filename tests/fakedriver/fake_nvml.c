@@ -510,6 +510,21 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
     return leave(NVML_SUCCESS);
 }
 
+typedef struct {
+    unsigned gpu, memory; /* percent */
+} nvmlUtilization_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                                  nvmlUtilization_t *utilization)
+{
+    ENTER_DEVICE(device, g);
+    if (!utilization)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    utilization->gpu = g->utilization_pct;
+    utilization->memory = 0;
+    return leave(NVML_SUCCESS);
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned *currentMode,
                                          unsigned *pendingMode)
 {

@@ -361,6 +361,11 @@ static int check_gpu(const checker *c, const jval *g, unsigned index, struct fak
         return -1;
     out->memory_used_mib = rc ? (uint64_t)n : 0;
 
+    /* What nvmlDeviceGetUtilizationRates reports (percent busy). */
+    if ((rc = get_int(c, g, where, "utilization_pct", false, 0, 100, &n)) < 0)
+        return -1;
+    out->utilization_pct = rc ? (unsigned)n : 0;
+
     char cc[16] = "9.0"; /* an H200 */
     if (get_str(c, g, where, "compute_capability", false, cc, sizeof(cc)) < 0)
         return -1;

@@ -54,6 +54,7 @@ struct fakegpu {
     unsigned pci_device_id; /* (device id << 16) | vendor id */
     uint64_t memory_mib;
     uint64_t memory_used_mib;
+    unsigned utilization_pct; /* "utilization_pct": what NVML says the card is busy */
     unsigned minor;
     int numa_node; /* -1: unknown */
     bool mig;

@@ -24,6 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from node import generate  # noqa: E402
 from table import check, report  # noqa: E402
 
 SHIM_IN_CONTAINER = "/usr/lib/gpuslice/libgpuslice.so"
@@ -89,15 +90,8 @@ def main() -> int:
     os.makedirs(os.path.dirname(SHIM_IN_CONTAINER), exist_ok=True)
     if not os.path.exists(SHIM_IN_CONTAINER):
         Path(SHIM_IN_CONTAINER).touch()
-    config = out / "config.yaml"
-    config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n"
-                      f"database: {out}/state.db\nstate_dir: {out}/state\n")
-    env = dict(os.environ, GPUSLICE_CONFIG=str(config))
-    gen = subprocess.run([sys.executable, "-m", "ocihook.cli", "cdi", "generate"], env=env,
-                         capture_output=True, text=True, cwd=REPO)
-    check("cdi generate", 0, gen.returncode, gen.returncode == 0)
-    if gen.returncode:
-        print(gen.stderr)
+    env = generate(out, shim, hook)
+    if env is None:
         return report()
     tool = out / "gpuslice-cdi-cache"
     tool.write_text(f"#!/bin/sh\nexec {sys.executable} -m ocihook.cdi_cache \"$@\"\n")

@@ -1,0 +1,29 @@
+"""A gpuslice node on the real GPU for the checks: a configuration in OUT naming
+this tree's shim and a hook, and the spec and cards from `gpuslice cdi generate`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Optional
+
+from table import check
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def generate(out: Path, shim: Path, hook: str) -> Optional[Dict[str, str]]:
+    """The env that names the node's configuration (spec, database and state
+    in OUT), once `cdi generate` has run on it; None (checked, printed) if it failed."""
+    config = out / "config.yaml"
+    config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n"
+                      f"database: {out}/state.db\nstate_dir: {out}/state\n")
+    env = dict(os.environ, GPUSLICE_CONFIG=str(config))
+    gen = subprocess.run([sys.executable, "-m", "ocihook.cli", "cdi", "generate"], env=env,
+                         capture_output=True, text=True, cwd=REPO)
+    check("cdi generate", 0, gen.returncode, gen.returncode == 0)
+    if gen.returncode:
+        print(gen.stderr)
+        return None
+    return env
