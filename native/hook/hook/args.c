@@ -347,7 +347,7 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
                                "--memory-mib");
     }
     if (a->verb == V_RESIZE && !v[O_MEMORY] && !v[O_CORES])
-        return usage_error(a, "a resize needs %s N, --cores N or both", "--memory-mib");
+        return usage_error(a, "%s N, --cores N or both are needed", "--memory-mib");
     return GS_OK;
 }
 

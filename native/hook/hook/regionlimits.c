@@ -164,12 +164,19 @@ int gs_region_take(const char *state_dir, const char *cid, struct gs_region_hold
         return rc;
     }
     free(dir);
+    struct stat st;
+    if (fstat(dfd, &st) != 0) {
+        rc = gs_fail_errno(h->path, errno);
+        close(dfd);
+        return rc;
+    }
+    h->owner = st.st_uid;
+    h->group = st.st_gid;
     /* O_NONBLOCK: a FIFO put there is not waited on. */
     h->fd = openat(dfd, GPUSLICE_REGION_FILE,
                    O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
     int err = errno;
     close(dfd);
-    struct stat st;
     if (h->fd < 0)
         return err == ELOOP ? gs_fail_path(h->path, "is a symbolic link, not a region")
                             : gs_fail_errno(h->path, err);
@@ -209,11 +216,14 @@ static unsigned priority_code(const char *p)
                                   : GPUSLICE_PRIORITY_NORMAL;
 }
 
-/* A region made by the host, as gs_region_init in the shim makes one. */
+/* A region made by the host, as gs_region_init in the shim makes one, and
+ * the container's user's, as if its first process had made it. */
 static int make_region(struct gs_region_hold *h, unsigned long long limit, unsigned cores,
                        unsigned priority)
 {
-    if (ftruncate(h->fd, 0) != 0 || ftruncate(h->fd, REGION_SIZE) != 0)
+    if ((geteuid() == 0 && fchown(h->fd, h->owner, h->group) != 0) ||
+        fchmod(h->fd, 0644) != 0 || ftruncate(h->fd, 0) != 0 ||
+        ftruncate(h->fd, REGION_SIZE) != 0)
         return gs_fail_errno(h->path, errno);
     void *m = mmap(NULL, REGION_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, h->fd, 0);
     if (m == MAP_FAILED)

@@ -20,6 +20,7 @@ struct gs_region_hold {
     int locked;                    /* the region's mutex is ours */
     unsigned long long used_bytes; /* the most any device holds now */
     char *path;                    /* for messages */
+    unsigned owner, group;         /* of the container's folder: the container's user */
 };
 
 /* Take the region of container cid (<state_dir>/containers/<cid>/region),
