@@ -1,6 +1,6 @@
 /*
  * gpuslice-hook: the OCI hook that admits a container to a card, and
- * releases it. The command line, the four verbs, and the one line a
+ * releases it. The command line, the five verbs, and the one line a
  * failure prints. The CDI spec passes the request and where things are as
  * arguments (no configuration file is read); the admission policy is the
  * accountant's.
