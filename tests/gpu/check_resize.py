@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Dict, Optional
@@ -118,6 +119,9 @@ def main() -> int:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     got: Dict[str, str] = {}
     deadline = time.monotonic() + 120
+    # A program that hangs before its next line must not hang the check.
+    watchdog = threading.Timer(150, proc.kill)
+    watchdog.start()
 
     def until_ready(n: str) -> bool:
         while time.monotonic() < deadline:
@@ -164,6 +168,8 @@ def main() -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         rest, errs = proc.communicate()
+    finally:
+        watchdog.cancel()
     for line in rest.splitlines():
         key, _, value = line.strip().partition(" ")
         got[key] = value
