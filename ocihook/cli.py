@@ -286,6 +286,28 @@ def gc_cmd(state: State) -> None:
     _run_hook(state.config, "gc")
 
 
+@cli.command("resize")
+@click.argument("container")
+@click.option("--memory", metavar="SIZE", help="the slice's new memory (4GiB, 6144MiB, 8g)")
+@click.option("--cores", metavar="N", help="the new compute cap, percent (0: none)")
+@click.pass_obj
+def resize_cmd(state: State, container: str, memory: Optional[str], cores: Optional[str]) -> None:
+    """Change the slice a running container holds (its id, an id prefix, or the
+    name its engine recorded): checked against its card as an admission is; its
+    processes see the new cap at their next allocation. A shrink below what they
+    hold now is refused."""
+    from ocihook import resize
+
+    acct = _accountant(state)
+    try:
+        args = resize.hook_args(resize.find(acct, container), memory, cores)
+    except resize.ResizeError as e:
+        fail(str(e))
+    finally:
+        acct.close()
+    _run_hook(state.config, "resize", *args)
+
+
 # -- observing the node ----------------------------------------------------------
 
 @cli.command("exporter")

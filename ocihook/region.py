@@ -54,6 +54,7 @@ class Region:
     path: str
     devices: List[DeviceUsage]
     procs: List[ProcUsage]
+    host_resizes: int = 0  # resizes the host wrote (gpuslice resize); 0: the spec's limits
 
 
 def _read_exactly(path: str, size: int, what: str) -> bytes:
@@ -147,7 +148,7 @@ def read(path: str) -> Region:
             procs.append(ProcUsage(p.pid, p.start_time,
                                    [[p.used[d][k] for k in range(lib.GPUSLICE_KINDS)]
                                     for d in range(n)]))
-    return Region(path, devices, procs)
+    return Region(path, devices, procs, r.host_resizes)
 
 
 @dataclass(frozen=True)

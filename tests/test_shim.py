@@ -142,7 +142,8 @@ def release(p: subprocess.Popen) -> str:
 
 
 def results(res_or_lines) -> List[List[str]]:
-    text = res_or_lines.stdout if hasattr(res_or_lines, "stdout") else "\n".join(res_or_lines)
+    text = res_or_lines.stdout if hasattr(res_or_lines, "stdout") else \
+        res_or_lines if isinstance(res_or_lines, str) else "\n".join(res_or_lines)
     return [line.split() for line in text.splitlines() if line.strip()]
 
 
@@ -928,3 +929,39 @@ def test_the_environment_wins_over_a_regions_caps(shim: Shim) -> None:
     rows = results(bare.run("direct", "init", "pctx", "0", "info"))
     assert value_of(rows, "info")[2] == GIB  # the total seen is the region's cap
     assert shim.region().devices[0].limit_bytes == GIB
+
+
+def host_resize(shim: Shim, limit_bytes: int) -> None:
+    """Device 0's cap to limit_bytes and one host resize counted, written into
+    the region file in place as gpuslice-hook resize writes them."""
+    ffi = cheader.ffi()
+    path = shim.state / "region"
+    fd = os.open(path, os.O_RDWR)
+    try:
+        dev0 = ffi.offsetof("struct gpuslice_region", "devices")
+        os.pwrite(fd, limit_bytes.to_bytes(8, sys.byteorder),
+                  dev0 + ffi.offsetof("struct gpuslice_device", "limit_bytes"))
+        os.pwrite(fd, (1).to_bytes(4, sys.byteorder),
+                  ffi.offsetof("struct gpuslice_region", "host_resizes"))
+    finally:
+        os.close(fd)
+
+
+def test_after_a_host_resize_the_regions_caps_hold(shim: Shim) -> None:
+    """Once the host has resized the container, the spec's environment (which
+    every new process of the container still has) is out of date: neither a
+    new process nor a running one takes it over the region's cap."""
+    p = shim.start("direct", "init", "pctx", "0", "alloc", "512M", "hold", "info")
+    wait_held(p)
+    assert shim.region().devices[0].limit_bytes == GIB  # the environment's, adopted
+    host_resize(shim, 3 * GIB)
+    res = shim.run("direct", "init", "pctx", "0", "info", "alloc", "2G", "alloc", "1G",
+                   "freeall")
+    rows = results(res)
+    assert value_of(rows, "info") == [0, 3 * GIB - 512 * MIB, 3 * GIB]
+    assert (rc_of(rows, "alloc"), rc_of(rows, "alloc", 1)) == (0, OOM)  # 2 GiB fits, 1 more not
+    assert "which the region holds now" not in res.stderr
+    assert (shim.region().devices[0].limit_bytes, shim.region().host_resizes) == (3 * GIB, 1)
+    out, err = p.communicate(input="", timeout=60)
+    clean(err)
+    assert value_of(results(out), "info") == [0, 3 * GIB - 512 * MIB, 3 * GIB]  # its next one

@@ -941,3 +941,150 @@ int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
     *first = !any;
     return rc;
 }
+
+/* --------------------------------------------------------- resize */
+
+/* The one row a resize changes: the container must hold exactly one, for
+ * this device, a slice (the region's caps are one per CUDA ordinal, and the
+ * spec's environment gives every ordinal of a container the same one). */
+static int resized_row(struct gs_acct *a, const struct gs_resize *req,
+                       struct gs_reservations *held)
+{
+    sqlite3_stmt *st = prepare(a, "SELECT " RES_COLS " FROM reservations WHERE container_id=? "
+                                  "ORDER BY device");
+    if (!st)
+        return GS_ERROR;
+    text(st, 1, req->container_id);
+    if (rows(a, st, held) != GS_OK)
+        return GS_ERROR;
+    int n = (int)gs_utf8_prefix(req->container_id, 12);
+    const char *cid = req->container_id;
+    if (held->n == 0)
+        return gs_fail("container %.*s holds nothing; `gpuslice status` lists what is held", n,
+                       cid);
+    if (held->n > 1) {
+        struct gs_str list = {0};
+        for (size_t i = 0; i < held->n; i++)
+            gs_str_addf(&list, "%s%s", i ? ", " : "", held->v[i].device);
+        int r = gs_fail("container %.*s holds %zu devices (%s): its processes see one cap for "
+                        "all of them, so only a container of one slice can be resized", n, cid,
+                        held->n, list.s);
+        gs_str_free(&list);
+        return r;
+    }
+    const struct gs_reservation *r = &held->v[0];
+    if (strcmp(r->device, req->device) != 0)
+        return gs_fail("container %.*s holds device %s, not %s; name that one", n, cid,
+                       r->device, req->device);
+    if (r->exclusive)
+        return gs_fail("container %.*s holds %s as a whole card, which has no slice to resize",
+                       n, cid, r->device);
+    return GS_OK;
+}
+
+static int resize_locked(struct gs_acct *a, const struct gs_resize *req,
+                         unsigned long long used_bytes, struct gs_reservations *before,
+                         struct gs_reservations *after)
+{
+    if (load_policy(a) != GS_OK || resized_row(a, req, before) != GS_OK)
+        return GS_ERROR;
+    const struct gs_reservation *old = &before->v[0];
+    int64_t mem = req->memory_mib ? *req->memory_mib : old->memory_mib;
+    int64_t cores = req->cores ? *req->cores : old->cores;
+    struct card *cards = NULL, *c = NULL;
+    size_t ncards = 0;
+    if (load_cards(a, &cards, &ncards) != GS_OK)
+        return GS_ERROR;
+    for (size_t i = 0; i < ncards && !c; i++)
+        if (strcmp(cards[i].uuid, old->card_uuid) == 0)
+            c = &cards[i];
+    struct usage u = {0};
+    int rc = GS_OK;
+    const char *dev = req->device;
+    int n = (int)gs_utf8_prefix(req->container_id, 12);
+    /* The used figure is the tenant's claim: it can only stop a shrink. */
+    unsigned long long used_mib = (used_bytes + (1ull << 20) - 1) >> 20;
+    if (!c) {
+        rc = gs_fail("%s: card %s is not known to the accountant; run `gpuslice cdi generate`",
+                     dev, old->card_uuid);
+        goto out;
+    }
+    if ((rc = card_usage(a, c, &u)) != GS_OK)
+        goto out;
+    long long idx = (long long)c->index;
+    int64_t others_mib = u.reserved_mib - old->memory_mib, others_cores = u.cores - old->cores;
+    int64_t room = capacity_mib(a, c) - others_mib;
+    if ((mem > old->memory_mib || cores > old->cores) && !c->healthy) {
+        struct gs_str why = {0};
+        gs_str_addf(&why, "%s: ", dev);
+        out_of_service(&why, c);
+        rc = gs_refuse("%s; it can shrink, not grow", why.s);
+        gs_str_free(&why);
+    } else if (mem > old->memory_mib && mem > room) {
+        rc = gs_refuse("%s: card %lld (%s) has room for %lld MiB for this slice (%lld MiB of "
+                       "%lld MiB held by others), %lld MiB asked; stop a container on it or "
+                       "ask for less", dev, idx, c->uuid, (long long)(room > 0 ? room : 0),
+                       (long long)others_mib, (long long)capacity_mib(a, c), (long long)mem);
+    } else if (cores > old->cores && cores && others_cores + cores > a->policy.cores_limit) {
+        rc = gs_refuse("%s: card %lld (%s) has %lld%% of its compute left for this slice, "
+                       "%lld%% asked; stop a capped container on it or ask for less", dev, idx,
+                       c->uuid, (long long)(a->policy.cores_limit - others_cores),
+                       (long long)cores);
+    } else if ((unsigned long long)mem < used_mib) {
+        rc = gs_refuse("%s: container %.*s's processes hold %llu MiB now, %lld MiB asked; free "
+                       "memory in it first or ask for at least that", dev, n,
+                       req->container_id, used_mib, (long long)mem);
+    }
+    if (rc != GS_OK)
+        goto out;
+    sqlite3_stmt *st = prepare(a, "UPDATE reservations SET memory_mib=?, cores=? WHERE "
+                                  "container_id=? AND device=? AND card_uuid=?");
+    if (!st) {
+        rc = GS_ERROR;
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, mem);
+    sqlite3_bind_int64(st, 2, cores);
+    text(st, 3, old->container_id);
+    text(st, 4, old->device);
+    text(st, 5, old->card_uuid);
+    if ((rc = run(a, st)) != GS_OK)
+        goto out;
+    struct gs_str d = {0};
+    gs_str_addf(&d, "{\"cores\": %lld, \"device\": ", (long long)cores);
+    gs_json_quote(&d, old->device, strlen(old->device));
+    gs_str_addf(&d, ", \"memory_mib\": %lld, \"old_cores\": %lld, \"old_memory_mib\": %lld}",
+                (long long)mem, (long long)old->cores, (long long)old->memory_mib);
+    rc = event(a, "resize", old->container_id, old->card_uuid, d.s);
+    gs_str_free(&d);
+    if (rc != GS_OK)
+        goto out;
+    struct gs_reservation *r = push(after);
+    *r = *old;
+    r->container_id = gs_xstrdup(old->container_id);
+    r->device = gs_xstrdup(old->device);
+    r->card_uuid = gs_xstrdup(old->card_uuid);
+    r->runtime = gs_xstrdup(old->runtime);
+    r->priority = gs_xstrdup(old->priority);
+    r->name = gs_xstrdup(old->name);
+    r->memory_mib = mem;
+    r->cores = cores;
+    r->card_index = c->index;
+out:
+    free(u.holders);
+    free_cards(cards, ncards);
+    return rc;
+}
+
+int gs_acct_resize(struct gs_acct *a, const struct gs_resize *req, unsigned long long used_bytes,
+                   struct gs_reservations *before, struct gs_reservations *after)
+{
+    if (begin(a) != GS_OK)
+        return GS_ERROR;
+    int rc = finish(a, resize_locked(a, req, used_bytes, before, after));
+    if (rc != GS_OK) {
+        gs_reservations_free(before);
+        gs_reservations_free(after);
+    }
+    return rc;
+}

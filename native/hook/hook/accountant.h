@@ -76,6 +76,25 @@ int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
 int gs_acct_release(struct gs_acct *a, const char *container_id, const char *why,
                     struct gs_reservations *out);
 
+/* A change of a held slice's figures (gpuslice resize). NULL: kept. */
+struct gs_resize {
+    const char *container_id;
+    const char *device;
+    const int64_t *memory_mib;
+    const int64_t *cores;
+};
+
+/* Change the slice container_id holds for device, checked against its card
+ * as an admission is (memory within total x memory_overcommit, cores
+ * adding up to cores_limit, no growth on a card out of service) with what
+ * the card's other reservations hold, and never below used_bytes (what the
+ * container's processes hold now); one transaction, a `resize` event.
+ * GS_OK and the row before and after; GS_NO with the refusal (its
+ * numbers); GS_ERROR: a container that holds nothing, several devices or
+ * another one, a whole card. Nothing is written unless GS_OK. */
+int gs_acct_resize(struct gs_acct *a, const struct gs_resize *req, unsigned long long used_bytes,
+                   struct gs_reservations *before, struct gs_reservations *after);
+
 /* Reclaim the reservations whose process is gone; out gets them. */
 int gs_acct_gc(struct gs_acct *a, struct gs_reservations *out);
 

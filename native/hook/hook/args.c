@@ -23,6 +23,8 @@ static const char *const usages[] = {
     "gpuslice-hook admit --database DB --state-dir DIR --id CID --device NAME "
     "[--card UUID]... [--exclusive] [--memory-mib N] [--cores N] [--priority high|normal|low] "
     "[--pid N [--pid-start T]] [--runtime NAME]",
+    "gpuslice-hook resize --database DB --state-dir DIR --id CID --device NAME "
+    "[--memory-mib N] [--cores N]",
 };
 
 static const char help_text[] =
@@ -33,6 +35,8 @@ static const char help_text[] =
     "  release  OCI state on stdin (poststop); with --id, an operator's release (no stdin)\n"
     "  gc       reclaims what containers whose process is gone still hold\n"
     "  admit    the accountant alone: prints \"<card uuid> <MiB>\" per reservation\n"
+    "  resize   a held slice's new memory and/or cores, checked against its card as an\n"
+    "           admission is, then written to the container's region\n"
     "\n"
     "Request: --card UUID (repeatable; none: placement picks), --exclusive (whole card(s);\n"
     "several --card: all or none), --memory-mib N (a slice), --cores N (0-100, 0: no cap),\n"
@@ -48,17 +52,17 @@ static const struct {
     int takes_value;
     unsigned verbs;
 } optdefs[O_COUNT] = {
-    [O_DEVICE] = {"--device", 1, V_CREATE | V_ADMIT},
-    [O_DATABASE] = {"--database", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT},
+    [O_DEVICE] = {"--device", 1, V_CREATE | V_ADMIT | V_RESIZE},
+    [O_DATABASE] = {"--database", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT | V_RESIZE},
     /* admit makes no dir, but removes those of the dead containers it reclaims. */
-    [O_STATE_DIR] = {"--state-dir", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT},
+    [O_STATE_DIR] = {"--state-dir", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT | V_RESIZE},
     [O_CARD] = {"--card", 1, REQUEST_VERBS},
     [O_EXCLUSIVE] = {"--exclusive", 0, REQUEST_VERBS},
-    [O_MEMORY] = {"--memory-mib", 1, REQUEST_VERBS},
-    [O_CORES] = {"--cores", 1, REQUEST_VERBS},
+    [O_MEMORY] = {"--memory-mib", 1, REQUEST_VERBS | V_RESIZE},
+    [O_CORES] = {"--cores", 1, REQUEST_VERBS | V_RESIZE},
     [O_PRELOAD] = {"--preload", 1, V_CREATE},
     [O_PRIORITY] = {"--priority", 1, REQUEST_VERBS},
-    [O_ID] = {"--id", 1, V_RELEASE | V_ADMIT},
+    [O_ID] = {"--id", 1, V_RELEASE | V_ADMIT | V_RESIZE},
     [O_PID] = {"--pid", 1, V_ADMIT},
     [O_PID_START] = {"--pid-start", 1, V_ADMIT},
     [O_RUNTIME] = {"--runtime", 1, V_ADMIT},
@@ -82,6 +86,7 @@ static const char *usage_of(enum verb v)
     case V_RELEASE: return usages[1];
     case V_GC: return usages[2];
     case V_ADMIT: return usages[3];
+    case V_RESIZE: return usages[4];
     }
     return "";
 }
@@ -221,13 +226,14 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
     memset(a, 0, sizeof *a);
     a->priority = "normal";
     a->cards = gs_xmalloc((size_t)argc * sizeof *a->cards);
-    static const char general[] = "usage: gpuslice-hook create|release|gc|admit OPTIONS "
+    static const char general[] = "usage: gpuslice-hook create|release|gc|admit|resize OPTIONS "
                                   "(gpuslice-hook --help says more)";
     if (argc < 2)
         return gs_fail("%s", general);
     const char *verb = argv[1];
     static const struct { const char *name; enum verb v; } verbs[] = {
-        {"create", V_CREATE}, {"release", V_RELEASE}, {"gc", V_GC}, {"admit", V_ADMIT}};
+        {"create", V_CREATE}, {"release", V_RELEASE}, {"gc", V_GC}, {"admit", V_ADMIT},
+        {"resize", V_RESIZE}};
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         if (strcmp(verb, verbs[i].name) == 0)
             a->verb = verbs[i].v;
@@ -281,8 +287,10 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         {O_DATABASE, O_STATE_DIR, O_DATABASE, O_DATABASE},
         {O_DATABASE, O_STATE_DIR, O_DATABASE, O_DATABASE},
         {O_DATABASE, O_STATE_DIR, O_ID, O_DEVICE}, /* admit */
+        {O_DATABASE, O_STATE_DIR, O_ID, O_DEVICE}, /* resize */
     };
-    int vi = a->verb == V_CREATE ? 0 : a->verb == V_RELEASE ? 1 : a->verb == V_GC ? 2 : 3;
+    int vi = a->verb == V_CREATE ? 0 : a->verb == V_RELEASE ? 1 : a->verb == V_GC ? 2
+           : a->verb == V_ADMIT ? 3 : 4;
     for (int k = 0; k < 4; k++)
         if (!a->value[needed[vi][k]])
             return usage_error(a, "%s is required", optdefs[needed[vi][k]].name);
@@ -338,6 +346,8 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
             return usage_error(a, "a slice needs %s N (or --exclusive for a whole card)",
                                "--memory-mib");
     }
+    if (a->verb == V_RESIZE && !v[O_MEMORY] && !v[O_CORES])
+        return usage_error(a, "%s N, --cores N or both are needed", "--memory-mib");
     return GS_OK;
 }
 

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum verb { V_CREATE = 1, V_RELEASE = 2, V_GC = 4, V_ADMIT = 8 };
+enum verb { V_CREATE = 1, V_RELEASE = 2, V_GC = 4, V_ADMIT = 8, V_RESIZE = 16 };
 
 enum opt {
     O_DEVICE, O_DATABASE, O_STATE_DIR, O_CARD, O_EXCLUSIVE, O_MEMORY, O_CORES, O_PRELOAD,

@@ -1,6 +1,6 @@
 /*
  * gpuslice-hook: the OCI hook that admits a container to a card, and
- * releases it. The command line, the four verbs, and the one line a
+ * releases it. The command line, the five verbs, and the one line a
  * failure prints. The CDI spec passes the request and where things are as
  * arguments (no configuration file is read); the admission policy is the
  * accountant's.
@@ -9,6 +9,7 @@
  *   release  poststop (state on stdin), or an operator's (--id)
  *   gc       reclaim what dead containers hold
  *   admit    the accountant alone, for tests and operators
+ *   resize   a held slice's new figures: the accountant, then the region
  *
  * Exit 0 ok, 1 a refusal ("no": the card is full), 2 bad input or usage,
  * or a hook in a user namespace (userns.h), which is granted nothing.
@@ -24,6 +25,7 @@
 #include "json.h"
 #include "oci.h"
 #include "procs.h"
+#include "regionlimits.h"
 #include "rootfs.h"
 #include "statedir.h"
 #include "userns.h"
@@ -291,6 +293,52 @@ static int cmd_gc(const struct gs_args *a)
     return rc;
 }
 
+/* The region first, its locks held through the transaction: the container's
+ * processes allocate nothing between the reading of what they hold and the
+ * new cap, and none starts with the old one meanwhile. */
+static int cmd_resize(const struct gs_args *a)
+{
+    const char *cid = a->value[O_ID];
+    if (granted_here(cid, a->value[O_DEVICE], FIX_OPERATOR) != GS_OK)
+        return GS_ERROR;
+    struct gs_acct *acct;
+    if (gs_acct_open(a->value[O_DATABASE], &acct) != GS_OK)
+        return GS_ERROR;
+    struct gs_region_hold h;
+    int rc = gs_region_take(a->value[O_STATE_DIR], cid, &h);
+    struct gs_reservations before = {0}, after = {0};
+    const struct gs_resize req = {
+        .container_id = cid,
+        .device = a->value[O_DEVICE],
+        .memory_mib = a->value[O_MEMORY] ? &a->memory_mib : NULL,
+        .cores = a->value[O_CORES] ? &a->cores : NULL,
+    };
+    if (rc == GS_OK)
+        rc = gs_acct_resize(acct, &req, h.used_bytes, &before, &after);
+    gs_acct_close(acct);
+    if (rc == GS_OK) {
+        const struct gs_reservation *o = &before.v[0], *r = &after.v[0];
+        rc = gs_region_set(&h, (long long)r->memory_mib, (long long)r->cores, r->priority);
+        if (rc != GS_OK) {
+            char *why = gs_message_take();
+            gs_fail("the accountant holds the new slice, but %s", why);
+            free(why);
+        } else {
+            printf("resized %.*s %s: %lld MiB, %lld%% (was %lld MiB, %lld%%) on %s\n",
+                   (int)gs_utf8_prefix(cid, 12), cid, r->device, (long long)r->memory_mib,
+                   (long long)r->cores, (long long)o->memory_mib, (long long)o->cores,
+                   r->card_uuid);
+        }
+    } else {
+        gs_region_drop(&h);
+        if (rc == GS_NO)
+            rc = refused(cid);
+    }
+    gs_reservations_free(&before);
+    gs_reservations_free(&after);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -306,6 +354,7 @@ int main(int argc, char **argv)
         case V_RELEASE: rc = cmd_release(&a); break;
         case V_GC: rc = cmd_gc(&a); break;
         case V_ADMIT: rc = cmd_admit(&a); break;
+        case V_RESIZE: rc = cmd_resize(&a); break;
         }
     }
     free(a.cards);

@@ -11,7 +11,7 @@
 #define GPUSLICE_REGION_H
 
 #define GPUSLICE_REGION_MAGIC 0x53555047
-#define GPUSLICE_REGION_VERSION 4
+#define GPUSLICE_REGION_VERSION 5
 #define GPUSLICE_MAX_DEVICES 16
 #define GPUSLICE_MAX_PROCS 128
 #define GPUSLICE_UUID_SIZE 96
@@ -70,6 +70,11 @@ struct gpuslice_region {
     unsigned char lock[GPUSLICE_LOCK_SIZE]; /* process-shared robust pthread mutex */
     struct gpuslice_device devices[GPUSLICE_MAX_DEVICES];
     struct gpuslice_proc procs[GPUSLICE_MAX_PROCS];
+    /* How many times the host (gpuslice-hook resize) has set the limits
+     * above. 0: the spec's environment sets them, and a process whose
+     * environment says other limits makes them its own; from 1 on the
+     * host's figures hold and no process's environment changes them. */
+    unsigned int host_resizes;
 };
 
 #endif

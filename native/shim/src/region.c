@@ -143,11 +143,19 @@ static int lock_unset(const struct gpuslice_region *r)
  * lock, usage kept. A region left by something else (an earlier container,
  * a zeroed body) then caps nothing it was not told to. A process whose
  * environment sets no limit (one started with a clean environment under
- * /etc/ld.so.preload) keeps the region's. */
+ * /etc/ld.so.preload) keeps the region's. Once the host has resized the
+ * container (host_resizes), the spec's environment is out of date: every
+ * process keeps the region's limits. */
 static void adopt_limits(struct gpuslice_region *r, const char *path)
 {
     if (gs_cfg.fail_closed || !(gs_cfg.any_limit || gs_cfg.any_core))
         return;
+    unsigned resizes = __atomic_load_n(&r->host_resizes, __ATOMIC_ACQUIRE);
+    if (resizes) {
+        GS_LOG(GS_LOG_INFO, "%s: limits set by the host (%u resize(s)) hold; this process's "
+               "environment's are not adopted", path, resizes);
+        return;
+    }
     for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
         struct gpuslice_device *d = &r->devices[i];
         unsigned long long was = __atomic_load_n(&d->limit_bytes, __ATOMIC_RELAXED);

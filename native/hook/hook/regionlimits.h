@@ -1,0 +1,42 @@
+/*
+ * The host's side of a container's shared region (gpuslice/region.h): what
+ * `gpuslice-hook resize` reads (the memory the container's processes hold
+ * now) and writes (the new limits). The file is in a folder the tenant
+ * writes, so everything read from it is the tenant's claim, and it is
+ * opened as a tenant may have made it: no symbolic link, a regular file
+ * with one link, exactly a region's size, a lock taken with a time limit,
+ * and a mapping that a file cut short meanwhile cannot fault (SIGBUS is
+ * caught while it is touched).
+ */
+#ifndef GS_REGIONLIMITS_H
+#define GS_REGIONLIMITS_H
+
+/* How long the hook waits for the region's locks before it gives up. */
+#define GS_REGION_WAIT_MS 2000
+
+struct gs_region_hold {
+    int fd;                        /* the region file, flock'ed; -1: none */
+    void *map;                     /* NULL: none yet (a file the shim has not sized) */
+    int locked;                    /* the region's mutex is ours */
+    unsigned long long used_bytes; /* the most any device holds now */
+    char *path;                    /* for messages */
+    unsigned owner, group;         /* of the container's folder: the container's user */
+};
+
+/* Take the region of container cid (<state_dir>/containers/<cid>/region),
+ * making an empty file if there is none (the shim sizes it), and hold its
+ * locks until gs_region_set or gs_region_drop: the shim's processes
+ * allocate nothing meanwhile, so used_bytes stays true. GS_OK or GS_ERROR
+ * with the line. */
+int gs_region_take(const char *state_dir, const char *cid, struct gs_region_hold *h);
+
+/* Every device's cap to limit_mib MiB and cores percent (0: none); a region
+ * not made yet is made with them (priority: "high", "normal" or "low"), so
+ * its first process finds them. Counts a host resize, then lets go. */
+int gs_region_set(struct gs_region_hold *h, long long limit_mib, long long cores,
+                  const char *priority);
+
+/* Let go, changing nothing. */
+void gs_region_drop(struct gs_region_hold *h);
+
+#endif
