@@ -4,8 +4,8 @@ records in its policy table (ocihook/accountant.py; the table's CHECKs and
 gpuslice-hook's check of the row it reads say the same ranges) and what
 `gpuslice status` shows. The ranges are native/include/gpuslice/statedb.h's,
 which the hook checks the recorded row against too. Imports nothing heavy
-(the configuration is loaded on every request of the runtime wrapper's
-applier): cheader reads #defines without cffi."""
+(every `gpuslice` command loads the configuration): cheader reads #defines
+without cffi."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -28,8 +28,9 @@ from typing import Dict, List, Optional, Sequence
 SUITE = "trixie"
 MIRROR = "http://deb.debian.org/debian"
 #: The runtimes, busybox for the containers' root file system, python3 with
-#: yaml and jsonschema for gpuslice-runtime-apply (our Python, which
-#: gpuslice-runtime runs: it reads and checks the specs). The libraries our C
+#: yaml and jsonschema for gpuslice-cdi-cache (our Python, which
+#: gpuslice-runtime runs when its CDI cache must be made: it reads and
+#: checks the specs). The libraries our C
 #: programs link to come on top (library_packages).
 PACKAGES = ("docker.io", "docker-cli", "containerd", "podman", "runc", "busybox-static",
             "iptables", "python3", "python3-yaml", "python3-jsonschema")
