@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpuslice/c/region_totals.h"
 #include "gpuslice/region.h"
 #include "gpuslice/statedir.h"
 #include "statedir.h"
@@ -81,20 +82,6 @@ static int flock_within(int fd)
     }
 }
 
-/* A process died holding the mutex: the totals are derived from the live
- * slots (as the shim's repair does), so recompute them. */
-static void recompute(struct gpuslice_region *r)
-{
-    for (int d = 0; d < GPUSLICE_MAX_DEVICES; d++) {
-        unsigned long long sum = 0;
-        for (int i = 0; i < GPUSLICE_MAX_PROCS; i++)
-            if (r->procs[i].state == GPUSLICE_SLOT_LIVE)
-                for (int k = 0; k < GPUSLICE_KINDS; k++)
-                    sum += r->procs[i].used[d][k];
-        __atomic_store_n(&r->devices[d].used_bytes, sum, __ATOMIC_RELAXED);
-    }
-}
-
 static int all_zero(const unsigned char *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -128,7 +115,7 @@ static int lock_and_read(struct gs_region_hold *h)
     int rc = pthread_mutex_timedlock(mutex_of(h->map), &until);
     if (rc == EOWNERDEAD) {
         pthread_mutex_consistent(mutex_of(h->map));
-        recompute(r);
+        gpuslice_region_recompute(r); /* a process died holding the mutex */
         rc = 0;
     }
     if (rc != 0)

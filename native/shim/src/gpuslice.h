@@ -152,8 +152,6 @@ void gs_region_unlock(struct gpuslice_region *r);
 int gs_slot_locked(struct gpuslice_region *r);
 /* With the lock held: free the slots of dead processes. */
 void gs_reclaim_locked(struct gpuslice_region *r);
-/* With the lock held: used_bytes from the live slots (derived totals). */
-void gs_recompute_locked(struct gpuslice_region *r);
 void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg);
 unsigned long long gs_proc_start_time(int pid); /* 0: unknown */
 

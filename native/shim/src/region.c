@@ -9,6 +9,7 @@
  */
 #define _DEFAULT_SOURCE /* flock, MAP_ANONYMOUS */
 #include "gpuslice.h"
+#include "gpuslice/c/region_totals.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -267,7 +268,7 @@ int gs_region_lock(struct gpuslice_region *r)
         pthread_mutex_consistent(region_mutex(r));
         gs_log_write(GS_LOG_WARN, "a process died holding the region lock; recomputing usage");
         gs_reclaim_locked(r);
-        gs_recompute_locked(r);
+        gpuslice_region_recompute(r);
         return 0;
     }
     if (rc != 0) {
@@ -340,18 +341,6 @@ void gs_reclaim_locked(struct gpuslice_region *r)
             GS_LOG(GS_LOG_INFO, "reclaiming slot %d of dead pid %d", i, s->pid);
             slot_clear_locked(r, s);
         }
-    }
-}
-
-void gs_recompute_locked(struct gpuslice_region *r)
-{
-    for (int d = 0; d < GPUSLICE_MAX_DEVICES; d++) {
-        unsigned long long sum = 0;
-        for (int i = 0; i < GPUSLICE_MAX_PROCS; i++)
-            if (r->procs[i].state == GPUSLICE_SLOT_LIVE)
-                for (int k = 0; k < GPUSLICE_KINDS; k++)
-                    sum += r->procs[i].used[d][k];
-        __atomic_store_n(&r->devices[d].used_bytes, sum, __ATOMIC_RELAXED);
     }
 }
 
