@@ -14,7 +14,7 @@ from exporter_node import GIB, MIB, Node
 from fakehost import fake_gpu
 from test_exporter import A, scene
 
-from ocihook import snapshot, top
+from ocihook import top
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ Prints a table; exits 1 on a failure.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from typing import Dict, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_runtime import SHIM_IN_CONTAINER, bundle_config, rootfs  # noqa: E402
+from check_runtime import bundle_config, rootfs, stack_node  # noqa: E402
 from table import check, report  # noqa: E402
 
 GIB = 1 << 30
@@ -77,33 +76,10 @@ def slice_mib(env: Dict[str, str]) -> Optional[int]:
 def main() -> int:
     out = Path(sys.argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    runc = os.environ.get("GPUSLICE_RUNC") or shutil.which("runc") or ""
-    runtime = os.environ.get("GPUSLICE_RUNTIME") or str(
-        REPO / "native" / "hook" / "build" / "gpuslice-runtime")
-    hook = os.environ.get("GPUSLICE_HOOK") or str(REPO / "native" / "hook" / "build" /
-                                                  "gpuslice-hook")
-    for name, path in (("runc", runc), ("gpuslice-runtime", runtime), ("gpuslice-hook", hook)):
-        check(f"{name} present", "executable", path, os.access(path, os.X_OK))
-    if not all(os.access(p, os.X_OK) for p in (runc, runtime, hook)):
+    stack = stack_node(out)
+    if stack is None:
         return report()
-    subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
-    shim = REPO / "native" / "shim" / "build" / "libgpuslice.so"
-    os.makedirs(os.path.dirname(SHIM_IN_CONTAINER), exist_ok=True)
-    if not os.path.exists(SHIM_IN_CONTAINER):
-        Path(SHIM_IN_CONTAINER).touch()
-    config = out / "config.yaml"
-    config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n"
-                      f"database: {out}/state.db\nstate_dir: {out}/state\n")
-    env = dict(os.environ, GPUSLICE_CONFIG=str(config))
-    gen = gpuslice(env, "cdi", "generate")
-    check("cdi generate", 0, gen.returncode, gen.returncode == 0)
-    if gen.returncode:
-        print(gen.stderr)
-        return report()
-    tool = out / "gpuslice-cdi-cache"
-    tool.write_text(f"#!/bin/sh\nexec {sys.executable} -m ocihook.cdi_cache \"$@\"\n")
-    tool.chmod(0o755)
-    env["GPUSLICE_CDI_CACHE"] = str(out / "cdi-cache.json")
+    runc, runtime, tool, env = stack
     go = out / "go"
     shutil.rmtree(go, ignore_errors=True)
     go.mkdir()

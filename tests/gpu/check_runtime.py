@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Dict, NamedTuple, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -72,9 +73,17 @@ def bundle_config(runc: str, bundle: Path) -> dict:
     return spec
 
 
-def main() -> int:
-    out = Path(sys.argv[1]).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+class Stack(NamedTuple):
+    """What a runc container through gpuslice-runtime needs on this host."""
+    runc: str
+    runtime: str
+    tool: Path  # the CDI cache tool, run by this Python
+    env: Dict[str, str]  # the node's configuration and cache
+
+
+def stack_node(out: Path) -> Optional[Stack]:
+    """runc, gpuslice-runtime and the hook (checked present), the shim built,
+    the node generated in OUT; None (checked, printed) if any is missing."""
     runc = os.environ.get("GPUSLICE_RUNC") or shutil.which("runc") or ""
     runtime = os.environ.get("GPUSLICE_RUNTIME") or str(
         REPO / "native" / "hook" / "build" / "gpuslice-runtime")
@@ -83,7 +92,7 @@ def main() -> int:
     for name, path in (("runc", runc), ("gpuslice-runtime", runtime), ("gpuslice-hook", hook)):
         check(f"{name} present", "executable", path, os.access(path, os.X_OK))
     if not all(os.access(p, os.X_OK) for p in (runc, runtime, hook)):
-        return report()
+        return None
     subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
     shim = REPO / "native" / "shim" / "build" / "libgpuslice.so"
     # The shim's mount point must exist in the (read-only) /usr the container sees.
@@ -92,11 +101,21 @@ def main() -> int:
         Path(SHIM_IN_CONTAINER).touch()
     env = generate(out, shim, hook)
     if env is None:
-        return report()
+        return None
     tool = out / "gpuslice-cdi-cache"
     tool.write_text(f"#!/bin/sh\nexec {sys.executable} -m ocihook.cdi_cache \"$@\"\n")
     tool.chmod(0o755)
     env["GPUSLICE_CDI_CACHE"] = str(out / "cdi-cache.json")
+    return Stack(runc, runtime, tool, env)
+
+
+def main() -> int:
+    out = Path(sys.argv[1]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    stack = stack_node(out)
+    if stack is None:
+        return report()
+    runc, runtime, tool, env = stack
     bundle = out / "bundle"
     rootfs(bundle / "rootfs")
     (bundle / "config.json").write_text(json.dumps(bundle_config(runc, bundle)))
