@@ -16,6 +16,8 @@ from cdi import names
 from cdi.spec import Device, Spec, SpecError
 from cdi.specfile import read_spec, spec_files
 
+# The CDI default, which Podman, Docker and containerd read when they are
+# told no other folders.
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 

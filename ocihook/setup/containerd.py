@@ -21,6 +21,7 @@ import tomlkit
 from tomlkit.items import Table
 from tomlkit.toml_document import TOMLDocument
 
+from cdi.registry import DEFAULT_SPEC_DIRS  # what the engine reads when its file names none
 from ocihook.config import Config
 from ocihook.messages import error, say, warn
 from ocihook.setup import toml_edit
@@ -36,8 +37,6 @@ RUNC_V2 = "io.containerd.runc.v2"
 # Where CRI's CDI keys are, by the file's version.
 CDI_TABLE = {2: ("plugins", "io.containerd.grpc.v1.cri"),
              3: ("plugins", "io.containerd.cri.v1.runtime")}
-# The CDI spec dirs containerd reads when cdi_spec_dirs is not set.
-DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 def check_name(name: str) -> None:
@@ -189,7 +188,7 @@ def _cdi_dirs(table: Optional[Holder], doc: TOMLDocument, keys: Tuple[str, ...],
               source: str) -> Tuple[List[str], bool]:
     """(the CDI spec dirs containerd reads with this file, whether it names them)."""
     if table is None or "cdi_spec_dirs" not in table:
-        return list(DEFAULT_CDI_DIRS), False
+        return list(DEFAULT_SPEC_DIRS), False
     dirs = table["cdi_spec_dirs"]
     if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
         line = toml_edit.line_of(doc, keys + ("cdi_spec_dirs",))
@@ -255,7 +254,7 @@ def edit_cdi(text: Optional[str], source: str, binary: Version, spec_dir: str) -
         new, source,
         lambda d: toml_edit.dig(d, *keys, "enable_cdi") is True
         and any(os.path.realpath(x) == os.path.realpath(spec_dir)
-                for x in toml_edit.dig(d, *keys, "cdi_spec_dirs") or DEFAULT_CDI_DIRS),
+                for x in toml_edit.dig(d, *keys, "cdi_spec_dirs") or DEFAULT_SPEC_DIRS),
         wanted)
     return new
 

@@ -16,6 +16,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from cdi.registry import DEFAULT_SPEC_DIRS  # what the engine reads when its file names none
 from ocihook.config import Config
 from ocihook.messages import error, say, warn
 from ocihook.setup.common import (DEFAULT_NAME, SetupError, check_file_option, edit_file,
@@ -28,8 +29,6 @@ DAEMON_JSON = "/etc/docker/daemon.json"
 # them stops dockerd from starting.
 RESERVED = ("runc", "io.containerd.runc.v1", "io.containerd.runc.v2",
             "io.containerd.runtime.v1.linux")
-# dockerd's CDI spec dirs when daemon.json names none.
-DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 def check_name(name: str) -> None:
@@ -98,7 +97,7 @@ def cdi_opt_in(version: Version) -> bool:
 
 def cdi_dirs(text: Optional[str], source: str) -> List[str]:
     """The CDI spec dirs dockerd reads with this daemon.json."""
-    dirs = _load(text, source).get("cdi-spec-dirs", list(DEFAULT_CDI_DIRS))
+    dirs = _load(text, source).get("cdi-spec-dirs", list(DEFAULT_SPEC_DIRS))
     if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
         raise SetupError(f"{source}: \"cdi-spec-dirs\" is {_json_type(dirs)}, "
                          "not an array of strings")

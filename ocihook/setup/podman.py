@@ -15,6 +15,7 @@ import tomlkit
 from tomlkit.items import Item, Table
 from tomlkit.toml_document import TOMLDocument
 
+from cdi.registry import DEFAULT_SPEC_DIRS  # what the engine reads when its file names none
 from ocihook.config import Config
 from ocihook.messages import error, say, warn
 from ocihook.setup import toml_edit
@@ -23,8 +24,6 @@ from ocihook.setup.common import (SetupError, check_file_option, edit_file, exam
 from ocihook.setup.toml_edit import insert, lay_out
 
 CONTAINERS_CONF = "/etc/containers/containers.conf"
-# Podman 4's CDI spec dirs when containers.conf names none.
-DEFAULT_CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 # The table and the key that name them.
 ENGINE, CDI_SPEC_DIRS = "engine", "cdi_spec_dirs"
 
@@ -41,7 +40,7 @@ def spec_dirs(text: Optional[str], source: str) -> Tuple[List[str], bool]:
 def _spec_dirs(doc: TOMLDocument, source: str) -> Tuple[List[str], bool]:
     engine = toml_edit.table_at(doc, (ENGINE,), source)
     if engine is None or CDI_SPEC_DIRS not in engine:
-        return list(DEFAULT_CDI_DIRS), False
+        return list(DEFAULT_SPEC_DIRS), False
     dirs = engine[CDI_SPEC_DIRS]
     if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
         line = toml_edit.line_of(doc, (ENGINE, CDI_SPEC_DIRS))
