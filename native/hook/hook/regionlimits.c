@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpuslice/c/region_totals.h"
+#include "gpuslice/c/region_rules.h"
 #include "gpuslice/region.h"
 #include "gpuslice/statedir.h"
 #include "statedir.h"
@@ -26,7 +26,6 @@
 
 #define REGION_SIZE sizeof(struct gpuslice_region)
 
-_Static_assert(sizeof(pthread_mutex_t) <= GPUSLICE_LOCK_SIZE, "region lock too small");
 
 /* A tenant may cut the file short while it is mapped: touching the lost
  * pages raises SIGBUS, which jumps back to the touch's start. */
@@ -51,11 +50,6 @@ static void guard_on(void)
 static void guard_off(void)
 {
     sigaction(SIGBUS, &bus_before, NULL);
-}
-
-static pthread_mutex_t *mutex_of(void *map)
-{
-    return (pthread_mutex_t *)(void *)((struct gpuslice_region *)map)->lock;
 }
 
 static void deadline(struct timespec *t)
@@ -112,9 +106,9 @@ static int lock_and_read(struct gs_region_hold *h)
                        REGION_SIZE);
     struct timespec until;
     deadline(&until);
-    int rc = pthread_mutex_timedlock(mutex_of(h->map), &until);
+    int rc = pthread_mutex_timedlock(gpuslice_region_mutex(h->map), &until);
     if (rc == EOWNERDEAD) {
-        pthread_mutex_consistent(mutex_of(h->map));
+        pthread_mutex_consistent(gpuslice_region_mutex(h->map));
         gpuslice_region_recompute(r); /* a process died holding the mutex */
         rc = 0;
     }
@@ -217,21 +211,14 @@ static int make_region(struct gs_region_hold *h, unsigned long long limit, unsig
         return gs_fail_errno(h->path, errno);
     h->map = m;
     struct gpuslice_region *r = m;
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(mutex_of(m), &a);
-    pthread_mutexattr_destroy(&a);
+    unsigned long long limits[GPUSLICE_MAX_DEVICES];
+    unsigned int core_limits[GPUSLICE_MAX_DEVICES];
     for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
-        r->devices[i].limit_bytes = limit;
-        r->devices[i].core_limit = cores;
-        r->devices[i].priority = priority;
+        limits[i] = limit;
+        core_limits[i] = cores;
     }
-    r->host_resizes = 1;
-    r->version = GPUSLICE_REGION_VERSION;
-    r->size = REGION_SIZE;
-    __atomic_store_n(&r->magic, GPUSLICE_REGION_MAGIC, __ATOMIC_RELEASE);
+    r->host_resizes = 1; /* before the magic: the caps are the host's */
+    gpuslice_region_format(r, limits, core_limits, priority);
     return GS_OK;
 }
 
@@ -274,7 +261,7 @@ void gs_region_drop(struct gs_region_hold *h)
     if (h->map) {
         guard_on();
         if (!sigsetjmp(bus_jump, 1) && h->locked)
-            pthread_mutex_unlock(mutex_of(h->map));
+            pthread_mutex_unlock(gpuslice_region_mutex(h->map));
         guard_off();
         munmap(h->map, REGION_SIZE);
     }

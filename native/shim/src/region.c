@@ -9,7 +9,7 @@
  */
 #define _DEFAULT_SOURCE /* flock, MAP_ANONYMOUS */
 #include "gpuslice.h"
-#include "gpuslice/c/region_totals.h"
+#include "gpuslice/c/region_rules.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,17 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
-_Static_assert(sizeof(pthread_mutex_t) <= GPUSLICE_LOCK_SIZE, "region lock too small");
 
 struct gpuslice_region *gs_region_ptr;
 static pthread_once_t region_once = PTHREAD_ONCE_INIT;
 static int slot_index = -1; /* ours; -1 until the first charge */
 static int slot_pid;
-
-static pthread_mutex_t *region_mutex(struct gpuslice_region *r)
-{
-    return (pthread_mutex_t *)(void *)r->lock;
-}
 
 unsigned long long gs_now_ns(void)
 {
@@ -51,21 +45,7 @@ unsigned long long gs_unique_id(void)
 void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg)
 {
     memset(r, 0, sizeof *r);
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(region_mutex(r), &a);
-    pthread_mutexattr_destroy(&a);
-    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
-        r->devices[i].limit_bytes = cfg->mem_limit[i];
-        r->devices[i].core_limit = cfg->core_limit[i];
-        r->devices[i].priority = cfg->priority;
-    }
-    r->version = GPUSLICE_REGION_VERSION;
-    r->size = sizeof *r;
-    /* Last: a reader that sees the magic sees everything above. */
-    __atomic_store_n(&r->magic, GPUSLICE_REGION_MAGIC, __ATOMIC_RELEASE);
+    gpuslice_region_format(r, cfg->mem_limit, cfg->core_limit, cfg->priority);
 }
 
 static int mkdir_p(const char *dir)
@@ -260,12 +240,12 @@ struct gpuslice_region *gs_region_open_slow(void)
 
 int gs_region_lock(struct gpuslice_region *r)
 {
-    int rc = pthread_mutex_lock(region_mutex(r));
+    int rc = pthread_mutex_lock(gpuslice_region_mutex(r));
     if (rc == EOWNERDEAD) {
         /* A process died holding the lock, maybe half-way through an update.
          * Slots are updated before totals, and totals are derived: drop the
          * dead, recompute, and the state is exact again. */
-        pthread_mutex_consistent(region_mutex(r));
+        pthread_mutex_consistent(gpuslice_region_mutex(r));
         gs_log_write(GS_LOG_WARN, "a process died holding the region lock; recomputing usage");
         gs_reclaim_locked(r);
         gpuslice_region_recompute(r);
@@ -281,7 +261,7 @@ int gs_region_lock(struct gpuslice_region *r)
 
 void gs_region_unlock(struct gpuslice_region *r)
 {
-    pthread_mutex_unlock(region_mutex(r));
+    pthread_mutex_unlock(gpuslice_region_mutex(r));
 }
 
 unsigned long long gs_proc_start_time(int pid)
