@@ -33,6 +33,7 @@ class ProcUsage:
     pid: int
     start_time: int
     used: List[List[int]]  # [device][kind] in bytes
+    host_pid: int = 0      # the pid the driver knows it by, as the process learnt it; 0: not yet
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def read(path: str) -> Region:
         if p.state == lib.GPUSLICE_SLOT_LIVE:
             procs.append(ProcUsage(p.pid, p.start_time,
                                    [[p.used[d][k] for k in range(lib.GPUSLICE_KINDS)]
-                                    for d in range(n)]))
+                                    for d in range(n)], p.host_pid))
     return Region(path, devices, procs, r.host_resizes)
 
 

@@ -48,11 +48,14 @@
  *    every mode is treated as the global one, so an event query or a
  *    synchronisation anywhere during a capture invalidates it, and
  *    cuStreamEndCapture returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+ *  - With $GPUSLICE_FAKE_PROCS set, the usage per card is published at
+ *    every change for the fake NVML's process lists (fakeprocs.h).
  * Test hooks: fakecuda_used_bytes(), fakecuda_launch_count() and
  * fakecuda_captured_count().
  */
 #define _GNU_SOURCE
 #include "fakegpus.h"
+#include "fakeprocs.h"
 
 #include <gpuslice/cuda_api.h>
 
@@ -284,12 +287,25 @@ static struct card *card_of(CUdevice dev)
     return (dev >= 0 && dev < g_ndev) ? &g_cards[dev] : NULL;
 }
 
+/* What this process holds on each card, for the fake NVML (fakeprocs.h). */
+static void publish(void)
+{
+    const char *uuids[FAKEGPUS_MAX_GPUS];
+    uint64_t bytes[FAKEGPUS_MAX_GPUS];
+    for (int d = 0; d < g_ndev; d++) {
+        uuids[d] = g_gpus.gpus[g_cards[d].gpu].uuid;
+        bytes[d] = g_cards[d].used;
+    }
+    fakeprocs_publish(uuids, bytes, (unsigned)g_ndev);
+}
+
 static CUresult charge(int dev, uint64_t bytes)
 {
     struct card *c = &g_cards[dev];
     if (bytes > c->total - c->used)
         return CUDA_ERROR_OUT_OF_MEMORY;
     c->used += bytes;
+    publish();
     return CUDA_SUCCESS;
 }
 
@@ -297,6 +313,12 @@ static void uncharge(int dev, uint64_t bytes)
 {
     struct card *c = &g_cards[dev];
     c->used = bytes > c->used ? 0 : c->used - bytes;
+    publish();
+}
+
+__attribute__((constructor)) static void fakeprocs_at_fork(void)
+{
+    pthread_atfork(NULL, NULL, fakeprocs_forget);
 }
 
 static struct ctx *cur_ctx(void)

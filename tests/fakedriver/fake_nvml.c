@@ -31,6 +31,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "fakegpus.h"
+#include "fakeprocs.h"
 
 /* NVML's return codes, device handle and memory structs: one declaration,
  * shared with libgpuslice.so. */
@@ -510,10 +511,6 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
     return leave(NVML_SUCCESS);
 }
 
-typedef struct {
-    unsigned gpu, memory; /* percent */
-} nvmlUtilization_t;
-
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                   nvmlUtilization_t *utilization)
 {
@@ -664,37 +661,63 @@ EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t de
 }
 
 /*
- * Running processes: a fake card runs nothing, so the list is always empty.
- * The versions differ only in the entry layout, and no entry is written.
+ * Running processes: those the fake libcuda published (fakeprocs.h), with
+ * their usage on this card, under the pid the fake driver gives them. Too
+ * small a buffer gets the count needed and NVML_ERROR_INSUFFICIENT_SIZE, as
+ * NVML does. The versions differ only in the entry layout: v1 (pid, memory),
+ * v2 and v3 (plus the MIG instance ids).
  */
-static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned *infoCount)
+typedef struct {
+    unsigned pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+static nvmlReturn_t processes(nvmlDevice_t device, unsigned *infoCount, void *infos, int v1)
 {
     ENTER_DEVICE(device, g);
     if (!infoCount)
         return leave(NVML_ERROR_INVALID_ARGUMENT);
-    *infoCount = 0;
+    struct fakeproc found[FAKEPROCS_MAX];
+    int n = fakeprocs_list(g->uuid, found, FAKEPROCS_MAX);
+    if (n < 0)
+        return leave(NVML_ERROR_UNKNOWN);
+    if (*infoCount < (unsigned)n || (n && !infos)) {
+        *infoCount = (unsigned)n;
+        return leave(n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
+    }
+    for (int i = 0; i < n; i++) {
+        if (v1) {
+            nvmlProcessInfo_v1_t *p = &((nvmlProcessInfo_v1_t *)infos)[i];
+            p->pid = found[i].pid;
+            p->usedGpuMemory = found[i].bytes;
+        } else {
+            nvmlProcessInfo_t *p = &((nvmlProcessInfo_t *)infos)[i];
+            p->pid = found[i].pid;
+            p->usedGpuMemory = found[i].bytes;
+            p->gpuInstanceId = 0xFFFFFFFFu;
+            p->computeInstanceId = 0xFFFFFFFFu;
+        }
+    }
+    *infoCount = (unsigned)n;
     return leave(NVML_SUCCESS);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
                                                          unsigned *infoCount, void *infos)
 {
-    (void)infos;
-    return no_processes(device, infoCount);
+    return processes(device, infoCount, infos, 1);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
                                                             unsigned *infoCount, void *infos)
 {
-    (void)infos;
-    return no_processes(device, infoCount);
+    return processes(device, infoCount, infos, 0);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
                                                             unsigned *infoCount, void *infos)
 {
-    (void)infos;
-    return no_processes(device, infoCount);
+    return processes(device, infoCount, infos, 0);
 }
 
 /* ----------------------------------------------------------------- events */

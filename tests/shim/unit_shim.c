@@ -1,6 +1,7 @@
 /*
  * Unit tests of the shim's parts that need no driver: size parsing, the
- * environment, the pointer map, the region and the charge protocol.
+ * environment, the pointer map, the region and the charge protocol, the
+ * cut of the driver's process lists.
  * Linked against the shim's object files; prints "ok NAME" per test and
  * exits non-zero on the first failure.
  */
@@ -20,6 +21,10 @@
 void gs_ctx_fork_prepare(void) {}
 void gs_ctx_fork_parent(void) {}
 void gs_ctx_fork_child(void) {}
+unsigned int gs_driver_pid(void) { return 0; }
+void gs_ctx_op_ended(void) {}
+__thread int gs_own_query;
+void gs_core_init(void) {}
 
 static int failures;
 #define CHECK(cond)                                                                           \
@@ -226,6 +231,48 @@ static int mismatch_child(const char *path)
     return ok ? 0 : 1;
 }
 
+/* An NVOS54 RM control as libnvidia-ml issues it, and GPU_GET_PIDS's answer. */
+struct control {
+    uint32_t client, object, cmd, flags;
+    uint64_t params;
+    uint32_t params_size, status;
+};
+struct get_pids {
+    uint32_t id_type, id, count, pids[950];
+};
+
+static void test_rm_filter(void)
+{
+    static struct get_pids p;
+    struct control c = {.cmd = 0x2080018d, .params = (uintptr_t)&p, .params_size = sizeof p};
+    p.count = 4;
+    p.pids[0] = 11, p.pids[1] = 22, p.pids[2] = 33, p.pids[3] = 44;
+    const unsigned keep[] = {44, 22, 99};
+    CHECK(gs_rm_filter(&c, keep, 3) == 2);
+    CHECK(p.count == 2 && p.pids[0] == 22 && p.pids[1] == 44 && p.pids[2] == 0 && p.pids[3] == 0);
+    CHECK(c.status == 0);
+    /* Nobody of ours: nothing listed. */
+    CHECK(gs_rm_filter(&c, keep, 0) == 2 && p.count == 0);
+    /* A count past the table is read as the table. */
+    p.count = 5000;
+    for (int i = 0; i < 950; i++)
+        p.pids[i] = (uint32_t)i + 1;
+    CHECK(gs_rm_filter(&c, keep, 3) == 947 && p.count == 3);
+    /* A size we do not know: refused, nothing read. */
+    struct control odd = c;
+    odd.params_size = sizeof p + 4;
+    CHECK(gs_rm_filter(&odd, keep, 3) == -1 && odd.status != 0);
+    /* Failed controls and other controls: left alone. */
+    struct control failed = c;
+    failed.status = 0x1f;
+    p.count = 1, p.pids[0] = 11;
+    CHECK(gs_rm_filter(&failed, keep, 3) == 0 && p.count == 1 && failed.status == 0x1f);
+    struct control other = c;
+    other.cmd = 0x20800102;
+    CHECK(gs_rm_filter(&other, keep, 3) == 0 && p.count == 1);
+    printf("ok rm_filter\n");
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0); /* forked children must not repeat it */
@@ -240,6 +287,7 @@ int main(int argc, char **argv)
     test_ptrmap();
     test_region(argv[1]);
     test_layout_mismatch(argv[1]);
+    test_rm_filter();
     if (failures)
         fprintf(stderr, "%d checks failed\n", failures);
     return failures ? 1 : 0;

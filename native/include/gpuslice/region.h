@@ -11,7 +11,7 @@
 #define GPUSLICE_REGION_H
 
 #define GPUSLICE_REGION_MAGIC 0x53555047
-#define GPUSLICE_REGION_VERSION 5
+#define GPUSLICE_REGION_VERSION 6
 #define GPUSLICE_MAX_DEVICES 16
 #define GPUSLICE_MAX_PROCS 128
 #define GPUSLICE_UUID_SIZE 96
@@ -57,6 +57,10 @@ struct gpuslice_device {
 struct gpuslice_proc {
     int pid;                         /* in the container's pid namespace */
     unsigned int state;              /* GPUSLICE_SLOT_* */
+    /* The pid the driver reports for this process (the host's namespace:
+     * the driver knows no other), as the process learnt it; 0 until then. */
+    unsigned int host_pid;
+    unsigned int reserved0;
     unsigned long long start_time;   /* /proc/<pid>/stat field 22: tells a reused pid */
     unsigned long long heartbeat_ns; /* CLOCK_MONOTONIC of the last charge or check */
     unsigned long long used[GPUSLICE_MAX_DEVICES][GPUSLICE_KINDS];

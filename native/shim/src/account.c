@@ -58,6 +58,43 @@ denied:
     return GS_DENIED;
 }
 
+/* Open operations of the process, and of this thread: a settle runs only
+ * from a thread whose own open operation has not charged yet or has had
+ * the driver's answer, so only the others' can make the figures disagree. */
+static unsigned int ops_started, ops_open;
+static __thread unsigned int ops_mine;
+
+void gs_mem_op_begin(void)
+{
+    ops_mine++;
+    __atomic_fetch_add(&ops_started, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(&ops_open, 1, __ATOMIC_ACQ_REL);
+}
+
+void gs_mem_op_end(void)
+{
+    ops_mine--;
+    __atomic_fetch_sub(&ops_open, 1, __ATOMIC_ACQ_REL);
+    gs_ctx_op_ended();
+}
+
+unsigned int gs_mem_ops_started(void)
+{
+    return __atomic_load_n(&ops_started, __ATOMIC_ACQUIRE);
+}
+
+unsigned int gs_mem_ops_others_open(void)
+{
+    return __atomic_load_n(&ops_open, __ATOMIC_ACQUIRE) - ops_mine;
+}
+
+void gs_mem_ops_fork_child(void)
+{
+    /* Only the forking thread goes on in the child, outside any operation. */
+    ops_open = 0;
+    ops_mine = 0;
+}
+
 int gs_charge(int dev, int kind, unsigned long long bytes)
 {
     return charge(dev, kind, bytes, 0);

@@ -2,9 +2,17 @@
  * cuInit, contexts and what programs see (cuMemGetInfo, cuDeviceTotalMem).
  *
  * A context costs device memory the allocation calls never show (code,
- * stacks, the driver's own heaps). We charge a fixed reservation,
- * GPUSLICE_CONTEXT_RESERVE, when a process first holds a context on a
- * device, and give it back when it holds none there any more.
+ * stacks, the driver's own heaps), and how much differs by card, driver and
+ * program (about 520-610 MiB on an H200). When a process first holds a
+ * context on a device it is charged GPUSLICE_CONTEXT_RESERVE, checked
+ * against the cap like an allocation. From then on the charge follows what
+ * the driver really holds for the process beyond its tracked allocations,
+ * as NVML reports it (ctx_cost.c): raised to it right after the context is
+ * made and at most every SETTLE_NS on the allocation path; brought down to
+ * it near the cap (gs_ctx_headroom), before an allocation is refused and
+ * when a program asks how much is free (settle()). Where NVML cannot tell,
+ * the fixed charge stays. It is given back when the process holds no
+ * context there any more.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gpuslice.h"
@@ -74,6 +82,9 @@ GS_API CUresult cuInit(unsigned int flags)
     gs_cuda_ready();
     if (!HAS_REAL(cuInit))
         return CUDA_ERROR_NOT_FOUND;
+    static int prepared;
+    if (!gs_cfg.disabled && gs_cfg.any_limit && !__atomic_exchange_n(&prepared, 1, __ATOMIC_RELAXED))
+        gs_ctx_cost_prepare();
     CUresult r = REAL(cuInit)(flags);
     if (r == CUDA_SUCCESS && !gs_cfg.disabled && HAS_REAL(cuDeviceGetCount)) {
         int n = 0;
@@ -89,6 +100,12 @@ GS_API CUresult cuInit(unsigned int flags)
 static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int ctx_refs[GPUSLICE_MAX_DEVICES];
 static unsigned char ctx_charged[GPUSLICE_MAX_DEVICES];
+static unsigned long long ctx_bytes[GPUSLICE_MAX_DEVICES]; /* the context charge now */
+static unsigned long long settled_ns[GPUSLICE_MAX_DEVICES];
+
+/* Growth of the driver's own memory (modules loaded lazily, a second
+ * context) shows up in the cap within this time of the next allocation. */
+#define SETTLE_NS 100000000ull
 
 /* Take a context reference on dev, charging the reservation on the first. */
 static CUresult ctx_ref(int dev)
@@ -109,6 +126,7 @@ static CUresult ctx_ref(int dev)
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         ctx_charged[dev] = c == GS_CHARGED;
+        ctx_bytes[dev] = c == GS_CHARGED ? gs_cfg.context_reserve : 0;
     }
     ctx_refs[dev]++;
     pthread_mutex_unlock(&ctx_mu);
@@ -119,15 +137,139 @@ static void ctx_unref(int dev)
 {
     if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES)
         return;
-    int give_back = 0;
     pthread_mutex_lock(&ctx_mu);
     if (ctx_refs[dev] > 0 && --ctx_refs[dev] == 0 && ctx_charged[dev]) {
         ctx_charged[dev] = 0;
-        give_back = 1;
+        gs_uncharge(dev, GPUSLICE_KIND_CONTEXT, ctx_bytes[dev]);
+        ctx_bytes[dev] = 0;
     }
-    if (give_back)
-        gs_uncharge(dev, GPUSLICE_KIND_CONTEXT, gs_cfg.context_reserve);
     pthread_mutex_unlock(&ctx_mu);
+}
+
+/* up_only: only ever raise the charge. Far from the cap the fixed charge
+ * stays while it covers what the driver holds: a context grows after it is
+ * made (modules loaded at their first launch, cuBLAS, ...), and growth
+ * inside the charge can never take the cap past what it is. Near the cap
+ * and before a refusal the charge comes down to the driver's figure. */
+static int settle(int dev, int up_only)
+{
+    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_driver_pid() || !gs_limit(dev))
+        return 0;
+    /* The driver's figure and ours must describe the same moment: nothing
+     * of this process may be between its charge and the driver's answer. */
+    unsigned int started = gs_mem_ops_started();
+    if (gs_mem_ops_others_open())
+        return 0;
+    unsigned long long held;
+    if (gs_ctx_cost_read(dev, &held) != 0)
+        return 0;
+    struct gpuslice_region *r = gs_region();
+    if (gs_region_lock(r) != 0)
+        return 0;
+    int slot = gs_slot_locked(r);
+    unsigned long long tracked = 0;
+    for (int k = 0; slot >= 0 && k < GPUSLICE_KINDS; k++)
+        if (k != GPUSLICE_KIND_CONTEXT)
+            tracked += r->procs[slot].used[dev][k];
+    gs_region_unlock(r);
+    if (slot < 0 || gs_mem_ops_others_open() || gs_mem_ops_started() != started)
+        return 0;
+    /* What we track but the driver does not hold (managed memory not yet
+     * resident) leaves the context at 0: the charge never falls below the
+     * driver's figure. */
+    unsigned long long target = held > tracked ? held - tracked : 0;
+    int lowered = 0;
+    pthread_mutex_lock(&ctx_mu);
+    if (ctx_refs[dev] && ctx_charged[dev] && target != ctx_bytes[dev] &&
+        (!up_only || target > ctx_bytes[dev])) {
+        if (target > ctx_bytes[dev]) {
+            gs_charge_held(dev, GPUSLICE_KIND_CONTEXT, target - ctx_bytes[dev]);
+        } else {
+            gs_uncharge(dev, GPUSLICE_KIND_CONTEXT, ctx_bytes[dev] - target);
+            lowered = 1;
+        }
+        GS_LOG(GS_LOG_DEBUG, "device %d: context charge %llu -> %llu bytes (driver holds %llu)",
+               dev, ctx_bytes[dev], target, held);
+        ctx_bytes[dev] = target;
+    }
+    settled_ns[dev] = gs_now_ns();
+    pthread_mutex_unlock(&ctx_mu);
+    return lowered;
+}
+
+int gs_ctx_settle(int dev)
+{
+    return settle(dev, 0);
+}
+
+/* Within this share of the cap, an allocation is admitted only with room
+ * for what the driver itself takes for it (page tables and the like: about
+ * 1.3 % of what was allocated on an H200, unseen until a settle), charged
+ * to the context at once, and the context is settled right after the
+ * driver's answer. Then no process's unsettled share can take the cap past
+ * what it is, whatever its neighbours in the container do meanwhile. */
+#define NEAR_SHARE 8
+#define HEADROOM_MIN (2ull << 20)
+#define HEADROOM_SHIFT 5 /* 1/32 of the request */
+
+static __thread int settle_after; /* dev + 1: settle once this thread's operation ends */
+
+int gs_ctx_headroom(int dev, unsigned long long bytes)
+{
+    unsigned long long limit;
+    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_driver_pid() || !(limit = gs_limit(dev)))
+        return GS_UNCAPPED;
+    unsigned long long used = gs_used(dev);
+    if (used < limit && bytes < limit - used && limit - used - bytes > limit / NEAR_SHARE)
+        return GS_UNCAPPED;
+    gs_ctx_settle(dev);
+    unsigned long long margin = bytes >> HEADROOM_SHIFT;
+    margin = margin < HEADROOM_MIN ? HEADROOM_MIN : margin;
+    int c = GS_UNCAPPED;
+    pthread_mutex_lock(&ctx_mu);
+    if (ctx_refs[dev] && ctx_charged[dev]) {
+        c = gs_charge(dev, GPUSLICE_KIND_CONTEXT, margin);
+        if (c == GS_CHARGED) {
+            ctx_bytes[dev] += margin;
+            settle_after = dev + 1;
+        }
+    }
+    pthread_mutex_unlock(&ctx_mu);
+    return c;
+}
+
+void gs_ctx_op_ended(void)
+{
+    int dev = settle_after - 1;
+    if (dev >= 0) {
+        settle_after = 0;
+        gs_ctx_settle(dev);
+    }
+}
+
+void gs_ctx_settle_due(int dev)
+{
+    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_driver_pid())
+        return;
+    unsigned long long last = __atomic_load_n(&settled_ns[dev], __ATOMIC_RELAXED);
+    if (gs_now_ns() - last >= SETTLE_NS)
+        settle(dev, 1);
+}
+
+/* Before the first context on dev: what NVML lists there (ctx_cost.c). */
+static void ctx_before(int dev)
+{
+    if (dev >= 0 && dev < GPUSLICE_MAX_DEVICES && gs_limit(dev) && !gs_driver_pid())
+        gs_ctx_cost_before(dev);
+}
+
+/* After a context was made on dev: learn our pid, then settle. */
+static void ctx_after(int dev)
+{
+    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_limit(dev))
+        return;
+    gs_ctx_cost_after(dev);
+    settle(dev, 1);
 }
 
 static void ctx_created(CUresult r, CUcontext *pctx, int dev)
@@ -136,6 +278,7 @@ static void ctx_created(CUresult r, CUcontext *pctx, int dev)
         ctx_unref(dev);
         return;
     }
+    ctx_after(dev);
     struct gs_alloc a = {.dev = dev, .kind = GPUSLICE_KIND_CONTEXT, .bytes = 0};
     if (gs_ptrmap_put(GS_NS_CTX, (uint64_t)(uintptr_t)*pctx, &a) != 0)
         GS_LOG(GS_LOG_WARN, "out of memory tracking a context; its reservation stays charged");
@@ -147,6 +290,7 @@ static void ctx_created(CUresult r, CUcontext *pctx, int dev)
         return CUDA_ERROR_NOT_FOUND;                                                          \
     if (gs_cfg.disabled)                                                                      \
         return REAL(fn) call;                                                                 \
+    ctx_before(dev);                                                                          \
     CUresult r = ctx_ref(dev);                                                                \
     if (r != CUDA_SUCCESS)                                                                    \
         return r;                                                                             \
@@ -196,12 +340,15 @@ GS_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_NOT_FOUND;
     if (gs_cfg.disabled)
         return REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
+    ctx_before(dev);
     CUresult r = ctx_ref(dev);
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
     if (r != CUDA_SUCCESS)
         ctx_unref(dev);
+    else
+        ctx_after(dev);
     return r;
 }
 
@@ -242,6 +389,9 @@ void gs_ctx_fork_child(void)
     /* Contexts do not survive fork: the child holds none. */
     memset(ctx_refs, 0, sizeof ctx_refs);
     memset(ctx_charged, 0, sizeof ctx_charged);
+    memset(ctx_bytes, 0, sizeof ctx_bytes);
+    memset(settled_ns, 0, sizeof settled_ns);
+    gs_ctx_cost_fork_child();
     pthread_mutex_init(&ctx_mu, NULL);
 }
 
@@ -259,6 +409,7 @@ static int capped_view(int dev, unsigned long long real_free, unsigned long long
     if (!limit)
         return -1;
     gs_pools_settle_all(); /* what pools gave back at sync points is free again */
+    gs_ctx_settle(dev);
     unsigned long long used = gs_used(dev);
     unsigned long long room = limit > used ? limit - used : 0;
     *total = limit;

@@ -17,22 +17,28 @@
 
 #include <limits.h>
 
-/* Step 1 for the current context's device. */
+/* Step 1 for the current context's device. Unless it refuses, finish()
+ * must follow (the operation is open until then: gs_mem_op_begin). */
 static int begin(int kind, unsigned long long bytes, int *dev)
 {
     if (GS_UNLIKELY(gs_cfg.fail_closed))
         return GS_DENIED;
+    gs_mem_op_begin();
     *dev = gs_current_device();
     if (*dev < 0)
         return GS_UNCAPPED; /* no context: the driver will say so itself */
     gs_device_note(*dev);
-    return gs_charge_settling(*dev, kind, bytes);
+    int c = gs_charge_settling(*dev, kind, bytes);
+    if (c == GS_DENIED)
+        gs_mem_op_end();
+    return c;
 }
 
 /* Step 3. */
 static void finish(int charged, CUresult r, int ns, uint64_t key, int dev, int kind,
                    unsigned long long bytes)
 {
+    gs_mem_op_end();
     if (charged != GS_CHARGED)
         return;
     if (r != CUDA_SUCCESS) {
@@ -44,22 +50,27 @@ static void finish(int charged, CUresult r, int ns, uint64_t key, int dev, int k
         GS_LOG(GS_LOG_WARN, "out of memory tracking an allocation; it stays charged");
 }
 
-/* The free side: returns whether `key` was charged (and fills *a). */
+/* The free side: returns whether `key` was charged (and fills *a).
+ * forgotten() must follow. */
 static int forget(int ns, uint64_t key, struct gs_alloc *a)
 {
+    gs_mem_op_begin();
     return gs_ptrmap_take(ns, key, a);
 }
 
 static void forgotten(int found, CUresult r, int ns, uint64_t key, const struct gs_alloc *a)
 {
-    if (!found)
+    if (!found) {
+        gs_mem_op_end();
         return;
+    }
     if (r != CUDA_SUCCESS)
         gs_ptrmap_put(ns, key, a); /* still allocated */
     else if (a->kind == GPUSLICE_KIND_POOL)
         gs_pool_settle(a->pool, a->dev, 0); /* the pool may keep it: charge what it holds */
     else
         gs_uncharge(a->dev, a->kind, a->bytes);
+    gs_mem_op_end();
 }
 
 #define ENTER(fn)                                                                             \
@@ -139,6 +150,7 @@ GS_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t wid
                gs_charge_settling(dev, GPUSLICE_KIND_ALLOC, actual - bound) == GS_DENIED) {
         REAL(cuMemFree_v2)(*dptr);
         gs_uncharge(dev, GPUSLICE_KIND_ALLOC, bound);
+        gs_mem_op_end();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     finish(c, r, GS_NS_PTR, *dptr, dev, GPUSLICE_KIND_ALLOC, actual);
@@ -182,12 +194,15 @@ GS_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
      * (and host NUMA) locations are not device memory. */
     if (gs_cfg.fail_closed)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    gs_mem_op_begin();
     if (prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
         dev = prop->location.id;
         gs_device_note(dev);
         c = gs_charge_settling(dev, GPUSLICE_KIND_VMM, size);
-        if (c == GS_DENIED)
+        if (c == GS_DENIED) {
+            gs_mem_op_end();
             return CUDA_ERROR_OUT_OF_MEMORY;
+        }
     }
     CUresult r = REAL(cuMemCreate)(handle, size, prop, flags);
     finish(c, r, GS_NS_VMM, r == CUDA_SUCCESS ? *handle : 0, dev, GPUSLICE_KIND_VMM, size);
@@ -236,11 +251,15 @@ static CUresult alloc_stream_ordered(int fn, CUdeviceptr *dptr, size_t bytes,
         return CALL_REAL(); /* no context, uncapped, or no pool to read: the driver decides */
     gs_device_note(dev);
     unsigned long long provisional = 0;
-    if (gs_pool_admit(pool, dev, bytes, &provisional) == GS_DENIED)
+    gs_mem_op_begin();
+    if (gs_pool_admit(pool, dev, bytes, &provisional) == GS_DENIED) {
+        gs_mem_op_end();
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     CUresult r = CALL_REAL();
 #undef CALL_REAL
     gs_pool_settle(pool, dev, provisional);
+    gs_mem_op_end();
     if (r == CUDA_SUCCESS) {
         struct gs_alloc a = {.dev = dev, .kind = GPUSLICE_KIND_POOL, .bytes = 0, .pool = pool};
         if (gs_ptrmap_put(GS_NS_PTR, *dptr, &a) != 0)
@@ -306,9 +325,11 @@ GS_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     gs_cuda_ready();
     if (!HAS_REAL(cuMemPoolTrimTo))
         return CUDA_ERROR_NOT_FOUND;
+    gs_mem_op_begin();
     CUresult r = REAL(cuMemPoolTrimTo)(pool, minBytesToKeep);
     if (r == CUDA_SUCCESS && !gs_cfg.disabled)
         gs_pools_settle_all(); /* only pools we charged are settled */
+    gs_mem_op_end();
     return r;
 }
 
@@ -317,9 +338,11 @@ GS_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
     gs_cuda_ready();
     if (!HAS_REAL(cuMemPoolDestroy))
         return CUDA_ERROR_NOT_FOUND;
+    gs_mem_op_begin();
     CUresult r = REAL(cuMemPoolDestroy)(pool);
     if (r == CUDA_SUCCESS && !gs_cfg.disabled)
         gs_pool_forget(pool);
+    gs_mem_op_end();
     return r;
 }
 

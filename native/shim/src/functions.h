@@ -136,6 +136,19 @@
          (const char *uuid, nvmlDevice_t *device))                                            \
     REAL(NVML, nvmlDeviceGetUUID, nvmlReturn_t,                                               \
          (nvmlDevice_t device, char *uuid, unsigned int length))                              \
-    REAL(NVML, nvmlDeviceGetIndex, nvmlReturn_t, (nvmlDevice_t device, unsigned int *index))
+    REAL(NVML, nvmlDeviceGetIndex, nvmlReturn_t, (nvmlDevice_t device, unsigned int *index)) \
+    /* utilization: the container's own card time, or nothing */                           \
+    HOOK(NVML, nvmlDeviceGetUtilizationRates, nvmlReturn_t,                                   \
+         (nvmlDevice_t device, nvmlUtilization_t *utilization))                               \
+    HOOK(NVML, nvmlDeviceGetSamples, nvmlReturn_t,                                            \
+         (nvmlDevice_t device, int type, unsigned long long lastSeenTimeStamp,                \
+          int *sampleValType, unsigned int *sampleCount, void *samples))                      \
+    HOOK(NVML, nvmlDeviceGetProcessUtilization, nvmlReturn_t,                                 \
+         (nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,                   \
+          unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp))           \
+    HOOK(NVML, nvmlDeviceGetProcessesUtilizationInfo, nvmlReturn_t,                           \
+         (nvmlDevice_t device, void *procesesUtilInfo))                                       \
+    /* what the driver holds for this process (ctx_cost.c) */                                \
+    REAL(NVML, nvmlInit_v2, nvmlReturn_t, (void))
 
 #endif

@@ -10,8 +10,10 @@
  *   ptrmap.c     per-process map: allocation -> (device, kind, bytes)
  *   interpose.c  finding real functions, dlsym, cuGetProcAddress, fork
  *   cuda_ctx.c   cuInit, contexts, what programs see (cuMemGetInfo ...)
+ *   ctx_cost.c   what the driver holds for this process (NVML), its host pid
  *   cuda_mem.c   the allocation families
- *   nvml_hooks.c NVML memory and process queries
+ *   nvml_hooks.c NVML memory, process and utilization queries
+ *   rm_filter.c  the driver's process lists, whatever route asks for them
  *   pace.c       the compute limiter's decisions (no CUDA: simulated in tests)
  *   launch.c     kernel launches: fences, the bucket, the card file
  */
@@ -44,6 +46,25 @@ void gs_log_write(int level, const char *fmt, ...) __attribute__((format(printf,
         if (GS_UNLIKELY((level) <= gs_log_level))                                             \
             gs_log_write((level), __VA_ARGS__);                                               \
     } while (0)
+
+/* ------------------------------------------------------------- ctx_cost.c */
+
+unsigned int gs_driver_pid(void); /* the driver's pid for this process; 0: not known */
+void gs_ctx_cost_prepare(void); /* start NVML in the background (at cuInit) */
+void gs_ctx_cost_before(int dev);
+void gs_ctx_cost_after(int dev);
+int gs_ctx_cost_read(int dev, unsigned long long *bytes); /* 0, or -1: NVML cannot tell */
+void gs_ctx_cost_fork_child(void);
+extern __thread int gs_own_query; /* the shim's own NVML query: nothing filtered */
+
+/* ------------------------------------------------------------ rm_filter.c */
+
+/* Cut a GPU_GET_PIDS answer (an NVOS54 control) to the pids in keep: the
+ * number of pids taken out, or -1 if its size is unknown (then it is
+ * refused: status set). Other controls are left alone (0). */
+int gs_rm_filter(void *control, const unsigned int *keep, int n);
+/* The container's processes as the driver knows them (this one first). */
+int gs_container_driver_pids(unsigned int *out, int cap);
 
 /* --------------------------------------------------------------- config.c */
 
@@ -159,6 +180,13 @@ unsigned long long gs_proc_start_time(int pid); /* 0: unknown */
 
 enum { GS_UNCAPPED = 0, GS_CHARGED = 1, GS_DENIED = 2 };
 int gs_charge(int dev, int kind, unsigned long long bytes);
+/* Brackets around every charge-then-driver-call and forget-then-free, so a
+ * settle can tell that nothing of this process is half done. */
+void gs_mem_op_begin(void);
+void gs_mem_op_end(void);
+unsigned int gs_mem_ops_started(void);
+unsigned int gs_mem_ops_others_open(void);
+void gs_mem_ops_fork_child(void);
 void gs_charge_held(int dev, int kind, unsigned long long bytes); /* no check: already held */
 void gs_uncharge(int dev, int kind, unsigned long long bytes);
 
@@ -208,6 +236,15 @@ void gs_device_note(int dev);
 /* The current context's device, through the real driver; -1 if none. */
 int gs_current_device(void);
 void gs_ctx_fork_prepare(void);
+/* The context charge moved to what the driver holds for this process beyond
+ * its tracked allocations; 1 if it went down. _due: only if SETTLE_NS passed. */
+int gs_ctx_settle(int dev);
+void gs_ctx_settle_due(int dev);
+/* Near the cap: room for the driver's own share of an allocation, charged
+ * to the context (GS_DENIED: none); the settle follows when the operation
+ * ends (gs_ctx_op_ended, from gs_mem_op_end). */
+int gs_ctx_headroom(int dev, unsigned long long bytes);
+void gs_ctx_op_ended(void);
 void gs_ctx_fork_parent(void);
 void gs_ctx_fork_child(void);
 

@@ -2,7 +2,10 @@
  * NVML: what nvidia-smi-like tools and pynvml see. For a capped device the
  * memory numbers are the container's (total = cap, used = the region's
  * usage) and the process list is the container's live processes, taken from
- * the region's slots. Uncapped devices pass through untouched.
+ * the region's slots. Utilization of a device with a compute cap is the
+ * container's own card time as a share of the card's; of one with only a
+ * memory cap it is not known and not shown (the card's would tell of the
+ * neighbours). Uncapped devices pass through untouched.
  *
  * An NVML device is matched to a region device by UUID (the region records
  * each card's UUID when a CUDA process first sees it). Before any CUDA
@@ -13,9 +16,11 @@
 #include "gpuslice.h"
 
 #include <string.h>
+#include <time.h>
 
-/* The region device for an NVML handle, or -1 if it is not capped. */
-static int region_device(nvmlDevice_t device)
+/* The region device for an NVML handle, or -1 if it is not capped (with
+ * memory: any_cap 0; or either: 1). */
+static int region_device_capped(nvmlDevice_t device, int any_cap)
 {
     if (gs_cfg.disabled || gs_cfg.fail_closed)
         return -1;
@@ -41,7 +46,17 @@ static int region_device(nvmlDevice_t device)
     /* By index only while that slot is not known to be another card. */
     if (found < 0 && have_index && index_free)
         found = (int)index;
-    return found >= 0 && gs_limit(found) ? found : -1;
+    if (found < 0)
+        return -1;
+    if (gs_limit(found))
+        return found;
+    return any_cap && __atomic_load_n(&r->devices[found].core_limit, __ATOMIC_RELAXED) ? found
+                                                                                       : -1;
+}
+
+static int region_device(nvmlDevice_t device)
+{
+    return region_device_capped(device, 0);
 }
 
 static void capped_memory(int dev, unsigned long long *total, unsigned long long *used,
@@ -153,6 +168,113 @@ GS_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
 {
     gs_nvml_ready();
     return processes(REAL(nvmlDeviceGetComputeRunningProcesses_v3), device, count, infos, 0);
+}
+
+/* --------------------------------------------------------- utilization */
+
+/* The container's card time on dev as a percentage of wall time: over the
+ * time since this process last asked (at least MIN_WINDOW_NS: a first
+ * question waits that long, as NVML's own figure is over a sample period). */
+#define MIN_WINDOW_NS 500000000ull
+
+static unsigned int card_time_pct(int dev)
+{
+    static unsigned long long last_ns[GPUSLICE_MAX_DEVICES], last_charged[GPUSLICE_MAX_DEVICES];
+    static unsigned int last_pct[GPUSLICE_MAX_DEVICES];
+    const struct gpuslice_bucket *b = &gs_region()->devices[dev].compute;
+    unsigned long long now = gs_now_ns(), charged = __atomic_load_n(&b->charged_ns,
+                                                                     __ATOMIC_RELAXED);
+    unsigned long long t0 = __atomic_load_n(&last_ns[dev], __ATOMIC_RELAXED);
+    if (!t0) {
+        struct timespec ts = {0, (long)MIN_WINDOW_NS};
+        nanosleep(&ts, NULL);
+        t0 = now;
+        unsigned long long c0 = charged;
+        now = gs_now_ns();
+        charged = __atomic_load_n(&b->charged_ns, __ATOMIC_RELAXED);
+        __atomic_store_n(&last_charged[dev], c0, __ATOMIC_RELAXED);
+    } else if (now - t0 < MIN_WINDOW_NS) {
+        return __atomic_load_n(&last_pct[dev], __ATOMIC_RELAXED);
+    }
+    unsigned long long c0 = __atomic_load_n(&last_charged[dev], __ATOMIC_RELAXED);
+    unsigned long long used = charged > c0 ? charged - c0 : 0, span = now - t0;
+    unsigned int pct = span ? (unsigned int)(used * 100 / span) : 0;
+    if (pct > 100)
+        pct = 100;
+    __atomic_store_n(&last_ns[dev], now, __ATOMIC_RELAXED);
+    __atomic_store_n(&last_charged[dev], charged, __ATOMIC_RELAXED);
+    __atomic_store_n(&last_pct[dev], pct, __ATOMIC_RELAXED);
+    return pct;
+}
+
+GS_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetUtilizationRates))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    int dev = region_device_capped(device, 1);
+    if (dev < 0)
+        return REAL(nvmlDeviceGetUtilizationRates)(device, u);
+    if (!u)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* Card time is measured where the container is paced, nowhere else. */
+    if (!__atomic_load_n(&gs_region()->devices[dev].core_limit, __ATOMIC_RELAXED))
+        return NVML_ERROR_NOT_SUPPORTED;
+    u->gpu = card_time_pct(dev);
+    u->memory = 0; /* the memory controller's busy time is the card's: not ours to show */
+    return NVML_SUCCESS;
+}
+
+/* The card's utilization samples, and every process's: the neighbours'. */
+GS_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, int type,
+                                         unsigned long long lastSeenTimeStamp,
+                                         int *sampleValType, unsigned int *sampleCount,
+                                         void *samples)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetSamples))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (region_device_capped(device, 1) >= 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return REAL(nvmlDeviceGetSamples)(device, type, lastSeenTimeStamp, sampleValType,
+                                      sampleCount, samples);
+}
+
+/* Per-process samples, cut to the container's processes (by driver pid). */
+GS_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                    nvmlProcessUtilizationSample_t *util,
+                                                    unsigned int *count,
+                                                    unsigned long long lastSeenTimeStamp)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetProcessUtilization))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t r = REAL(nvmlDeviceGetProcessUtilization)(device, util, count,
+                                                           lastSeenTimeStamp);
+    if (r != NVML_SUCCESS || !util || !count || region_device_capped(device, 1) < 0)
+        return r;
+    unsigned int keep[GPUSLICE_MAX_PROCS + 1];
+    int n = gs_container_driver_pids(keep, GPUSLICE_MAX_PROCS + 1);
+    unsigned int out = 0;
+    for (unsigned int i = 0; i < *count; i++)
+        for (int k = 0; k < n; k++)
+            if (util[i].pid == keep[k]) {
+                util[out++] = util[i];
+                break;
+            }
+    *count = out;
+    return r;
+}
+
+/* Its versioned successor: a layout we would have to follow; not shown. */
+GS_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, void *info)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetProcessesUtilizationInfo))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (region_device_capped(device, 1) >= 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return REAL(nvmlDeviceGetProcessesUtilizationInfo)(device, info);
 }
 
 /* -------------------------------------------------------- placed cards */

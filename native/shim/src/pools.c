@@ -45,9 +45,15 @@ static unsigned long long attr(CUmemoryPool pool, int which, int *ok)
 
 int gs_charge_settling(int dev, int kind, unsigned long long bytes)
 {
+    gs_ctx_settle_due(dev);
+    int h = gs_ctx_headroom(dev, bytes);
+    if (h == GS_DENIED && (!gs_pools_settle_all() || (h = gs_ctx_headroom(dev, bytes)) == GS_DENIED))
+        return GS_DENIED;
     int c = gs_charge(dev, kind, bytes);
-    /* Pools may have given memory back at a sync point we did not see. */
-    if (c == GS_DENIED && gs_pools_settle_all())
+    /* Pools may have given memory back at a sync point we did not see, and
+     * the context may hold less than its charge says (the headroom settled
+     * it already, and its room must stay). */
+    if (c == GS_DENIED && (gs_pools_settle_all() | (h != GS_CHARGED && gs_ctx_settle(dev))))
         c = gs_charge(dev, kind, bytes);
     return c;
 }

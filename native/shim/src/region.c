@@ -311,6 +311,7 @@ static void slot_clear_locked(struct gpuslice_region *r, struct gpuslice_proc *s
     }
     __atomic_store_n(&s->state, GPUSLICE_SLOT_FREE, __ATOMIC_RELAXED);
     __atomic_store_n(&s->pid, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->host_pid, 0, __ATOMIC_RELAXED);
 }
 
 void gs_reclaim_locked(struct gpuslice_region *r)
@@ -363,6 +364,7 @@ int gs_slot_locked(struct gpuslice_region *r)
     }
     struct gpuslice_proc *s = &r->procs[idx];
     s->start_time = st;
+    __atomic_store_n(&s->host_pid, gs_driver_pid(), __ATOMIC_RELAXED);
     __atomic_store_n(&s->pid, pid, __ATOMIC_RELAXED);
     __atomic_store_n(&s->state, GPUSLICE_SLOT_LIVE, __ATOMIC_RELEASE);
     slot_index = idx;

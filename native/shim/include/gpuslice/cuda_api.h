@@ -186,4 +186,19 @@ typedef struct {
 
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+/* nvmlDeviceGetProcessUtilization's element. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 #endif
