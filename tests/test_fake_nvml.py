@@ -631,7 +631,7 @@ EXPORTS = [
     "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetSerial", "nvmlDeviceGetMinorNumber",
     "nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetPciInfo_v3",
     "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetBAR1MemoryInfo",
     "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetNumaNodeId",
     "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus", "nvmlDeviceGetBrand",
     "nvmlDeviceGetArchitecture", "nvmlDeviceGetComputeRunningProcesses",

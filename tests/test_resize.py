@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Sequence
 
 import pytest
 
@@ -72,7 +72,7 @@ class Container:
     more; its lines go to /go/<name>.out (podman run --rm takes its log with it)."""
 
     def __init__(self, podman, node: Host, name: str, device: str, before: List[str],
-                 after: List[str]) -> None:
+                 after: List[str], extra: Sequence[str] = ()) -> None:
         self.podman, self.name = podman, name
         self.go = node.tmp / "go" / name
         self.go.parent.mkdir(exist_ok=True)
@@ -80,7 +80,8 @@ class Container:
         ops = " ".join(["init", "pctx", "0", *before, "waitfile", f"/go/{name}", *after])
         res = podman.run(["sh", "-c", f"/prog/cuprog direct {ops} > /go/{name}.out"],
                          devices=[f"gpuslice.io/gpu={device}"],
-                         extra_args=["--detach", "--name", name, *cuda_args(node, self.go)],
+                         extra_args=["--detach", "--name", name, *cuda_args(node, self.go),
+                                     *extra],
                          timeout=120)
         assert res.returncode == 0, res.stderr
         self.id = res.stdout.strip()

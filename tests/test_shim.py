@@ -530,15 +530,19 @@ NVML_SCRIPT = textwrap.dedent("""
 """)
 
 
-def nvml_view(variant: Variant, shim: Shim):
-    import json
+def pynvml_run(variant: Variant, shim: Shim, script: str):
+    """What a pynvml script under the shim prints last, as JSON."""
     env = shim.with_env(LD_PRELOAD=variant.preload(instrumented=False)).env
     env.update(variant.sanitizer_env(instrumented=False))
-    res = subprocess.run([sys.executable, "-c", NVML_SCRIPT], env=env, capture_output=True,
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=120)
     clean(res.stderr)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def nvml_view(variant: Variant, shim: Shim):
+    return pynvml_run(variant, shim, NVML_SCRIPT)
 
 
 def test_nvml_sees_the_cap_and_the_containers_processes(variant: Variant, shim: Shim) -> None:
@@ -556,6 +560,52 @@ def test_nvml_before_any_cuda_process_uses_the_index(variant: Variant, shim: Shi
     dev0, dev1 = nvml_view(variant, s)
     assert dev0[:3] == [GIB, 0, GIB]
     assert dev1[0] == 143771 * MIB  # uncapped: the fake's own numbers
+
+
+UTIL_SCRIPT = textwrap.dedent("""
+    import pynvml, json
+    pynvml.nvmlInit()
+    out = []
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        try:
+            out.append(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+        except pynvml.NVMLError as e:
+            out.append(e.value)
+        try:
+            out.append(pynvml.nvmlDeviceGetBAR1MemoryInfo(h).bar1Total >> 20)
+        except pynvml.NVMLError as e:
+            out.append(e.value)
+    print(json.dumps(out))
+""")
+
+
+NVML_NOT_SUPPORTED = 3
+
+
+def test_utilization_is_the_containers_card_time_or_nothing(variant: Variant, shim: Shim,
+                                                             fake_env, tmp_path: Path) -> None:
+    # Card 0: a memory cap only, so no card time is measured: not shown (the
+    # card's 77 % would tell of the neighbours). Card 1 paced at 50: the
+    # container's card time, 0 while nothing runs. Card 2 uncapped: the card's.
+    from fakehost import fake_gpu
+    gpus = [dict(fake_gpu(i), utilization_pct=77) for i in range(3)]
+    s = Shim(variant, fake_env(3, gpus), tmp_path / "state").with_env(
+        GPUSLICE_CORE_LIMIT_1="50", GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
+    s.run("direct", "init", "pctx", "0", "pctx", "1")
+    # Each card: utilization, then BAR1 (every tenant's mappings: hidden where capped).
+    assert pynvml_run(variant, s, UTIL_SCRIPT) == [NVML_NOT_SUPPORTED, NVML_NOT_SUPPORTED,
+                                                   0, NVML_NOT_SUPPORTED, 77, 262144]
+    # While it runs on card 1 it has card time there.
+    busy = s.with_env(FAKECUDA_KERNEL_NS=str(KERNEL_NS))
+    p = busy.start("direct", "init", "pctx", "1", "launch", "kernel", "4000", "hold")
+    try:
+        busy_util = pynvml_run(variant, s, UTIL_SCRIPT)
+    finally:
+        wait_held(p)
+        release(p)
+    assert busy_util[0] == NVML_NOT_SUPPORTED and busy_util[4] == 77
+    assert 0 < busy_util[2] <= 100, busy_util
 
 
 # ------------------------------------------------------------ compute caps

@@ -511,6 +511,19 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
     return leave(NVML_SUCCESS);
 }
 
+/* BAR1: the fake maps nothing; a 256 GiB aperture, as an H200 has. */
+EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1)
+{
+    ENTER_DEVICE(device, g);
+    (void)g;
+    if (!bar1)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    bar1->bar1Total = 262144 * MIB;
+    bar1->bar1Used = 0;
+    bar1->bar1Free = bar1->bar1Total;
+    return leave(NVML_SUCCESS);
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                   nvmlUtilization_t *utilization)
 {

@@ -27,7 +27,7 @@ from typing import Dict, Optional
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_runtime import bundle_config, rootfs, stack_node  # noqa: E402
+from check_runtime import bundle_config, out_dir, rootfs, stack_node  # noqa: E402
 from table import check, report  # noqa: E402
 
 GIB = 1 << 30
@@ -74,8 +74,7 @@ def slice_mib(env: Dict[str, str]) -> Optional[int]:
 
 
 def main() -> int:
-    out = Path(sys.argv[1]).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_dir()
     stack = stack_node(out)
     if stack is None:
         return report()

@@ -109,9 +109,15 @@ def stack_node(out: Path) -> Optional[Stack]:
     return Stack(runc, runtime, tool, env)
 
 
-def main() -> int:
+def out_dir() -> Path:
+    """The check's folder, named on its command line, made if missing."""
     out = Path(sys.argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def main() -> int:
+    out = out_dir()
     stack = stack_node(out)
     if stack is None:
         return report()

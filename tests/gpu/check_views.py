@@ -36,7 +36,7 @@ from typing import Dict, List, Tuple
 import pynvml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_runtime import REPO, bundle_config, rootfs, stack_node  # noqa: E402
+from check_runtime import REPO, bundle_config, out_dir, rootfs, stack_node  # noqa: E402
 from table import check, measured, report  # noqa: E402
 
 MIB = 1 << 20
@@ -246,8 +246,7 @@ def views(stack, out: Path) -> None:
 
 
 def main() -> int:
-    out = Path(sys.argv[1]).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_dir()
     stack = stack_node(out)
     if stack is None:
         return report()

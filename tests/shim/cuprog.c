@@ -386,6 +386,32 @@ int main(int argc, char **argv)
                 (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "fakecuda_captured_count");
             printf("capture %d %llu\n", r, captured ? captured() : 0ull);
             continue;
+        } else if (!strcmp(op, "nvprocs")) {
+            /* nvprocs DEV: NVML's compute processes on DEV, as a program sees
+             * them (dlopen + dlsym, as pynvml does): "nvprocs RC N pid:bytes..." */
+            void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+            int dev = atoi(ARG());
+            nvmlReturn_t (*init)(void) = h ? (nvmlReturn_t (*)(void))dlsym(h, "nvmlInit_v2") : NULL;
+            nvmlReturn_t (*by_index)(unsigned, nvmlDevice_t *) =
+                h ? (nvmlReturn_t (*)(unsigned, nvmlDevice_t *))dlsym(h, "nvmlDeviceGetHandleByIndex_v2")
+                  : NULL;
+            nvmlReturn_t (*procs)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *) =
+                h ? (nvmlReturn_t (*)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *))dlsym(
+                        h, "nvmlDeviceGetComputeRunningProcesses_v3")
+                  : NULL;
+            nvmlProcessInfo_t list[64];
+            unsigned n = 64;
+            nvmlDevice_t d;
+            nvmlReturn_t rc = !init || !by_index || !procs ? NVML_ERROR_LIBRARY_NOT_FOUND : init();
+            if (rc == NVML_SUCCESS)
+                rc = by_index((unsigned)dev, &d);
+            if (rc == NVML_SUCCESS)
+                rc = procs(d, &n, list);
+            printf("nvprocs %d %u", rc, rc == NVML_SUCCESS ? n : 0);
+            for (unsigned k = 0; rc == NVML_SUCCESS && k < n; k++)
+                printf(" %u:%llu", list[k].pid, list[k].usedGpuMemory);
+            printf("\n");
+            continue;
         } else if (!strcmp(op, "launchfrom")) {
             /* Which object the launch function we were given lives in. */
             Dl_info info;

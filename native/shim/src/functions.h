@@ -137,6 +137,9 @@
     REAL(NVML, nvmlDeviceGetUUID, nvmlReturn_t,                                               \
          (nvmlDevice_t device, char *uuid, unsigned int length))                              \
     REAL(NVML, nvmlDeviceGetIndex, nvmlReturn_t, (nvmlDevice_t device, unsigned int *index)) \
+    /* the card's BAR1 mappings: every tenant's, not shown */                                 \
+    HOOK(NVML, nvmlDeviceGetBAR1MemoryInfo, nvmlReturn_t,                                     \
+         (nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory))                                 \
     /* utilization: the container's own card time, or nothing */                           \
     HOOK(NVML, nvmlDeviceGetUtilizationRates, nvmlReturn_t,                                   \
          (nvmlDevice_t device, nvmlUtilization_t *utilization))                               \

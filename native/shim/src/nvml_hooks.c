@@ -170,6 +170,18 @@ GS_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
     return processes(REAL(nvmlDeviceGetComputeRunningProcesses_v3), device, count, infos, 0);
 }
 
+/* BAR1 (the card's memory mapped for the host) is used by every tenant:
+ * its figures tell of the neighbours. */
+GS_API nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1)
+{
+    gs_nvml_ready();
+    if (!HAS_REAL(nvmlDeviceGetBAR1MemoryInfo))
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (region_device_capped(device, 1) >= 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return REAL(nvmlDeviceGetBAR1MemoryInfo)(device, bar1);
+}
+
 /* --------------------------------------------------------- utilization */
 
 /* The container's card time on dev as a percentage of wall time: over the

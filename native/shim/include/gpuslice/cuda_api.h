@@ -191,6 +191,12 @@ typedef struct {
     unsigned int memory;
 } nvmlUtilization_t;
 
+typedef struct {
+    unsigned long long bar1Total;
+    unsigned long long bar1Free;
+    unsigned long long bar1Used;
+} nvmlBAR1Memory_t;
+
 /* nvmlDeviceGetProcessUtilization's element. */
 typedef struct {
     unsigned int pid;
