@@ -325,3 +325,21 @@ def test_the_generated_code_is_what_protoc_makes_of_the_protos(tmp_path: Path) -
     for p in made.glob("*_pb2.py"):
         assert p.read_bytes() == (PROTO / p.name).read_bytes(), \
             f"{p.name} differs from protoc's: run `make protos`"
+
+
+def test_before_setconfig_a_broken_default_is_said_not_crashed(nomad_client: Path,
+                                                              node: Node) -> None:
+    """Nomad calls SetConfig first; a plugin asked before it uses the defaults,
+    and a default configuration it cannot read leaves it offering nothing,
+    with the reason in the client's log."""
+    missing = node.tmp / "no-such-config.yaml"
+    c = PluginClient(nomad_client, plugin_command(node.tmp), node.tmp / "client.log",
+                     env=dict(os.environ, GPUSLICE_CONFIG=str(missing)))
+    try:
+        assert c("fingerprint") == {}
+        said = c("reserve 0-4g-00000000")
+        assert said["code"] == "FailedPrecondition" and str(missing) in said["error"]
+        assert str(missing) in c.log_text()
+        assert c("ping") == {"serving": True}
+    finally:
+        c.close()

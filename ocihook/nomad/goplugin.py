@@ -148,7 +148,9 @@ def serve(services: Sequence[Tuple[_descriptor.ServiceDescriptor, object]],
     the handshake line, and return once the client asked for Shutdown or the
     process got SIGTERM. on_stop runs first (it ends the plugin's streams)."""
     stopped = threading.Event()
-    folder = tempfile.mkdtemp(prefix="gpuslice-nomad-")
+    # Newer clients may name the folder for the socket (go-plugin 1.5+).
+    folder = tempfile.mkdtemp(prefix="gpuslice-nomad-",
+                              dir=os.environ.get("PLUGIN_UNIX_SOCKET_DIR") or None)
     path = os.path.join(folder, "plugin.sock")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
 

@@ -8,6 +8,7 @@ consistent between the gRPC server's threads.
 """
 from __future__ import annotations
 
+import sqlite3
 import sys
 import threading
 import time
@@ -98,9 +99,15 @@ class DevicePlugin:
     # ---------------------------------------------------------- device plugin
 
     def _current(self) -> settings.Settings:
+        """The settings SetConfig gave; before it (Nomad calls it first), the
+        defaults. SettingsError when those cannot be loaded."""
         if self._settings is None:
             self._settings = settings.defaults()
         return self._settings
+
+    def _period(self) -> float:
+        return self._settings.fingerprint_period if self._settings else \
+            settings.parse_duration("fingerprint_period", settings.DEFAULTS["fingerprint_period"])
 
     def _problem(self, line: Optional[str]) -> None:
         if line and line != self._last_problem:
@@ -116,7 +123,7 @@ class DevicePlugin:
         try:
             usage, policy = acct.usage(), acct.policy()
             self._claim_events_seen, seen = acct.claim_events(self._claim_events_seen)
-        except (accountant.AccountantError, accountant.sqlite3.Error) as e:
+        except (accountant.AccountantError, sqlite3.Error) as e:
             self._problem(f"{cfg.gpuslice.database}: cannot read: {e}")
             return None
         finally:
@@ -144,7 +151,11 @@ class DevicePlugin:
         return bool(stale)
 
     def _fingerprint_locked(self) -> device_pb2.FingerprintResponse:
-        cfg = self._current()
+        try:
+            cfg = self._current()
+        except settings.SettingsError as e:
+            self._problem(str(e))
+            return device_pb2.FingerprintResponse()
         read = self._read(cfg)
         if read is not None and self._give_back_stale(cfg, read[0]):
             read = self._read(cfg)
@@ -195,7 +206,7 @@ class DevicePlugin:
                 yield answer
             with self._changed:
                 if not self._stopping:
-                    self._changed.wait(self._current().fingerprint_period)
+                    self._changed.wait(self._period())
 
     def Reserve(self, request: device_pb2.ReserveRequest, context: grpc.ServicerContext
                 ) -> device_pb2.ReserveResponse:
@@ -206,7 +217,11 @@ class DevicePlugin:
                           f"({', '.join(ids) or 'none'}): a task gets one slice; ask for it with "
                           "count = 1 (a bigger profile gives more memory)")
         with self._changed:
-            cfg = self._current()
+            try:
+                cfg = self._current()
+            except settings.SettingsError as e:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"gpuslice-nomad-device: error: {e}")
             inst = self._offers.find(ids[0])
             if inst is None:
                 context.abort(grpc.StatusCode.NOT_FOUND,
@@ -233,9 +248,11 @@ class DevicePlugin:
         return device_pb2.ReserveResponse(container_res=res)
 
     def _stats_locked(self) -> device_pb2.StatsResponse:
-        cfg = self._current()
         out = device_pb2.StatsResponse()
-        if not self._claims or self._read(cfg) is None:
+        if not self._claims:  # reservations are made after SetConfig
+            return out
+        cfg = self._current()
+        if self._read(cfg) is None:
             return out
         acct, _ = snapshot.open_accountant(cfg.gpuslice.database)
         if acct is None:
