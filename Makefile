@@ -6,6 +6,9 @@
 #   make rpm      dist/gpuslice-VERSION-1.ARCH.rpm  (rpmbuild; also on Debian with its rpm package)
 #   make lint     lintian and rpmlint of what dist/ holds, into dist/lintian.txt and dist/rpmlint.txt
 #   make clean    removes dist/ and build/packages/
+#   make protos   ocihook/nomad/proto/*_pb2.py from the .proto files beside them (protoc
+#                 of Debian 12's protobuf-compiler, 3.21: the code runs on protobuf 4.21 and
+#                 later; tests/test_nomad_device.py checks they are its output)
 #
 # Build tools on Debian 12 (install.sh --with-tests installs them): build-essential
 #   libsqlite3-dev debhelper dh-python pybuild-plugin-pyproject python3-all
@@ -19,7 +22,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 BUILD := build/packages
 DIST := dist
 
-.PHONY: deb rpm lint clean check-version
+.PHONY: deb rpm lint clean check-version protos
 
 check-version:
 	@test -n "$(VERSION)" || { echo "make: no version in pyproject.toml" >&2; exit 1; }
@@ -80,3 +83,6 @@ lint:
 clean:
 	rm -rf $(DIST) $(BUILD)
 	[ ! -d build ] || rmdir --ignore-fail-on-non-empty build
+
+protos:
+	protoc -I . --python_out=. ocihook/nomad/proto/*.proto

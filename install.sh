@@ -34,7 +34,9 @@ if [ "$with_tests" = 1 ]; then
   # of some hosts) on a busybox-static root file system; gcc builds the fake
   # driver; clang and libclang-rt-dev (libFuzzer, only a recommends of clang)
   # build the fuzz harnesses; Prometheus scrapes the exporter and tmux drives
-  # `gpuslice top` in tests/test_exporter.py and test_top.py.
+  # `gpuslice top` in tests/test_exporter.py and test_top.py. gpuslice-nomad-device
+  # needs gRPC, protobuf and msgpack; its tests build HashiCorp's go-plugin
+  # client (tests/nomad_client) offline from Debian's Go packages, with protoc.
   # --no-install-recommends is enough: podman's
   # recommends serve rootless use and images, which the tests do not need.
   apt-get install -y -q --no-install-recommends \
@@ -45,6 +47,9 @@ if [ "$with_tests" = 1 ]; then
     git cpio build-essential debhelper dh-python python3-all python3-setuptools \
     pybuild-plugin-pyproject python3-yaml python3-click python3-cffi python3-tomlkit \
     python3-prometheus-client prometheus tmux \
+    python3-grpcio python3-protobuf python3-msgpack protobuf-compiler golang-go \
+    golang-github-hashicorp-go-plugin-dev golang-google-grpc-dev golang-goprotobuf-dev \
+    golang-github-zclconf-go-cty-dev \
     rpm lintian rpmlint </dev/null
 fi
 

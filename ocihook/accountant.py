@@ -439,6 +439,19 @@ class Accountant:
                  for r in rows}
         return max([after_id] + [int(r["last"]) for r in rows]), tally
 
+    def claim_events(self, after_id: int = 0) -> Tuple[int, List[Tuple[str, str]]]:
+        """The `claim` events with id > after_id, oldest first, as (claim id,
+        container id): which container serves a reservation made for it before
+        it existed (gpuslice-nomad-device's; native/include/gpuslice/claim.h),
+        and the newest id."""
+        rows = self.db.execute(
+            "SELECT id, container_id, json_extract(detail, '$.claim') AS claim FROM events "
+            "WHERE id > ? AND kind = 'claim' AND json_valid(detail) ORDER BY id",
+            (after_id,)).fetchall()
+        last = max([after_id] + [int(r["id"]) for r in rows])
+        return last, [(str(r["claim"]), r["container_id"]) for r in rows
+                      if isinstance(r["claim"], str)]
+
     def events(self, limit: int = 100) -> Iterator[sqlite3.Row]:
         return iter(self.db.execute("SELECT * FROM events ORDER BY id DESC LIMIT ?", (limit,))
                     .fetchall())

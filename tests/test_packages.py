@@ -54,6 +54,8 @@ UNITS = ("gpuslice-cdi-refresh.path", "gpuslice-cdi-refresh.service", "gpuslice-
 # What the packages must both hold, after normalisation (see _normal).
 KEY_FILES = {
     "/usr/bin/gpuslice", HOOK, RUNTIME, "/usr/bin/gpuslice-cdi-cache", SHIM,
+    "/usr/bin/gpuslice-nomad-device", "/usr/share/man/man8/gpuslice-nomad-device.8.gz",
+    "SITE/ocihook/nomad/proto/device.proto", "SITE/ocihook/nomad/proto/device_pb2.py",
     "/usr/libexec/gpuslice/nvidia-driver-present", "/etc/gpuslice/config.yaml",
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.service",
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.path",

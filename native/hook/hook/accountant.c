@@ -229,6 +229,16 @@ int gs_acct_open(const char *path, struct gs_acct **out)
     return GS_OK;
 }
 
+struct sqlite3 *gs_acct_db(struct gs_acct *a)
+{
+    return a->db;
+}
+
+const char *gs_acct_path(const struct gs_acct *a)
+{
+    return a->path;
+}
+
 void gs_acct_close(struct gs_acct *a)
 {
     if (!a)

@@ -98,4 +98,10 @@ int gs_acct_resize(struct gs_acct *a, const struct gs_resize *req, unsigned long
 /* Reclaim the reservations whose process is gone; out gets them. */
 int gs_acct_gc(struct gs_acct *a, struct gs_reservations *out);
 
+/* The open database and its name for messages, for a verb that keeps its
+ * statements in a file of its own (claim.c). */
+struct sqlite3;
+struct sqlite3 *gs_acct_db(struct gs_acct *a);
+const char *gs_acct_path(const struct gs_acct *a);
+
 #endif

@@ -5,7 +5,8 @@
  * arguments (no configuration file is read); the admission policy is the
  * accountant's.
  *
- *   create   createContainer: admit, make and mount the state dir
+ *   create   createContainer: admit (or take over a claim, claim.h), make and
+ *            mount the state dir
  *   release  poststop (state on stdin), or an operator's (--id)
  *   gc       reclaim what dead containers hold
  *   admit    the accountant alone, for tests and operators
@@ -22,6 +23,7 @@
 
 #include "accountant.h"
 #include "args.h"
+#include "claim.h"
 #include "json.h"
 #include "oci.h"
 #include "procs.h"
@@ -193,6 +195,11 @@ static int cmd_create(const struct gs_args *a)
                               runtime, &reqs);
     for (size_t i = 0; i < n; i++)
         reqs[i].name = cfg.name;
+    /* A slice reserved for this container (claim.h) is taken over first;
+     * the admission then finds it held and gives it as it is. */
+    int taken = 0, claim_first = 0;
+    if (cfg.claim && (rc = gs_claim_take(acct, cfg.claim, reqs, n, &taken, &claim_first)) != GS_OK)
+        goto out;
     rc = gs_acct_admit(acct, reqs, n, &held, &dead, &first);
     remove_reclaimed(a->value[O_STATE_DIR], st.id, &dead);
     if (rc == GS_NO) {
@@ -201,6 +208,12 @@ static int cmd_create(const struct gs_args *a)
     }
     if (rc != GS_OK)
         goto out;
+    /* The note only tells the plugin which container serves its task now:
+     * a start never fails for it. */
+    if (taken)
+        first = claim_first;
+    else if (cfg.claim && held.n == 1 && gs_claim_note(acct, cfg.claim, &held.v[0]) != GS_OK)
+        free(gs_message_take());
     rc = set_up(a, &st, &cfg, reqs, n, &held, first);
     if (rc != GS_OK) { /* nothing held for a container that cannot start */
         char *why = gs_message_take();

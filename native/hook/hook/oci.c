@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "claim.h"
 #include "json.h"
 #include "util.h"
 
@@ -211,7 +212,8 @@ int gs_parse_bundle(const char *bundle, const char *data, size_t n, struct gs_bu
         goto out;
     }
     if (user_id(&user, has_user, "uid", &out->uid) != GS_OK ||
-        user_id(&user, has_user, "gid", &out->gid) != GS_OK)
+        user_id(&user, has_user, "gid", &out->gid) != GS_OK ||
+        gs_claim_from_env(has_process ? &process : NULL, &out->claim) != GS_OK)
         goto out;
     /* root.path is checked now but reported after admission: a container
      * that does not fit hears that first. */
@@ -299,6 +301,7 @@ void gs_bundle_free(struct gs_bundle *c)
     free(c->root);
     free(c->root_error);
     free(c->name);
+    free(c->claim);
     memset(c, 0, sizeof *c);
 }
 

@@ -29,6 +29,7 @@ struct gs_bundle {
                            container that does not fit hears that first) */
     char *name;         /* the engine's name for the container (GS_NAME_ANNOTATIONS),
                            one line of at most GS_NAME_MAX_CHARS; "" if none */
+    char *claim;        /* process.env's GPUSLICE_CLAIM token (claim.h), or NULL */
 };
 
 /* The annotations an engine names a container by, the first present wins:

@@ -1,0 +1,17 @@
+/*
+ * A claim (native/hook/hook/claim.h): a slice gpuslice-nomad-device reserved
+ * for a task before its container exists, held in the accountant under the
+ * container id GPUSLICE_CLAIM_ID_PREFIX + token, and taken over by the
+ * container's create hook when the container's env carries
+ * GPUSLICE_CLAIM_ENV=token. The token: GPUSLICE_CLAIM_TOKEN_LEN lowercase
+ * hex digits (128 random bits). Plain C: #defines only (ocihook/cheader.py
+ * reads this header for ocihook/nomad/).
+ */
+#ifndef GPUSLICE_CLAIM_H
+#define GPUSLICE_CLAIM_H
+
+#define GPUSLICE_CLAIM_ENV "GPUSLICE_CLAIM"
+#define GPUSLICE_CLAIM_ID_PREFIX "claim-"
+#define GPUSLICE_CLAIM_TOKEN_LEN 32
+
+#endif

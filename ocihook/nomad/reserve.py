@@ -1,0 +1,171 @@
+"""A reservation through gpuslice-hook, and what Nomad's task driver is told.
+
+Reserve admits the slice with the hook's own admission (``gpuslice-hook
+admit``: the C rules, one transaction, the same write lock as every
+container's create hook), so Nomad and a container started by hand can never
+both have the last room. The row is held under ``claim-<token>`` with the
+plugin's pid (a reservation of a plugin that died is reclaimed by the next
+admission, as a dead container's is) until the task's container takes it
+over: its env carries ``GPUSLICE_CLAIM=<token>`` and its create hook renames
+the row to itself (native/hook/hook/claim.h). A claim no container took within
+``claim_timeout`` is given back (``gpuslice-hook release``): Nomad's device
+API has no unreserve, so an allocation that never started would otherwise hold
+its slice while the plugin lives.
+
+The task gets ``GPUSLICE=<card>-<profile>`` (what ``runtime = "gpuslice"``
+serves: the device's CDI edits and its hooks), the token and the slice's
+limits, and the device nodes and mounts of the device's CDI edits, which the
+docker driver applies itself (the runtime then replaces each at the same
+path, as the CDI rules do).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from cdi.registry import Registry, ResolveError
+from cdi import names
+from ocihook import cheader
+from ocihook.cdi_cache import spec_dirs
+from ocihook.config import Config
+from ocihook.nomad.offers import Instance
+from ocihook.nomad.proto import device_pb2
+
+CLAIM_ENV = cheader.string("GPUSLICE_CLAIM_ENV")
+CLAIM_ID_PREFIX = cheader.string("GPUSLICE_CLAIM_ID_PREFIX")
+TOKEN_BYTES = cheader.constant("GPUSLICE_CLAIM_TOKEN_LEN") // 2
+HOOK_TIMEOUT_S = 60  # the hook waits up to 30 s for the database's lock
+
+
+class ReserveError(RuntimeError):
+    """A reservation that cannot be made; one line. refused: the accountant said
+    no (the card is full), rather than bad input or a broken node."""
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+def new_token() -> str:
+    return secrets.token_hex(TOKEN_BYTES)
+
+
+def claim_id(token: str) -> str:
+    return CLAIM_ID_PREFIX + token
+
+
+def is_claim(container_id: str) -> bool:
+    return container_id.startswith(CLAIM_ID_PREFIX)
+
+
+def _hook(cfg: Config, args: Sequence[str]) -> "subprocess.CompletedProcess[str]":
+    argv = [cfg.hook_path, *args, *cfg.hook_common_args()]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except OSError as e:
+        raise ReserveError(f"{cfg.hook_path}: cannot run gpuslice-hook ({e.strerror}); check "
+                           "the configuration key hook_path") from None
+    except subprocess.TimeoutExpired:
+        raise ReserveError(f"{cfg.hook_path} gave no answer within {HOOK_TIMEOUT_S} s") from None
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no message)"
+
+
+def admit(cfg: Config, inst: Instance, token: str) -> None:
+    """The slice of inst, held as claim-<token> for this process."""
+    p = inst.profile
+    res = _hook(cfg, ["admit", "--id", claim_id(token), "--device", inst.device,
+                      "--card", inst.card.uuid, "--memory-mib", str(p.memory_mib),
+                      "--cores", str(p.cores or 0), "--priority", p.priority,
+                      "--pid", str(os.getpid())])
+    if res.returncode != 0:
+        raise ReserveError(_last_line(res.stderr), refused=res.returncode == 1)
+
+
+def release(cfg: Config, container_id: str) -> bool:
+    """Give back what container_id (a claim) holds; False if it held nothing
+    (a container took it over meanwhile)."""
+    res = _hook(cfg, ["release", "--id", container_id])
+    if res.returncode == 1:
+        return False
+    if res.returncode != 0:
+        raise ReserveError(_last_line(res.stderr))
+    return True
+
+
+@dataclass(frozen=True)
+class Edits:
+    """What the docker driver can apply of a CDI device's edits (not the hooks:
+    those need runtime = "gpuslice"): device nodes and mounts, spec-wide first."""
+    devices: List[device_pb2.DeviceSpec]
+    mounts: List[device_pb2.Mount]
+    driver_version: str
+
+
+def cdi_edits(cfg: Config, device: str) -> Edits:
+    """The edits of <cdi_kind>=device from the spec dirs, as runtimes find them."""
+    name = names.qualified(cfg.cdi_kind, device)
+    try:
+        [(spec, dev)] = Registry.load(spec_dirs(cfg.spec_dir)).resolve([name])
+    except ResolveError as e:
+        raise ReserveError(f"{e}; run `gpuslice cdi generate`") from None
+    devices, mounts, version = [], [], ""
+    for edits in (spec.edits, dev.edits):
+        for n in edits.device_nodes:
+            devices.append(device_pb2.DeviceSpec(task_path=n.path, host_path=n.host_path or n.path,
+                                                 permissions=n.permissions or "rwm"))
+        for m in edits.mounts:
+            mounts.append(device_pb2.Mount(task_path=m.container_path, host_path=m.host_path,
+                                           read_only="ro" in m.options))
+        for e in edits.env:
+            key, _, value = e.partition("=")
+            if key == "GPUSLICE_DRIVER_VERSION":
+                version = value
+    return Edits(devices, mounts, version)
+
+
+def container_reservation(inst: Instance, token: str, edits: Edits
+                          ) -> device_pb2.ContainerReservation:
+    p = inst.profile
+    envs = {"GPUSLICE": inst.device, CLAIM_ENV: token,
+            "GPUSLICE_MEMORY_LIMIT": f"{p.memory_mib}MiB"}
+    if p.cores:
+        envs["GPUSLICE_CORE_LIMIT"] = str(p.cores)
+    return device_pb2.ContainerReservation(envs=envs, devices=edits.devices, mounts=edits.mounts)
+
+
+def stale_claims(rows: Sequence[Tuple[str, float]], now: float, timeout: float
+                 ) -> List[str]:
+    """Of (container id, created) rows, the claims older than timeout."""
+    return sorted({cid for cid, created in rows if is_claim(cid) and now - created > timeout})
+
+
+def reserve(cfg: Config, inst: Instance, token: Optional[str] = None
+            ) -> Tuple[str, device_pb2.ContainerReservation]:
+    """Admit inst's slice and say what the task gets: (token, reservation). The
+    CDI device is resolved first: nothing is held for a task that could not
+    start."""
+    edits = cdi_edits(cfg, inst.device)
+    token = token or new_token()
+    admit(cfg, inst, token)
+    return token, container_reservation(inst, token, edits)
+
+
+def driver_version(cfg: Config) -> str:
+    """The driver the node's CDI spec describes (its GPUSLICE_DRIVER_VERSION), ""
+    when no spec of cdi_kind is found."""
+    reg = Registry.load(spec_dirs(cfg.spec_dir))
+    for name, found in sorted(reg.devices.items()):
+        if name.partition("=")[0] == cfg.cdi_kind:
+            for e in found.spec.edits.env:
+                key, _, value = e.partition("=")
+                if key == "GPUSLICE_DRIVER_VERSION":
+                    return value
+    return ""
