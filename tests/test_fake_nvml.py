@@ -632,6 +632,7 @@ EXPORTS = [
     "nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetPciInfo_v3",
     "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMigMode",
     "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetBAR1MemoryInfo",
+    "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
     "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetNumaNodeId",
     "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus", "nvmlDeviceGetBrand",
     "nvmlDeviceGetArchitecture", "nvmlDeviceGetComputeRunningProcesses",

@@ -572,10 +572,13 @@ UTIL_SCRIPT = textwrap.dedent("""
             out.append(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
         except pynvml.NVMLError as e:
             out.append(e.value)
-        try:
-            out.append(pynvml.nvmlDeviceGetBAR1MemoryInfo(h).bar1Total >> 20)
-        except pynvml.NVMLError as e:
-            out.append(e.value)
+        for call in (lambda: pynvml.nvmlDeviceGetBAR1MemoryInfo(h).bar1Total >> 20,
+                     lambda: pynvml.nvmlDeviceGetEncoderUtilization(h)[0],
+                     lambda: pynvml.nvmlDeviceGetDecoderUtilization(h)[0]):
+            try:
+                out.append(call())
+            except pynvml.NVMLError as e:
+                out.append(e.value)
     print(json.dumps(out))
 """)
 
@@ -593,9 +596,11 @@ def test_utilization_is_the_containers_card_time_or_nothing(variant: Variant, sh
     s = Shim(variant, fake_env(3, gpus), tmp_path / "state").with_env(
         GPUSLICE_CORE_LIMIT_1="50", GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
     s.run("direct", "init", "pctx", "0", "pctx", "1")
-    # Each card: utilization, then BAR1 (every tenant's mappings: hidden where capped).
-    assert pynvml_run(variant, s, UTIL_SCRIPT) == [NVML_NOT_SUPPORTED, NVML_NOT_SUPPORTED,
-                                                   0, NVML_NOT_SUPPORTED, 77, 262144]
+    # Each card: utilization, then BAR1 and the video engines (every tenant's:
+    # hidden where capped).
+    hidden = [NVML_NOT_SUPPORTED] * 3
+    assert pynvml_run(variant, s, UTIL_SCRIPT) == [NVML_NOT_SUPPORTED, *hidden, 0, *hidden,
+                                                   77, 262144, 0, 0]
     # While it runs on card 1 it has card time there.
     busy = s.with_env(FAKECUDA_KERNEL_NS=str(KERNEL_NS))
     p = busy.start("direct", "init", "pctx", "1", "launch", "kernel", "4000", "hold")
@@ -604,8 +609,8 @@ def test_utilization_is_the_containers_card_time_or_nothing(variant: Variant, sh
     finally:
         wait_held(p)
         release(p)
-    assert busy_util[0] == NVML_NOT_SUPPORTED and busy_util[4] == 77
-    assert 0 < busy_util[2] <= 100, busy_util
+    assert busy_util[0] == NVML_NOT_SUPPORTED and busy_util[8] == 77
+    assert 0 < busy_util[4] <= 100, busy_util
 
 
 # ------------------------------------------------------------ compute caps

@@ -524,6 +524,30 @@ EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Mem
     return leave(NVML_SUCCESS);
 }
 
+/* The video engines: the fake's cards encode and decode nothing. */
+static nvmlReturn_t engine_idle(nvmlDevice_t device, unsigned *utilization, unsigned *period_us)
+{
+    ENTER_DEVICE(device, g);
+    (void)g;
+    if (!utilization || !period_us)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *utilization = 0;
+    *period_us = 167000;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned *utilization,
+                                                    unsigned *samplingPeriodUs)
+{
+    return engine_idle(device, utilization, samplingPeriodUs);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned *utilization,
+                                                    unsigned *samplingPeriodUs)
+{
+    return engine_idle(device, utilization, samplingPeriodUs);
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
                                                   nvmlUtilization_t *utilization)
 {

@@ -151,6 +151,14 @@
           unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp))           \
     HOOK(NVML, nvmlDeviceGetProcessesUtilizationInfo, nvmlReturn_t,                           \
          (nvmlDevice_t device, void *procesesUtilInfo))                                       \
+    HOOK(NVML, nvmlDeviceGetEncoderUtilization, nvmlReturn_t,                                 \
+         (nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs))    \
+    HOOK(NVML, nvmlDeviceGetDecoderUtilization, nvmlReturn_t,                                 \
+         (nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs))    \
+    HOOK(NVML, nvmlDeviceGetJpgUtilization, nvmlReturn_t,                                     \
+         (nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs))    \
+    HOOK(NVML, nvmlDeviceGetOfaUtilization, nvmlReturn_t,                                     \
+         (nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs))    \
     /* what the driver holds for this process (ctx_cost.c) */                                \
     REAL(NVML, nvmlInit_v2, nvmlReturn_t, (void))
 

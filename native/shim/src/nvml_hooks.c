@@ -278,6 +278,23 @@ GS_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     return r;
 }
 
+/* The video, JPEG and optical-flow engines' busy time is the card's: the
+ * neighbours' work, not shown where the container is capped. */
+#define ENGINE_UTILIZATION(fn)                                                                \
+    GS_API nvmlReturn_t fn(nvmlDevice_t device, unsigned int *u, unsigned int *period)         \
+    {                                                                                         \
+        gs_nvml_ready();                                                                      \
+        if (!HAS_REAL(fn))                                                                    \
+            return NVML_ERROR_FUNCTION_NOT_FOUND;                                             \
+        if (region_device_capped(device, 1) >= 0)                                             \
+            return NVML_ERROR_NOT_SUPPORTED;                                                  \
+        return REAL(fn)(device, u, period);                                                   \
+    }
+ENGINE_UTILIZATION(nvmlDeviceGetEncoderUtilization)
+ENGINE_UTILIZATION(nvmlDeviceGetDecoderUtilization)
+ENGINE_UTILIZATION(nvmlDeviceGetJpgUtilization)
+ENGINE_UTILIZATION(nvmlDeviceGetOfaUtilization)
+
 /* Its versioned successor: a layout we would have to follow; not shown. */
 GS_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, void *info)
 {
