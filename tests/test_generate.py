@@ -34,6 +34,8 @@ def test_devices_for_n_cards(host_factory, count):
     for i in range(count):
         expected += [f"{i}-4g", f"{i}-4g-30"]  # 32g exceeds a 16 GiB card
     expected += ["4g", "4g-30"]
+    # Gangs: from 2 up to every card that fits, per profile (none on one card).
+    expected += [f"{n}x{p}" for p in ("4g", "4g-30") for n in range(2, count + 1)]
     assert names == expected
     devs = devices(spec)
     for i, g in enumerate(gpus):
