@@ -80,6 +80,17 @@ def region_claim(found: "region.Region | region.RegionError",
     return RegionClaim("ok", claimed, None, mine, tuple(procs))
 
 
+def gangs(usage: List[accountant.CardUsage]) -> Dict[Tuple[str, str], List[int]]:
+    """(container, device) -> its cards' indexes by slot, for each gang: the
+    slices of one device on several cards (a whole card's `all` is none)."""
+    rows: Dict[Tuple[str, str], List[Tuple[int, int]]] = {}
+    for u in usage:
+        for r in u.reservations:
+            if not r.exclusive:
+                rows.setdefault((r.container_id, r.device), []).append((r.slot, u.card.index))
+    return {k: [idx for _, idx in sorted(v)] for k, v in rows.items() if len(v) > 1}
+
+
 def profile_of(r: accountant.Reservation) -> str:
     """The profile a reservation was made by: its device name without the card
     (`0-4g-30` and `4g-30` are both 4g-30); "whole" for a whole card."""

@@ -754,14 +754,15 @@ static void note_refusal(struct gs_acct *a, const struct gs_request *req, const 
 
 /* ----------------------------------------------------------- gangs */
 
-/* How each pair of candidates is joined (gang.h's tiers), from the cards'
+/* How near each pair of candidates is (gang.h), from the cards'
  * NUMA nodes and the links `gpuslice cdi generate` recorded. */
-static int gang_links(struct gs_acct *a, struct card **cand, size_t n, unsigned char *tier,
+static int gang_links(struct gs_acct *a, struct card **cand, size_t n, unsigned char *near,
                       unsigned *nvlinks)
 {
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < n; j++) {
-            tier[i * n + j] = (unsigned char)gs_gang_tier(NULL, 0, cand[i]->numa, cand[j]->numa);
+            near[i * n + j] = (unsigned char)gs_gang_nearness(NULL, 0, cand[i]->numa,
+                                                              cand[j]->numa);
             nvlinks[i * n + j] = 0;
         }
     sqlite3_stmt *st = prepare(a, "SELECT card_a, card_b, pcie, nvlinks FROM card_links");
@@ -783,8 +784,9 @@ static int gang_links(struct gs_acct *a, struct card **cand, size_t n, unsigned 
         if (i == n || j == n || i == j)
             continue;
         unsigned nv = links > 0 ? (unsigned)(links > 1000 ? 1000 : links) : 0;
-        unsigned char t = (unsigned char)gs_gang_tier(pcie, nv, cand[i]->numa, cand[j]->numa);
-        tier[i * n + j] = tier[j * n + i] = t;
+        unsigned char t = (unsigned char)gs_gang_nearness(pcie, nv, cand[i]->numa,
+                                                           cand[j]->numa);
+        near[i * n + j] = near[j * n + i] = t;
         nvlinks[i * n + j] = nvlinks[j * n + i] = nv;
     }
     sqlite3_finalize(st);
@@ -857,7 +859,7 @@ static int admit_gang(struct gs_acct *a, const struct gs_request *req, struct ca
                       struct usage *use, size_t n, struct gs_reservations *out)
 {
     struct gs_gang_card *gc = gs_xmalloc(n * sizeof *gc);
-    unsigned char *tier = gs_xmalloc(n * n);
+    unsigned char *near = gs_xmalloc(n * n);
     unsigned *nvlinks = gs_xmalloc(n * n * sizeof *nvlinks);
     size_t *pick = gs_xmalloc((size_t)req->slices * sizeof *pick);
     for (size_t i = 0; i < n; i++) {
@@ -868,9 +870,9 @@ static int admit_gang(struct gs_acct *a, const struct gs_request *req, struct ca
         gc[i].free_after_mib = free_mib(a, cand[i], &use[i]) - req->memory_mib;
         gs_str_free(&scratch);
     }
-    int rc = gang_links(a, cand, n, tier, nvlinks);
+    int rc = gang_links(a, cand, n, near, nvlinks);
     if (rc == GS_OK) {
-        if (gs_gang_pick(gc, n, tier, nvlinks, (size_t)req->slices,
+        if (gs_gang_pick(gc, n, near, nvlinks, (size_t)req->slices,
                          a->policy.placement == SPREAD, pick) != 0)
             rc = gang_refusal(a, req, cand, use, n, gc);
         for (size_t k = 0; rc == GS_OK && k < (size_t)req->slices; k++)
@@ -878,7 +880,7 @@ static int admit_gang(struct gs_acct *a, const struct gs_request *req, struct ca
     }
     free(pick);
     free(nvlinks);
-    free(tier);
+    free(near);
     free(gc);
     return rc;
 }

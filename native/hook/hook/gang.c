@@ -10,18 +10,17 @@
 
 #include "util.h"
 
-enum gs_tier gs_gang_tier(const char *pcie, unsigned nvlinks, int numa_a, int numa_b)
+unsigned gs_gang_nearness(const char *pcie, unsigned nvlinks, int numa_a, int numa_b)
 {
-    if (nvlinks > 0)
-        return GS_TIER_NVLINK;
+    unsigned t = GS_PCIE_SYSTEM;
     if (pcie && (strcmp(pcie, "internal") == 0 || strcmp(pcie, "single") == 0 ||
                  strcmp(pcie, "multiple") == 0))
-        return GS_TIER_PCIE_SWITCH;
-    if (pcie && strcmp(pcie, "hostbridge") == 0)
-        return GS_TIER_HOSTBRIDGE;
-    if ((pcie && strcmp(pcie, "node") == 0) || (numa_a >= 0 && numa_a == numa_b))
-        return GS_TIER_NUMA;
-    return GS_TIER_SYSTEM;
+        t = GS_PCIE_SWITCH;
+    else if (pcie && strcmp(pcie, "hostbridge") == 0)
+        t = GS_PCIE_HOSTBRIDGE;
+    else if ((pcie && strcmp(pcie, "node") == 0) || (numa_a >= 0 && numa_a == numa_b))
+        t = GS_PCIE_NUMA;
+    return nvlinks > 0 ? t : t + GS_PCIE_SYSTEM + 1;
 }
 
 struct score {
@@ -34,7 +33,7 @@ struct score {
 struct chooser {
     const struct gs_gang_card *cards;
     size_t n, want;
-    const unsigned char *tier;
+    const unsigned char *near;
     const unsigned *nvlinks;
     int spread;
 };
@@ -46,9 +45,9 @@ static struct score score_of(const struct chooser *c, const size_t *set)
         s.free_after += c->cards[set[i]].free_after_mib;
         for (size_t j = i + 1; j < c->want; j++) {
             size_t at = set[i] * c->n + set[j];
-            if (c->tier[at] > s.worst)
-                s.worst = c->tier[at];
-            s.sum += c->tier[at];
+            if (c->near[at] > s.worst)
+                s.worst = c->near[at];
+            s.sum += c->near[at];
             s.links += c->nvlinks[at];
         }
     }
@@ -124,9 +123,9 @@ static size_t nearest(const struct chooser *c, const size_t *fit, size_t m, cons
         struct score s = {0, 0, 0, c->cards[fit[f]].free_after_mib};
         for (size_t i = 0; i < k; i++) {
             size_t at = set[i] * c->n + fit[f];
-            if (c->tier[at] > s.worst)
-                s.worst = c->tier[at];
-            s.sum += c->tier[at];
+            if (c->near[at] > s.worst)
+                s.worst = c->near[at];
+            s.sum += c->near[at];
             s.links += c->nvlinks[at];
         }
         if (pick == m || compare(c, &s, &ps) < 0) {
@@ -137,10 +136,10 @@ static size_t nearest(const struct chooser *c, const size_t *fit, size_t m, cons
     return pick;
 }
 
-int gs_gang_pick(const struct gs_gang_card *cards, size_t n, const unsigned char *tier,
+int gs_gang_pick(const struct gs_gang_card *cards, size_t n, const unsigned char *near,
                  const unsigned *nvlinks, size_t want, int spread, size_t *pick)
 {
-    struct chooser c = {cards, n, want, tier, nvlinks, spread};
+    struct chooser c = {cards, n, want, near, nvlinks, spread};
     size_t *fit = gs_xmalloc((n ? n : 1) * sizeof *fit), m = 0;
     for (size_t i = 0; i < n; i++)
         if (cards[i].fits)
