@@ -380,3 +380,20 @@ def test_the_placed_cards_reach_cuda_in_order_each_capped(tmp_path: Path, driver
             if k["id"] == "gang"] == [6144, 6144]
     text = node.host.run("status").stdout
     assert "gang 1 of 2 on cards 2, 3" in text and "gang 2 of 2 on cards 2, 3" in text
+    # The exporter: the gang's series per card, each with its slot.
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ocihook import exporter
+
+    collector = exporter.NodeCollector(str(node.state_dir), str(node.db), None)
+    text = generate_latest(exporter.registry(collector)).decode()
+    gang = [s for f in text_string_to_metric_families(text) for s in f.samples
+            if s.name == "gpuslice_container_gang_info"]
+    assert sorted((s.labels["card_uuid"], s.labels["slot"], s.labels["slices"],
+                   s.labels["profile"], s.labels["container_id"]) for s in gang) == [
+        (uuids[0], "0", "2", "8g", "gang"), (uuids[1], "1", "2", "8g", "gang")]
+    used = {s.labels["card_uuid"]: s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "gpuslice_container_memory_used_bytes"
+            and s.labels["container_id"] == "gang"}
+    assert used == {uuids[0]: 6 * gib, uuids[1]: 6 * gib}
