@@ -22,6 +22,7 @@ import os
 from ctypes import byref, c_int, c_uint, c_ulong
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
+from cdi import devnodes
 from cdi.nvml import Gpu, Nvml, NvmlError, NvmlPciInfo
 
 NVML_NVLINK_MAX_LINKS = 18  # nvml.h
@@ -69,15 +70,14 @@ def cpulist(words: Sequence[int], bits: int) -> str:
 
 
 def _sysfs_numa(sys_root: str, bus_id: str) -> Optional[int]:
-    # The kernel names the device with a 4-digit domain, lowercase.
-    domain, _, rest = bus_id.partition(":")
-    name = f"{domain[-4:]}:{rest}".lower()
+    path = os.path.join(sys_root, "bus/pci/devices", devnodes.sysfs_pci_name(bus_id),
+                        "numa_node")
     try:
-        with open(os.path.join(sys_root, "bus/pci/devices", name, "numa_node")) as f:
+        with open(path) as f:
             node = int(f.read().strip())
     except (OSError, ValueError):
         return None
-    return node if node >= 0 else None
+    return node if node >= 0 else None  # the kernel's -1: no NUMA information
 
 
 def _place(nvml: Nvml, h: ctypes.c_void_p, gpu: Gpu, sys_root: str) -> Place:
