@@ -73,6 +73,10 @@ TOPOLOGIES: Dict[str, Dict[str, Any]] = {
                           minus(minus(within([[0, 1, 2, 3], [4, 5, 6, 7]], "node"),
                                       within([[0, 2], [1, 3], [4, 6], [5, 7]], "single")),
                                 within([[0, 1], [2, 3], [4, 5], [6, 7]], "node", 4))),
+    # Four sockets of eight cards: too many sets of eight to weigh them all
+    # (gang.h's GS_GANG_EXACT_SETS), so sets are grown greedily.
+    "32 NUMA": topology(32, [i // 8 for i in range(32)],
+                        within([list(range(k, k + 8)) for k in range(0, 32, 8)], "node")),
 }
 
 
@@ -156,6 +160,9 @@ TABLE: List[Tuple[str, str, List[Tuple[int, str]], str, List[int]]] = [
     ("8 bridges", "binpack", [], "2x8g", [0, 1]),  # NVLink over the switch mate
     ("8 bridges", "binpack", [(1, "24g"), (1, "8g")], "2x8g", [2, 3]),
     ("8 bridges", "binpack", [], "4x8g", [0, 1, 2, 3]),
+    ("32 NUMA", "binpack", [], "8x8g", list(range(8))),
+    ("32 NUMA", "binpack", [(3, "24g"), (3, "8g")], "8x8g", list(range(8, 16))),
+    ("32 NUMA", "spread", [(1, "8g")], "4x8g", [0, 2, 3, 4]),  # spread: around card 1
 ]
 
 
@@ -397,3 +404,29 @@ def test_the_placed_cards_reach_cuda_in_order_each_capped(tmp_path: Path, driver
             for s in f.samples if s.name == "gpuslice_container_memory_used_bytes"
             and s.labels["container_id"] == "gang"}
     assert used == {uuids[0]: 6 * gib, uuids[1]: 6 * gib}
+
+
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_gang_admit_refuse_release_resize(tmp_path: Path, driver_root: Path, asan: bool) -> None:
+    """The gang's paths through the hook, also under ASan and UBSan: admission, the
+    same answer twice, a refusal, resize (not for a gang), release."""
+    from fakehost import build_hook
+
+    node = GangHost(tmp_path, driver_root, TOPOLOGIES["8 PCIe"])
+    if asan:
+        node.hook = build_hook(asan=True)
+    assert node.placed(node.admit("g", "4x24g")) == [0, 1, 2, 3]
+    assert node.placed(node.admit("g", "4x24g")) == [0, 1, 2, 3]
+    assert node.placed(node.admit("h", "4x24g")) == [4, 5, 6, 7]
+    res = node.admit("late", "2x24g")
+    assert res.returncode == 1 and "needs 2 cards with room for one each, and 0 have" in \
+        res.stderr, res.stderr
+    res = subprocess.run([str(node.hook), "resize", "--id", "g", "--device", "4x24g",
+                          "--memory-mib", "8192", "--database", str(node.db), "--state-dir",
+                          str(node.state_dir)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "container g holds a gang of 4 slices (4x24g), one per card" in res.stderr
+    node.release("g")
+    assert node.placed(node.admit("late", "2x24g")) == [0, 1]
+    assert sorted(node.rows("SELECT DISTINCT container_id FROM reservations")) == [("h",),
+                                                                                ("late",)]

@@ -1123,6 +1123,14 @@ static int resized_row(struct gs_acct *a, const struct gs_resize *req,
     if (held->n == 0)
         return gs_fail("container %.*s holds nothing; `gpuslice status` lists what is held", n,
                        cid);
+    int gang = held->n > 1 && !held->v[0].exclusive;
+    for (size_t i = 1; gang && i < held->n; i++)
+        gang = strcmp(held->v[i].device, held->v[0].device) == 0;
+    if (gang)
+        return gs_fail("container %.*s holds a gang of %zu slices (%s), one per card: a resize "
+                       "changes one slice, so only a container of one slice can be resized; "
+                       "start it again with another profile", n, cid, held->n,
+                       held->v[0].device);
     if (held->n > 1) {
         struct gs_str list = {0};
         for (size_t i = 0; i < held->n; i++)
