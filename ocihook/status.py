@@ -46,10 +46,10 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     null (none recorded yet), "policy_file_differs": {key: {"recorded", "file"}},
     "cards": [{index, uuid, total_mib, reserved_mib, used_mib, used_uncounted,
     used_plausible, free_mib, healthy, health_reason ("" while healthy), health_since
-    (seconds since the epoch, null while healthy), containers: [{id, name, device,
-    memory_mib, cores, priority, gang ({slices, slot, cards: the gang's card indexes
-    by slot} for a slice of a gang, else null), used_mib, region, region_problem, pid,
-    runtime,
+    (seconds since the epoch, null while healthy), pci_bus_id, numa_node (null: unknown),
+    cpu_affinity (a cpulist, "" unknown), containers: [{id, name, device, memory_mib,
+    cores, priority, gang ({slices, slot, cards: the gang's card indexes by slot} for
+    a slice of a gang, else null), used_mib, region, region_problem, pid, runtime,
     processes: [{pid, used_bytes, by_kind: {context, alloc, vmm, pool, array}}]}]}]}: a
     process's pid is the one in its container, its bytes those on this card. Free
     memory is by the recorded policy, the one the hook admits by. A card's used_mib sums the
@@ -72,6 +72,8 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
         cards.append({"index": u.card.index, "uuid": u.card.uuid, "name": u.card.name,
                       "healthy": u.card.healthy, "health_reason": u.card.health_reason,
                       "health_since": u.card.health_since, "mig": u.card.mig,
+                      "pci_bus_id": u.card.pci_bus_id, "numa_node": u.card.numa_node,
+                      "cpu_affinity": u.card.cpu_affinity,
                       "total_mib": u.card.total_mib, "reserved_mib": u.reserved_mib,
                       "used_mib": used,
                       "used_uncounted": sum(c["used_mib"] is None for c in containers),

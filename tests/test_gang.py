@@ -385,6 +385,8 @@ def test_the_placed_cards_reach_cuda_in_order_each_capped(tmp_path: Path, driver
                     (3, {"slices": 2, "slot": 1, "cards": [2, 3]})]
     assert [k["used_mib"] for c in doc["cards"] for k in c["containers"]
             if k["id"] == "gang"] == [6144, 6144]
+    assert [(c["numa_node"], c["cpu_affinity"]) for c in doc["cards"]] == [
+        (0, "0-7"), (0, "0-7"), (1, "8-15"), (1, "8-15")]
     text = node.host.run("status").stdout
     assert "gang 1 of 2 on cards 2, 3" in text and "gang 2 of 2 on cards 2, 3" in text
     # The exporter: the gang's series per card, each with its slot.
