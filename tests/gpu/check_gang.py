@@ -14,8 +14,9 @@ generate` recorded (PCIe level, NVLinks, NUMA node, CPU affinity) against
 
     python3 tests/gpu/check_gang.py OUT
 
-With fewer than two GPUs visible it prints `skipped: N GPU(s) visible, a
-gang needs 2` and exits 0. Prints a table; exits 1 on a failure.
+With one GPU it checks that card's recorded NUMA node and CPU affinity,
+prints `skipped: 1 GPU visible, a gang needs 2` and passes; with none, only
+the skip. Prints a table; exits 1 on a failure.
 """
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def topo_matrix() -> Tuple[Dict[Tuple[int, int], str], Dict[int, Dict[str, str]]
         m = re.match(r"^GPU(\d+)\s", line)
         if not m:
             continue
-        cells = re.split(r"\t+| {2,}", line.strip())[1:]
+        cells = [c.strip() for c in re.split(r"\t+| {2,}", line.strip())[1:]]
         i = int(m.group(1))
         for name, cell in zip(cols, cells):
             g = re.match(r"^GPU(\d+)$", name)
@@ -196,14 +197,17 @@ def main() -> int:
     out = Path(sys.argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     n = gpu_count()
-    if n < 2:
-        print(f"skipped: {n} GPU{'s' if n != 1 else ''} visible, a gang needs 2")
+    if n == 0:
+        print("skipped: 0 GPUs visible, a gang needs 2")
         return 0
     stack = stack_node(out)
     if stack is None:
         return report()
     runc, runtime, tool, env = stack
-    check_topology(str(out / "state.db"))
+    check_topology(str(out / "state.db"))  # one card has a place too: NUMA node, CPUs
+    if n < 2:
+        print("skipped: 1 GPU visible, a gang needs 2 (the topology of the one was checked)")
+        return report()
     bundle = out / "bundle"
     sync = out / "sync"
     sync.mkdir(exist_ok=True)
