@@ -634,6 +634,7 @@ EXPORTS = [
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetNumaNodeId",
     "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus", "nvmlDeviceGetBrand",
+    "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetCpuAffinity",
     "nvmlDeviceGetArchitecture", "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceGetSupportedEventTypes",

@@ -432,3 +432,37 @@ def test_gang_admit_refuse_release_resize(tmp_path: Path, driver_root: Path, asa
     assert node.placed(node.admit("late", "2x24g")) == [0, 1]
     assert sorted(node.rows("SELECT DISTINCT container_id FROM reservations")) == [("h",),
                                                                                 ("late",)]
+
+
+def test_the_largest_gang_reaches_cuda_whole(tmp_path: Path, driver_root: Path,
+                                             fakedriver: Path) -> None:
+    """A gang of 16 (the region's devices): all 16 placed cards reach CUDA, the
+    last one too, capped."""
+    subprocess.run(["make", "-s", "-C", str(REPO / "tests" / "shim"), "VARIANT=plain"],
+                   check=True)
+    subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
+    node = GangHost(tmp_path, driver_root, topology(17, [0] * 17))
+    assert node.admit("one", "0-24g").returncode == 0
+    bundle = tmp_path / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "config.json").write_text(json.dumps(
+        {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
+         "process": {"user": {"uid": 1000, "gid": 1000}}}))
+    res = hook_create(node, "big", "16x8g", bundle)
+    assert res.returncode == 0, res.stderr
+    folder = node.state_dir / "containers" / "big"
+    # binpack: card 0 (the fullest) and the fifteen lowest after it.
+    assert [int(line.split()[0]) for line in (folder / "placement").read_text().splitlines()] \
+        == list(range(16))
+    env = dict(os.environ, GPUSLICE_FAKE_GPUS=str(node.host.gpus_json),
+               LD_LIBRARY_PATH=str(fakedriver),
+               LD_PRELOAD=str(REPO / "native" / "shim" / "build" / "libgpuslice.so"),
+               GPUSLICE_STATE_DIR=str(folder), GPUSLICE_CARD_DIR=str(node.state_dir / "cards"),
+               GPUSLICE_CONTEXT_RESERVE="0", GPUSLICE_MEMORY_LIMIT="8192MiB")
+    out = subprocess.run([str(REPO / "tests" / "shim" / "build-plain" / "cuprog"), "direct",
+                          "init", "total", "15", "total", "16"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [line.split() for line in out.stdout.splitlines()]
+    assert lines[1] == ["total", "0", str(8 << 30)]
+    assert lines[2][:2] != ["total", "0"]  # a 17th is not there
