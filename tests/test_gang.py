@@ -466,3 +466,31 @@ def test_the_largest_gang_reaches_cuda_whole(tmp_path: Path, driver_root: Path,
     lines = [line.split() for line in out.stdout.splitlines()]
     assert lines[1] == ["total", "0", str(8 << 30)]
     assert lines[2][:2] != ["total", "0"]  # a 17th is not there
+
+
+def test_a_version_4_database_is_upgraded_in_place(tmp_path: Path) -> None:
+    """Schema 5 (where cards sit, their links, a reservation's slot) is a
+    migration after the four before it: a version-4 file keeps its rows."""
+    import sqlite3
+
+    path = tmp_path / "state.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    for script in acct._MIGRATIONS[:4]:
+        db.executescript(script)
+    db.execute(f"PRAGMA application_id={acct.APPLICATION_ID}")
+    db.execute("PRAGMA user_version=4")
+    db.execute("INSERT INTO cards(uuid, idx, total_mib, seen) VALUES ('GPU-a', 0, 1024, 0)")
+    db.execute("INSERT INTO reservations(container_id, device, card_uuid, memory_mib, cores, "
+               "exclusive, created) VALUES ('c', '4g', 'GPU-a', 512, 0, 0, 0)")
+    db.close()
+    a = acct.Accountant(str(path))
+    try:
+        [card] = a.cards()
+        assert (card.uuid, card.pci_bus_id, card.numa_node, card.cpu_affinity) == \
+            ("GPU-a", "", None, "")
+        [r] = a.reservations("GPU-a")
+        assert (r.container_id, r.memory_mib, r.slot) == ("c", 512, 0)
+        assert a.links() == []
+        assert a.db.execute("PRAGMA user_version").fetchone()[0] == 5
+    finally:
+        a.close()
