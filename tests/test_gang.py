@@ -432,6 +432,12 @@ def test_gang_admit_refuse_release_resize(tmp_path: Path, driver_root: Path, asa
     assert node.placed(node.admit("late", "2x24g")) == [0, 1]
     assert sorted(node.rows("SELECT DISTINCT container_id FROM reservations")) == [("h",),
                                                                                 ("late",)]
+    # The greedy path (too many sets to weigh): 32 cards, a gang of eight.
+    (tmp_path / "many").mkdir()
+    many = GangHost(tmp_path / "many", driver_root, TOPOLOGIES["32 NUMA"])
+    many.hook = node.hook
+    assert many.placed(many.admit("g", "8x8g")) == list(range(8))
+    assert many.placed(many.admit("h", "16x24g")) == list(range(16))  # two whole sockets
 
 
 def test_the_largest_gang_reaches_cuda_whole(tmp_path: Path, driver_root: Path,

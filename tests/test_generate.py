@@ -263,6 +263,9 @@ BAD_CONFIGS = [
     ("profiles: [{name: a, memory: 1g, priority: }]\n", "priority None is not high"),
     ("profiles: [{name: a, memory: 1g}, {name: a, memory: 2g}]\n",
      "profile name 'a' is already used by profiles[0]"),
+    ("profiles: [{name: 2x8g, memory: 8g}]\n",
+     "profile name '2x8g' starts with a number and 'x', the form of a gang's device (2x4g: "
+     "two slices of 4g); name it otherwise, e.g. 4g"),
 ]
 
 
