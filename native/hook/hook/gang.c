@@ -54,8 +54,7 @@ static struct score score_of(const struct chooser *c, const size_t *set)
     return s;
 }
 
-/* <0: a better than b, 0 equal, >0 worse; rule 5 is the caller's (sets are
- * met in the order of their indexes, and only a better one replaces). */
+/* Rules 1-4: <0 a better than b, 0 equal, >0 worse; rule 5 is consider()'s. */
 static int compare(const struct chooser *c, const struct score *a, const struct score *b)
 {
     if (a->worst != b->worst)
