@@ -44,14 +44,14 @@ def control_nodes(dev_root: str) -> List[DeviceNode]:
     return nodes
 
 
-def _sysfs_pci_name(bus_id: str) -> str:
+def sysfs_pci_name(bus_id: str) -> str:
     # NVML writes an 8-digit domain in upper case; sysfs uses 4 digits, lower case.
     domain, _, rest = bus_id.partition(":")
     return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
 def dri_nodes(gpu: Gpu, dev_root: str, sys_root: str = "/sys") -> List[DeviceNode]:
-    drm = os.path.join(sys_root, "bus", "pci", "devices", _sysfs_pci_name(gpu.pci_bus_id), "drm")
+    drm = os.path.join(sys_root, "bus", "pci", "devices", sysfs_pci_name(gpu.pci_bus_id), "drm")
     try:
         entries = sorted(os.listdir(drm))
     except OSError:

@@ -7,7 +7,11 @@ any device of ours. Devices:
 - ``all``: every card, exclusively;
 - ``<index>-<profile>``: a slice of one card (not on MIG cards, nor where the
   profile's memory exceeds the card's);
-- ``<profile>``: a slice of whichever card the accountant picks at create time.
+- ``<profile>``: a slice of whichever card the accountant picks at create time;
+- ``<count>x<profile>``: a gang, that many slices of the profile, each on its
+  own card, placed together at create time (all or none) by the cards'
+  topology; offered from 2 up to the cards that fit the profile (at most
+  MAX_GANG).
 
 Slices carry the limits and the compute priority as GPUSLICE_* env, the shim
 (mounted and preloaded), the host's card files (read-write: how tenants of
@@ -26,7 +30,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from cdi import devnodes, driverfiles
 from cdi.nvml import DiscoveryError, Gpu, Inventory
-from cdi.profiles import Profile, slice_device_name
+from cdi.profiles import MAX_GANG, Profile, gang_device_name, slice_device_name
 from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdi.version import minimum_version
 
@@ -80,11 +84,13 @@ def _whole(opts: GenerateOptions, name: str, nodes: List[DeviceNode],
 
 
 def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: Profile,
-           gpu: Optional[Gpu]) -> Device:
-    """A slice of `gpu`, or of whichever card the accountant picks (gpu None)."""
+           gpu: Optional[Gpu], slices: int = 1) -> Device:
+    """A slice of `gpu`, or of whichever card the accountant picks (gpu None); with
+    slices > 1, a gang of that many, on as many cards as the accountant picks.
+    The limits are per card: every card the container sees is capped alike."""
     request = (["--card", gpu.uuid] if gpu else []) + [
         "--memory-mib", str(profile.memory_mib), "--cores", str(profile.cores or 0),
-        "--priority", profile.priority]
+        "--priority", profile.priority] + (["--slices", str(slices)] if slices > 1 else [])
     env = [f"GPUSLICE_MEMORY_LIMIT={profile.memory_mib}MiB"]
     if profile.cores:
         env.append(f"GPUSLICE_CORE_LIMIT={profile.cores}")
@@ -146,6 +152,12 @@ def build_spec(inv: Inventory, opts: GenerateOptions) -> Tuple[Spec, List[str]]:
                                   [n for g in fits for n in card_nodes[g.index]], profile, None))
         else:
             warnings.append(f"profile {profile.name!r} fits no sliceable card: not offered")
+    for profile in opts.profiles:
+        fits = [g for g in sliceable if profile.memory_mib <= g.memory_mib]
+        nodes = [n for g in fits for n in card_nodes[g.index]]
+        for count in range(2, min(len(fits), MAX_GANG) + 1):
+            devices.append(_slice(opts, gang_device_name(count, profile), nodes, profile, None,
+                                  count))
     spec = Spec(version="", kind=opts.kind, devices=devices, edits=_spec_edits(inv, opts))
     spec.version = minimum_version(spec)
     spec.validate()

@@ -15,8 +15,12 @@ one with open_nvml() and the event-set calls of Nvml.
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, byref, c_char, c_char_p, c_int, c_uint, c_ulonglong, c_void_p
-from typing import Any, List, NamedTuple, Optional, Tuple
+from ctypes import (POINTER, byref, c_char, c_char_p, c_int, c_uint, c_ulong, c_ulonglong,
+                    c_void_p)
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional, Tuple
+
+if TYPE_CHECKING:
+    from cdi.topology import Topology
 
 MIB = 1024 * 1024
 DEFAULT_LIBRARY = "libnvidia-ml.so.1"
@@ -69,6 +73,8 @@ class Inventory(NamedTuple):
     cuda_version: str  # "13.0"
     gpus: List[Gpu]
     lost: List[str]  # cards NVML lists but cannot reach (fallen off the bus)
+    # Where the cards sit and how they are joined (cdi/topology.py); None: not asked.
+    topology: Optional["Topology"] = None
 
 
 # ------------------------------------------------------------ NVML's C ABI
@@ -158,6 +164,12 @@ _SIGNATURES = {
     "nvmlDeviceGetSupportedEventTypes": (_Device, POINTER(c_ulonglong)),
     "nvmlDeviceRegisterEvents": (_Device, c_ulonglong, _EventSet),
     "nvmlEventSetWait_v2": (_EventSet, POINTER(NvmlEventData), c_uint),
+    # Where the cards sit (cdi/topology.py).
+    "nvmlDeviceGetTopologyCommonAncestor": (_Device, _Device, POINTER(c_int)),
+    "nvmlDeviceGetNvLinkState": (_Device, c_uint, POINTER(c_int)),
+    "nvmlDeviceGetNvLinkRemotePciInfo_v2": (_Device, c_uint, POINTER(NvmlPciInfo)),
+    "nvmlDeviceGetNumaNodeId": (_Device, POINTER(c_uint)),
+    "nvmlDeviceGetCpuAffinity": (_Device, c_uint, POINTER(c_ulong)),
 }
 
 
@@ -344,8 +356,10 @@ def _mig_enabled(nvml: Nvml, handle: c_void_p) -> bool:
     return bool(current)
 
 
-def discover(nvml_path: Optional[str] = None) -> Inventory:
-    """Ask NVML for the driver and every card; raise DiscoveryError if it cannot answer."""
+def discover(nvml_path: Optional[str] = None, sys_root: str = "/sys") -> Inventory:
+    """Ask NVML for the driver, every card and where the cards sit (sys_root: where
+    the kernel's PCI devices are, for a NUMA node NVML does not tell); raise
+    DiscoveryError if it cannot answer."""
     nvml = open_nvml(nvml_path)
     failed = True
     try:
@@ -369,6 +383,9 @@ def discover(nvml_path: Optional[str] = None) -> Inventory:
                 if e.code != NVML_ERROR_GPU_IS_LOST:
                     raise DiscoveryError(f"NVML cannot describe GPU {i}: {e}") from None
                 lost.append(f"GPU {i}")  # offer the healthy cards rather than none
+        from cdi import topology  # it builds on this module
+
+        topo = topology.discover(nvml, gpus, sys_root)
         failed = False
     except NvmlError as e:
         raise DiscoveryError(f"NVML query failed: {e}") from None
@@ -378,4 +395,4 @@ def discover(nvml_path: Optional[str] = None) -> Inventory:
         except NvmlError as e:
             if not failed:  # never hide the error that brought us here
                 raise DiscoveryError(f"NVML query failed: {e}") from None
-    return Inventory(driver, f"{cuda // 1000}.{(cuda % 1000) // 10}", gpus, lost)
+    return Inventory(driver, f"{cuda // 1000}.{(cuda % 1000) // 10}", gpus, lost, topo)

@@ -3,11 +3,14 @@
 A profile is a named pair of limits (memory in MiB, compute in percent) and a
 compute priority (``high``, ``normal``, ``low``: who of a card's tenants is
 served first while several have work queued; docs/compute-limit.md). It is
-offered per card as ``<card>-<profile>`` (``0-4g-30``) and card-less as
-``<profile>`` (``4g-30``), where the node accountant picks the card. The name
-rule keeps those forms apart from whole cards (``0``, ``all``, ``GPU-<uuid>``):
-a profile name's first dash-separated part holds a letter, so ``0-4g`` can only
-mean card 0, profile ``4g``.
+offered per card as ``<card>-<profile>`` (``0-4g-30``), card-less as
+``<profile>`` (``4g-30``), where the node accountant picks the card, and as a
+gang ``<count>x<profile>`` (``2x4g-30``): that many slices of the profile, each
+on its own card, placed together by the cards' topology. The name rule keeps
+those forms apart from whole cards (``0``, ``all``, ``GPU-<uuid>``): a profile
+name's first dash-separated part holds a letter, so ``0-4g`` can only mean card
+0, profile ``4g``; and it does not start with digits and an ``x``, so ``2x4g``
+can only mean two slices of ``4g``.
 """
 from __future__ import annotations
 
@@ -17,6 +20,11 @@ from typing import NamedTuple
 
 _PROFILE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _RESERVED = ("all",)
+_GANG_RE = re.compile(r"^[0-9]+x")
+# The most slices a gang may have: the devices of a container's shared
+# region (GPUSLICE_MAX_DEVICES in native/include/gpuslice/region.h, which
+# tests/test_gang.py compares; cdi/ reads no header).
+MAX_GANG = 16
 # In the order of precedence. The accountant's CHECK (ocihook/accountant.py)
 # and gpuslice-hook's --priority (native/hook/hook/args.c) list the same three.
 PRIORITIES = ("high", "normal", "low")
@@ -48,6 +56,10 @@ def validate_profile_name(name: str) -> None:
                            "(e.g. 4g or 4g-30), so that it cannot be read as a card index")
     if name in _RESERVED or name.startswith("gpu-"):
         raise ProfileError(f"profile name {name!r} is reserved for whole-card devices")
+    if _GANG_RE.match(name):
+        raise ProfileError(f"profile name {name!r} starts with a number and 'x', the form of "
+                           "a gang's device (2x4g: two slices of 4g); name it otherwise, "
+                           "e.g. 4g")
 
 
 def validate_priority(value: object) -> None:
@@ -59,3 +71,7 @@ def validate_priority(value: object) -> None:
 
 def slice_device_name(card_index: int, profile: Profile) -> str:
     return f"{card_index}-{profile.name}"
+
+
+def gang_device_name(count: int, profile: Profile) -> str:
+    return f"{count}x{profile.name}"

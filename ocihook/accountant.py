@@ -106,6 +106,27 @@ _MIGRATIONS: Tuple[str, ...] = (
     ALTER TABLE cards ADD COLUMN health_since REAL;
     ALTER TABLE reservations ADD COLUMN name TEXT NOT NULL DEFAULT '';
     """,
+    # 5: where the cards sit (gpuslice cdi generate, from NVML: cdi/topology.py),
+    # for placing a gang of slices (one device, several cards): each card's
+    # PCI address, NUMA node (NULL: unknown) and CPU affinity (a cpulist, ''
+    # unknown); per pair of cards their PCIe common ancestor and how many
+    # NVLinks join them; and a reservation's place in its gang (0 for a
+    # single slice or card), the order its cards reach CUDA in.
+    """
+    ALTER TABLE cards ADD COLUMN pci_bus_id TEXT NOT NULL DEFAULT '';
+    ALTER TABLE cards ADD COLUMN numa_node INTEGER CHECK (numa_node >= 0);
+    ALTER TABLE cards ADD COLUMN cpu_affinity TEXT NOT NULL DEFAULT '';
+    CREATE TABLE card_links (
+        card_a TEXT NOT NULL REFERENCES cards(uuid),
+        card_b TEXT NOT NULL REFERENCES cards(uuid),
+        pcie TEXT NOT NULL
+            CHECK (pcie IN ('internal', 'single', 'multiple', 'hostbridge', 'node', 'system')),
+        nvlinks INTEGER NOT NULL CHECK (nvlinks >= 0),
+        PRIMARY KEY (card_a, card_b),
+        CHECK (card_a < card_b)
+    );
+    ALTER TABLE reservations ADD COLUMN slot INTEGER NOT NULL DEFAULT 0 CHECK (slot >= 0);
+    """,
 )
 
 
@@ -147,6 +168,19 @@ class Card:
     healthy: bool = True
     health_reason: str = ""  # why it is out of service; "" while healthy
     health_since: Optional[float] = None
+    pci_bus_id: str = ""  # NVML's form, 00000000:18:00.0; "" unknown
+    numa_node: Optional[int] = None
+    cpu_affinity: str = ""  # the CPUs nearest the card, a cpulist ("0-15,32-47"); "" unknown
+
+
+@dataclass(frozen=True)
+class CardLink:
+    """How two cards are joined (cdi/topology.py): their PCIe common ancestor
+    (one of cdi.topology.PCIE_LEVELS) and the NVLinks between them."""
+    card_a: str  # UUIDs, card_a < card_b
+    card_b: str
+    pcie: str
+    nvlinks: int
 
 
 @dataclass(frozen=True)
@@ -163,6 +197,7 @@ class Reservation:
     runtime: str
     created: float
     name: str = ""  # the engine's name for the container, if it recorded one
+    slot: int = 0  # its place in its gang (0 for one slice or card): the order cards reach CUDA
 
 
 @dataclass(frozen=True)
@@ -177,12 +212,14 @@ class CardUsage:
 def _row_reservation(row: sqlite3.Row) -> Reservation:
     return Reservation(row["container_id"], row["device"], row["card_uuid"], row["memory_mib"],
                        row["cores"], row["priority"], bool(row["exclusive"]), row["pid"],
-                       row["pid_start"], row["runtime"], row["created"], row["name"])
+                       row["pid_start"], row["runtime"], row["created"], row["name"],
+                       row["slot"])
 
 
 def _row_card(row: sqlite3.Row) -> Card:
     return Card(row["idx"], row["uuid"], row["total_mib"], row["name"], bool(row["mig"]),
-                bool(row["healthy"]), row["health_reason"], row["health_since"])
+                bool(row["healthy"]), row["health_reason"], row["health_since"],
+                row["pci_bus_id"], row["numa_node"], row["cpu_affinity"])
 
 
 class Accountant:
@@ -305,10 +342,13 @@ class Accountant:
 
     # ---------------------------------------------------------------- cards
 
-    def sync_cards(self, cards: Sequence[Card]) -> None:
-        """Record what NVML sees now. A card gone from the host stays, out of service
-        (GONE_REASON); one seen again comes back only if that was all that was wrong:
-        a mark of the health watcher or an operator stays (clears_itself)."""
+    def sync_cards(self, cards: Sequence[Card], links: Sequence[CardLink] = ()) -> None:
+        """Record what NVML sees now: the cards, where they sit and how they are
+        joined (links: every pair of the cards that NVML described; the links
+        recorded between cards seen now are replaced by these). A card gone from
+        the host stays, out of service (GONE_REASON); one seen again comes back
+        only if that was all that was wrong: a mark of the health watcher or an
+        operator stays (clears_itself)."""
         now = time.time()
         with self._tx():
             known = {c.uuid: c for c in self.cards()}
@@ -316,11 +356,14 @@ class Accountant:
             for c in cards:
                 seen.add(c.uuid)
                 self.db.execute(
-                    "INSERT INTO cards(uuid, idx, name, total_mib, mig, healthy, seen) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(uuid) DO UPDATE SET "
-                    "idx=excluded.idx, name=excluded.name, total_mib=excluded.total_mib, "
-                    "mig=excluded.mig, seen=excluded.seen",
-                    (c.uuid, c.index, c.name, c.total_mib, int(c.mig), int(c.healthy), now))
+                    "INSERT INTO cards(uuid, idx, name, total_mib, mig, healthy, seen, "
+                    "pci_bus_id, numa_node, cpu_affinity) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(uuid) DO UPDATE SET idx=excluded.idx, name=excluded.name, "
+                    "total_mib=excluded.total_mib, mig=excluded.mig, seen=excluded.seen, "
+                    "pci_bus_id=excluded.pci_bus_id, numa_node=excluded.numa_node, "
+                    "cpu_affinity=excluded.cpu_affinity",
+                    (c.uuid, c.index, c.name, c.total_mib, int(c.mig), int(c.healthy), now,
+                     c.pci_bus_id, c.numa_node, c.cpu_affinity))
                 was = known.get(c.uuid)
                 if was is not None and clears_itself(was):
                     self._set_health(was.uuid, True, "", None)
@@ -331,6 +374,22 @@ class Accountant:
                     reason = f"{GONE_REASON} at {utc_stamp(now)}"
                     self._set_health(c.uuid, False, reason, now)
                     self._event("unhealthy", card_uuid=c.uuid, cause="gone", reason=reason)
+            self._replace_links(seen, links)
+
+    def _replace_links(self, seen: "set[str]", links: Sequence[CardLink]) -> None:
+        for row in self.db.execute("SELECT card_a, card_b FROM card_links").fetchall():
+            if row["card_a"] in seen and row["card_b"] in seen:
+                self.db.execute("DELETE FROM card_links WHERE card_a=? AND card_b=?",
+                                (row["card_a"], row["card_b"]))
+        for link in links:
+            a, b = sorted((link.card_a, link.card_b))
+            self.db.execute("INSERT INTO card_links(card_a, card_b, pcie, nvlinks) "
+                            "VALUES (?, ?, ?, ?)", (a, b, link.pcie, link.nvlinks))
+
+    def links(self) -> List[CardLink]:
+        """How the cards are joined, as the last `gpuslice cdi generate` recorded it."""
+        return [CardLink(r["card_a"], r["card_b"], r["pcie"], r["nvlinks"]) for r in
+                self.db.execute("SELECT * FROM card_links ORDER BY card_a, card_b")]
 
     def _set_health(self, uuid: str, healthy: bool, reason: str, since: Optional[float]) -> None:
         self.db.execute("UPDATE cards SET healthy=?, health_reason=?, health_since=? "

@@ -146,6 +146,10 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
                                     "containers only", labels=CONTAINER_LABELS)
     procs = _gauge("gpuslice_container_processes", "CUDA processes of the container alive in "
                    "its region", CONTAINER_LABELS)
+    gang = _gauge("gpuslice_container_gang_info", "a slice of a gang (one device, a slice on "
+                  "each of several cards): its place in the gang (the CUDA ordinal the "
+                  "container sees the card as) and the gang's size; 1",
+                  CONTAINER_LABELS + ["slot", "slices"])
     pmem = _gauge("gpuslice_process_memory_used_bytes", "memory one process holds on the card "
                   "(pid in the container's pid namespace)", ["container_id", "card_uuid", "pid"])
 
@@ -177,6 +181,8 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
             if k.throttled_seconds is not None:
                 throttled.add_metric(labels, k.throttled_seconds)
             procs.add_metric(labels, len(k.claim.processes))
+            if k.gang:
+                gang.add_metric(labels + [str(r.slot), str(len(k.gang))], 1)
             for p in k.claim.processes:
                 pmem.add_metric([r.container_id, c.card.uuid, str(p.pid)], p.used_bytes)
 
@@ -196,7 +202,7 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
                                    "reclaimed (gc, or at an admission)")
     reclaims.add_metric([], snap.events.count("reclaim"))
     return [build, up, total, reserved, used, busy, cores, healthy, health, since, xid,
-            info, limit, cused, cap, card_time, throttled, procs, pmem,
+            info, limit, cused, cap, card_time, throttled, procs, gang, pmem,
             admissions, releases, reclaims]
 
 

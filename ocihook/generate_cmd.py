@@ -14,6 +14,7 @@ from ocihook.config import Config
 from ocihook.messages import EXIT_NO, error, say, warn
 
 if TYPE_CHECKING:
+    from ocihook import accountant
     from cdi.spec import Spec
     from cdi.nvml import Inventory
 
@@ -56,6 +57,26 @@ def ensure_card_dir(path: str) -> None:
     os.chmod(path, 0o1777)
 
 
+def recorded_cards(inventory: "Inventory"
+                   ) -> "Tuple[List[accountant.Card], List[accountant.CardLink]]":
+    """The cards as the accountant records them: with their places and the links
+    between them (what gang placement reads)."""
+    from cdi.topology import Place
+    from ocihook import accountant
+
+    topo = inventory.topology
+    uuid = {g.index: g.uuid for g in inventory.gpus}
+    cards = []
+    for g in inventory.gpus:
+        place = topo.places.get(g.index, Place(None, "")) if topo else Place(None, "")
+        cards.append(accountant.Card(g.index, g.uuid, g.memory_mib, g.name, g.mig,
+                                     pci_bus_id=g.pci_bus_id, numa_node=place.numa_node,
+                                     cpu_affinity=place.cpu_affinity))
+    links = [accountant.CardLink(uuid[k.a], uuid[k.b], k.pcie, k.nvlinks)
+             for k in (topo.links if topo else [])]
+    return cards, links
+
+
 def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
     """Tell the accountant which cards there are and the node's admission policy
     (the configuration's): the hook admits against both."""
@@ -67,8 +88,7 @@ def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
         error(f"{e}; gpuslice-hook admits against the cards recorded there, so no device "
               "of the spec could start")
     try:
-        acct.sync_cards([accountant.Card(g.index, g.uuid, g.memory_mib, g.name, g.mig)
-                         for g in inventory.gpus])
+        acct.sync_cards(*recorded_cards(inventory))
         acct.set_policy(cfg.policy())
     except accountant.AccountantError as e:
         error(str(e))
@@ -89,7 +109,7 @@ def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
     # Look for the driver's files before asking NVML: "no driver here" is the
     # likelier fault, and NVML must come from that driver root.
     nvml_path = driverfiles.nvml_library(driver_root)
-    inventory = nvml.discover(nvml_path if driver_root != "/" else None)
+    inventory = nvml.discover(nvml_path if driver_root != "/" else None, req.sys_root)
     opts = GenerateOptions(
         kind=cfg.cdi_kind, profiles=cfg.profiles, driver_root=driver_root, dev_root=dev_root,
         sys_root=req.sys_root, shim_path=cfg.shim_path, hook_path=cfg.hook_path,

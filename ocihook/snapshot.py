@@ -80,13 +80,28 @@ def region_claim(found: "region.Region | region.RegionError",
     return RegionClaim("ok", claimed, None, mine, tuple(procs))
 
 
+def gangs(usage: List[accountant.CardUsage]) -> Dict[Tuple[str, str], List[int]]:
+    """(container, device) -> its cards' indexes by slot, for each gang: the
+    slices of one device on several cards (a whole card's `all` is none)."""
+    rows: Dict[Tuple[str, str], List[Tuple[int, int]]] = {}
+    for u in usage:
+        for r in u.reservations:
+            if not r.exclusive:
+                rows.setdefault((r.container_id, r.device), []).append((r.slot, u.card.index))
+    return {k: [idx for _, idx in sorted(v)] for k, v in rows.items() if len(v) > 1}
+
+
 def profile_of(r: accountant.Reservation) -> str:
     """The profile a reservation was made by: its device name without the card
-    (`0-4g-30` and `4g-30` are both 4g-30); "whole" for a whole card."""
+    or the gang's count (`0-4g-30`, `4g-30` and `2x4g-30` are all 4g-30);
+    "whole" for a whole card."""
     if r.exclusive:
         return "whole"
     head, sep, rest = r.device.partition("-")
-    return rest if sep and head.isdigit() else r.device
+    if sep and head.isdigit():
+        return rest
+    count, x, profile = r.device.partition("x")
+    return profile if x and count.isdigit() and profile else r.device
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,7 @@ class ContainerView:
     core_limit: int            # percent, 0: no cap (the accountant's record)
     card_seconds: Optional[float]       # card time charged; None: not measured (no cap)
     throttled_seconds: Optional[float]  # time slept for the cap; None likewise
+    gang: Optional[List[int]] = None    # a gang's slice: the gang's card indexes by slot
 
     @property
     def used_bytes(self) -> Optional[int]:
@@ -161,7 +177,8 @@ class Snapshot:
 
 
 def _container(cfg_state_dir: str, r: accountant.Reservation, card: accountant.Card,
-               regions: Dict[str, "region.Region | region.RegionError"]) -> ContainerView:
+               regions: Dict[str, "region.Region | region.RegionError"],
+               gang: Optional[List[int]] = None) -> ContainerView:
     if r.container_id not in regions:
         regions[r.container_id] = read_region(cfg_state_dir, r.container_id)
     claim = region_claim(regions[r.container_id], card)
@@ -171,7 +188,8 @@ def _container(cfg_state_dir: str, r: accountant.Reservation, card: accountant.C
     slept = sum(d.compute_throttled_ns for d in claim.devices)
     return ContainerView(r, profile_of(r), claim,
                          card.total_mib * MIB if r.exclusive else r.memory_mib * MIB, r.cores,
-                         charged / NS if measured else None, slept / NS if measured else None)
+                         charged / NS if measured else None, slept / NS if measured else None,
+                         gang)
 
 
 def take(state_dir: str, acct: Optional[accountant.Accountant], sampler: Optional[Sampler],
@@ -192,10 +210,12 @@ def take(state_dir: str, acct: Optional[accountant.Accountant], sampler: Optiona
         snap.problems["accountant"] = f"{acct.path}: cannot read: {e}"
         return snap
     regions: Dict[str, "region.Region | region.RegionError"] = {}
+    gang_cards = gangs(usage)
     for u in usage:
         snap.cards.append(CardView(
             u.card, u.reserved_mib, u.cores, u.exclusive, samples.get(u.card.uuid),
-            [_container(state_dir, r, u.card, regions) for r in u.reservations]))
+            [_container(state_dir, r, u.card, regions, gang_cards.get((r.container_id, r.device)))
+             for r in u.reservations]))
     return snap
 
 

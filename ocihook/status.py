@@ -12,7 +12,7 @@ is shown as such and left out of the card's sum (docs/architecture.md,
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from cdi.profiles import DEFAULT_PRIORITY
 from ocihook import accountant, snapshot
@@ -22,10 +22,13 @@ from ocihook.policy import Policy
 MIB = 1024 * 1024
 
 
-def _container(cfg: Config, r: accountant.Reservation, card: accountant.Card) -> Dict[str, Any]:
+def _container(cfg: Config, r: accountant.Reservation, card: accountant.Card,
+               gangs: Dict[Tuple[str, str], List[int]]) -> Dict[str, Any]:
     claim = snapshot.region_claim(snapshot.read_region(cfg.state_dir, r.container_id), card)
     used = claim.used_bytes // MIB if claim.used_bytes is not None else None
+    cards = gangs.get((r.container_id, r.device))
     return {"id": r.container_id, "name": r.name, "device": r.device,
+            "gang": {"slices": len(cards), "slot": r.slot, "cards": cards} if cards else None,
             "memory_mib": r.memory_mib, "cores": r.cores, "priority": r.priority,
             "exclusive": r.exclusive, "used_mib": used, "region": claim.state,
             "region_problem": claim.problem, "pid": r.pid, "runtime": r.runtime,
@@ -43,8 +46,10 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     null (none recorded yet), "policy_file_differs": {key: {"recorded", "file"}},
     "cards": [{index, uuid, total_mib, reserved_mib, used_mib, used_uncounted,
     used_plausible, free_mib, healthy, health_reason ("" while healthy), health_since
-    (seconds since the epoch, null while healthy), containers: [{id, name, device,
-    memory_mib, cores, priority, used_mib, region, region_problem, pid, runtime,
+    (seconds since the epoch, null while healthy), pci_bus_id, numa_node (null: unknown),
+    cpu_affinity (a cpulist, "" unknown), containers: [{id, name, device, memory_mib,
+    cores, priority, gang ({slices, slot, cards: the gang's card indexes by slot} for
+    a slice of a gang, else null), used_mib, region, region_problem, pid, runtime,
     processes: [{pid, used_bytes, by_kind: {context, alloc, vmm, pool, array}}]}]}]}: a
     process's pid is the one in its container, its bytes those on this card. Free
     memory is by the recorded policy, the one the hook admits by. A card's used_mib sums the
@@ -58,13 +63,17 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
                for k, (mine, theirs) in policy.differences(cfg.policy()).items()} \
         if recorded else {}
     cards: List[Dict[str, Any]] = []
-    for u in acct.usage():
-        containers = [_container(cfg, r, u.card) for r in u.reservations]
+    usage = acct.usage()
+    gangs = snapshot.gangs(usage)
+    for u in usage:
+        containers = [_container(cfg, r, u.card, gangs) for r in u.reservations]
         used = sum(c["used_mib"] for c in containers if c["used_mib"] is not None)
         capacity = policy.capacity_mib(u.card.total_mib)
         cards.append({"index": u.card.index, "uuid": u.card.uuid, "name": u.card.name,
                       "healthy": u.card.healthy, "health_reason": u.card.health_reason,
                       "health_since": u.card.health_since, "mig": u.card.mig,
+                      "pci_bus_id": u.card.pci_bus_id, "numa_node": u.card.numa_node,
+                      "cpu_affinity": u.card.cpu_affinity,
                       "total_mib": u.card.total_mib, "reserved_mib": u.reserved_mib,
                       "used_mib": used,
                       "used_uncounted": sum(c["used_mib"] is None for c in containers),
@@ -101,6 +110,14 @@ def _container_used(k: Dict[str, Any]) -> str:
     return f"? MiB used (region {k['region'].upper()}: {k['region_problem']})"
 
 
+def _gang(k: Dict[str, Any]) -> str:
+    g = k["gang"]
+    if not g:
+        return ""
+    cards = ", ".join(str(c) for c in g["cards"])
+    return f"; gang {g['slot'] + 1} of {g['slices']} on cards {cards}"
+
+
 def render(doc: Dict[str, Any]) -> str:
     """The policy line, then one line per card, one indented line per container."""
     lines = []
@@ -119,7 +136,8 @@ def render(doc: Dict[str, Any]) -> str:
                      f"{c['total_mib']} MiB reserved, {_card_used(c)}, "
                      f"{c['free_mib']} MiB free, {c['cores']}% compute reserved{state}")
         for k in c["containers"]:
-            lines.append(f"  {k['id'][:12]}  {k['device']:<10} {_held(k)}; {_container_used(k)}")
+            lines.append(f"  {k['id'][:12]}  {k['device']:<10} {_held(k)}; {_container_used(k)}"
+                         f"{_gang(k)}")
     if not doc["cards"]:
         lines.append("no cards known yet: run `gpuslice cdi generate`")
     return "\n".join(lines)

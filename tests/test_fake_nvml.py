@@ -635,6 +635,7 @@ EXPORTS = [
     "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization",
     "nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetNumaNodeId",
     "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetP2PStatus", "nvmlDeviceGetBrand",
+    "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetCpuAffinity",
     "nvmlDeviceGetArchitecture", "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
     "nvmlEventSetCreate", "nvmlEventSetFree", "nvmlDeviceGetSupportedEventTypes",

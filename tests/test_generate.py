@@ -34,6 +34,8 @@ def test_devices_for_n_cards(host_factory, count):
     for i in range(count):
         expected += [f"{i}-4g", f"{i}-4g-30"]  # 32g exceeds a 16 GiB card
     expected += ["4g", "4g-30"]
+    # Gangs: from 2 up to every card that fits, per profile (none on one card).
+    expected += [f"{n}x{p}" for p in ("4g", "4g-30") for n in range(2, count + 1)]
     assert names == expected
     devs = devices(spec)
     for i, g in enumerate(gpus):
@@ -261,6 +263,9 @@ BAD_CONFIGS = [
     ("profiles: [{name: a, memory: 1g, priority: }]\n", "priority None is not high"),
     ("profiles: [{name: a, memory: 1g}, {name: a, memory: 2g}]\n",
      "profile name 'a' is already used by profiles[0]"),
+    ("profiles: [{name: 2x8g, memory: 8g}]\n",
+     "profile name '2x8g' starts with a number and 'x', the form of a gang's device (2x4g: "
+     "two slices of 4g); name it otherwise, e.g. 4g"),
 ]
 
 

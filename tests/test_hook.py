@@ -582,9 +582,9 @@ def test_a_version_2_database_is_upgraded_in_place(node: Node) -> None:
     assert res.returncode == 2 and err(res) == OLDER_DATABASE.format(db=node.db)
     node.generate()
     assert_current_version(node)
-    # Every row kept, with the columns schema 4 added at their defaults.
+    # Every row kept, with the columns schemas 4 and 5 added at their defaults.
     assert rows(node.db, "SELECT * FROM reservations ORDER BY created") == \
-        [r + ("",) for r in before]
+        [r + ("", 0) for r in before]
     assert rows(node.db, "SELECT * FROM events")[:len(events)] == events
     assert node.create("new", "0-6g").returncode == 0  # 6144 + 2048 + 6144 of 16384
     assert node.create("more", "0-6g").returncode == 1  # the old rows count
@@ -602,8 +602,8 @@ def test_a_version_1_database_is_upgraded_in_place(node: Node) -> None:
     node.generate()  # opens the books: version 1 -> the current one, in place
     assert_current_version(node)
     after = rows(node.db, "SELECT * FROM reservations")
-    # Every column kept; admitted before priorities, and before names.
-    assert after == [before[0] + ("normal", "")]
+    # Every column kept; admitted before priorities, names and gangs (slot 0).
+    assert after == [before[0] + ("normal", "", 0)]
     assert rows(node.db, "SELECT kind, container_id, detail FROM events WHERE id=1") == \
         [("admit", "old", '{"cores": 30}')]
     # The column refuses what is not a priority.

@@ -20,7 +20,7 @@ from typing import Dict, List
 
 import pytest
 
-from cdi import nvml
+from cdi import nvml, topology
 from fakehost import fake_gpu, fake_gpus_doc
 
 REPO = Path(__file__).resolve().parent.parent
@@ -355,10 +355,14 @@ def calls(log: Path) -> List[str]:
 def test_stub_inventory(stubs, stub_env):
     log = stub_env()
     inv = nvml.discover(stubs["full"])
-    assert inv == nvml.Inventory("999.88.77", "12.4", [
+    assert inv._replace(topology=None) == nvml.Inventory("999.88.77", "12.4", [
         nvml.Gpu(0, "GPU-stub-0", "Stub Card 0", 10, 3072, "00000001:40:00.0", False),
         nvml.Gpu(1, "GPU-stub-1", "Stub Card 1", 11, 3072, "00000001:41:00.0", True),
     ], [])
+    # The stub has none of the topology's calls: nothing known, and no failure.
+    assert inv.topology is not None
+    assert [tuple(p) for p in inv.topology.places.values()] == [(None, ""), (None, "")]
+    assert inv.topology.links == [topology.Link(0, 1, "system", 0)]
     got = calls(log)
     assert got[0] == "nvmlInit_v2" and got[-1] == "nvmlShutdown"
     assert got.count("nvmlInit_v2") == 1 and got.count("nvmlShutdown") == 1

@@ -688,9 +688,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t de
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     unsigned link = g_gpus.link[a][b];
     if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK)
-        *p2pStatus = link == FAKEGPU_LINK_NVLINK ? NVML_P2P_STATUS_OK
-                                                 : NVML_P2P_STATUS_NOT_SUPPORTED;
-    else if (link == FAKEGPU_LINK_NVLINK || link <= FAKEGPU_LINK_HOSTBRIDGE)
+        *p2pStatus = g_gpus.nvlinks[a][b] ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+    else if (g_gpus.nvlinks[a][b] || link <= FAKEGPU_LINK_HOSTBRIDGE)
         *p2pStatus = NVML_P2P_STATUS_OK;
     else
         *p2pStatus = NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED;
@@ -940,4 +939,111 @@ EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data,
                                      unsigned timeoutms)
 {
     return nvmlEventSetWait_v2(set, data, timeoutms);
+}
+
+/* ------------------------------------------------------------- NVLink
+ *
+ * A card's links are numbered from 0: first those to other cards, by the
+ * other card's index (topology[].nvlinks of them each), then those to
+ * NVSwitches ("nvswitch"), then inactive ones up to NVML's last link
+ * number. A card with no link at all answers NVML_ERROR_NOT_SUPPORTED, as a
+ * card without NVLink does. The far end of a switch link is the switch's
+ * PCI address: 0000:<0xE0 + switch>:00.0, the links spread over four
+ * switches as on an HGX board (not a card's address: that is how a caller
+ * tells a switch from a card).
+ */
+
+typedef enum { FAKE_NVML_FEATURE_DISABLED = 0, FAKE_NVML_FEATURE_ENABLED = 1 } fake_enable_state;
+
+/* Card idx's link `link`: the peer card (*peer), a switch (*peer = -1 - the
+ * switch number), or none (*peer = INT32_MIN: inactive). -1 for a link number
+ * past NVML's, or a card with no link. Lock held. */
+static int nvlink_end(unsigned idx, unsigned link, int *peer)
+{
+    unsigned total = g_gpus.nvswitch_links[idx];
+    for (unsigned b = 0; b < g_gpus.count; b++)
+        total += g_gpus.nvlinks[idx][b];
+    if (total == 0 || link >= FAKEGPUS_MAX_NVLINKS)
+        return -1;
+    unsigned at = 0;
+    for (unsigned b = 0; b < g_gpus.count; b++) {
+        if (link < at + g_gpus.nvlinks[idx][b]) {
+            *peer = (int)b;
+            return 0;
+        }
+        at += g_gpus.nvlinks[idx][b];
+    }
+    if (link < at + g_gpus.nvswitch_links[idx]) {
+        *peer = -1 - (int)((link - at) % 4);
+        return 0;
+    }
+    *peer = INT32_MIN;
+    return 0;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned link,
+                                             fake_enable_state *isActive)
+{
+    ENTER_DEVICE(device, g);
+    int peer;
+    if (!isActive)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (nvlink_end((unsigned)(g - g_gpus.gpus), link, &peer) < 0)
+        return leave(link >= FAKEGPUS_MAX_NVLINKS ? NVML_ERROR_INVALID_ARGUMENT
+                                                  : NVML_ERROR_NOT_SUPPORTED);
+    *isActive = peer == INT32_MIN ? FAKE_NVML_FEATURE_DISABLED : FAKE_NVML_FEATURE_ENABLED;
+    return leave(NVML_SUCCESS);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned link,
+                                                        nvmlPciInfo_t *pci)
+{
+    ENTER_DEVICE(device, g);
+    int peer;
+    if (!pci)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (nvlink_end((unsigned)(g - g_gpus.gpus), link, &peer) < 0)
+        return leave(link >= FAKEGPUS_MAX_NVLINKS ? NVML_ERROR_INVALID_ARGUMENT
+                                                  : NVML_ERROR_NOT_SUPPORTED);
+    if (peer == INT32_MIN) /* an inactive link has no far end */
+        return leave(NVML_ERROR_NOT_SUPPORTED);
+    memset(pci, 0, sizeof *pci);
+    if (peer >= 0) {
+        const struct fakegpu *p = &g_gpus.gpus[peer];
+        pci->domain = p->pci_domain;
+        pci->bus = p->pci_bus;
+        pci->device = p->pci_device;
+        snprintf(pci->busId, sizeof pci->busId, "%s", p->pci_bus_id);
+    } else {
+        pci->bus = 0xE0u + (unsigned)(-1 - peer);
+        snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.%X", 0u, pci->bus, 0u, 0u);
+    }
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0", pci->domain,
+             pci->bus, pci->device);
+    return leave(NVML_SUCCESS);
+}
+
+/* The CPUs of the card's NUMA node (cpus_per_numa_node each); a card whose
+ * node is unknown is near every CPU of the nodes the file names. */
+EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned cpuSetSize,
+                                             unsigned long *cpuSet)
+{
+    ENTER_DEVICE(device, g);
+    if (!cpuSet || cpuSetSize == 0)
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned per = g_gpus.cpus_per_numa_node, first = 0, count = per;
+    if (g->numa_node >= 0) {
+        first = (unsigned)g->numa_node * per;
+    } else {
+        int nodes = 1;
+        for (unsigned i = 0; i < g_gpus.count; i++)
+            if (g_gpus.gpus[i].numa_node + 1 > nodes)
+                nodes = g_gpus.gpus[i].numa_node + 1;
+        count = (unsigned)nodes * per;
+    }
+    const unsigned bits = 8 * sizeof *cpuSet;
+    memset(cpuSet, 0, cpuSetSize * sizeof *cpuSet);
+    for (unsigned cpu = first; cpu < first + count && cpu / bits < cpuSetSize; cpu++)
+        cpuSet[cpu / bits] |= 1UL << (cpu % bits);
+    return leave(NVML_SUCCESS);
 }

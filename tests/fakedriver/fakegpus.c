@@ -398,6 +398,76 @@ static int check_gpu(const checker *c, const jval *g, unsigned index, struct fak
     return 0;
 }
 
+/* ------------------------------------------------------------- NVLink */
+
+/* topology[k].nvlinks: how many NVLinks join the pair (level "nvlink" with
+ * none given: one; any other level: its PCIe ancestor, NVLink beside it). */
+static int check_nvlinks(const checker *c, const jval *e, const char *where, bool nvlink_level,
+                         const unsigned idx[2], struct fakegpus *out)
+{
+    char kn[96];
+    int64_t n = nvlink_level ? 1 : 0;
+    int rc = get_int(c, e, where, "nvlinks", false, 0, FAKEGPUS_MAX_NVLINKS, &n);
+    if (rc < 0)
+        return -1;
+    keyname(kn, sizeof(kn), where, "nvlinks");
+    if (rc && nvlink_level && n == 0)
+        return cfail(c, kn, "level \"nvlink\" needs at least one link");
+    out->nvlinks[idx[0]][idx[1]] = out->nvlinks[idx[1]][idx[0]] = (unsigned char)n;
+    return 0;
+}
+
+/* "nvswitch": {"gpus": [indexes], "links": N}: each listed card has N links
+ * to NVSwitches, which join every pair of them. */
+static int check_nvswitch(const checker *c, const jval *sw, struct fakegpus *out)
+{
+    jval slot;
+    if (sw->type != GS_JSON_OBJECT)
+        return cfail(c, "nvswitch", "expected an object");
+    int64_t links;
+    if (get_int(c, sw, "nvswitch", "links", true, 1, FAKEGPUS_MAX_NVLINKS, &links) < 0)
+        return -1;
+    const jval *gpus = member(sw, "gpus", &slot);
+    if (!gpus)
+        return cfail(c, "nvswitch.gpus", "missing required key");
+    if (gpus->type != GS_JSON_ARRAY)
+        return cfail(c, "nvswitch.gpus", "expected an array of GPU indexes");
+    for (size_t k = 0; k < length(gpus); k++) {
+        jval v = element(gpus, k);
+        int64_t i;
+        if (!integer(&v, &i) || i < 0 || i >= (int64_t)out->count)
+            return cfail(c, "nvswitch.gpus", "expected GPU indexes below %u", out->count);
+        out->nvswitch_links[i] = (unsigned char)links;
+    }
+    return 0;
+}
+
+/* The NVLink keys of the document, after the topology; a card's links in
+ * all must fit NVML's link numbers. */
+static int check_nvlink_doc(const checker *c, const jval *root, struct fakegpus *out)
+{
+    jval slot;
+    int64_t n = 8;
+    if (get_int(c, root, "", "cpus_per_numa_node", false, 1, 1024, &n) < 0)
+        return -1;
+    out->cpus_per_numa_node = (unsigned)n;
+    const jval *sw = member(root, "nvswitch", &slot);
+    if (sw && check_nvswitch(c, sw, out))
+        return -1;
+    for (unsigned a = 0; a < out->count; a++) {
+        unsigned total = out->nvswitch_links[a];
+        for (unsigned b = 0; b < out->count; b++)
+            total += out->nvlinks[a][b];
+        if (total > FAKEGPUS_MAX_NVLINKS) {
+            char where[32];
+            snprintf(where, sizeof(where), "gpus[%u]", a);
+            return cfail(c, where, "has %u NVLinks in all, more than %d", total,
+                         FAKEGPUS_MAX_NVLINKS);
+        }
+    }
+    return 0;
+}
+
 static int check_topology(const checker *c, const jval *topo, struct fakegpus *out)
 {
     if (topo->type != GS_JSON_ARRAY)
@@ -435,6 +505,8 @@ static int check_topology(const checker *c, const jval *topo, struct fakegpus *o
             return cfail(c, kn, "unknown level %s (nvlink, internal, single, multiple, "
                                 "hostbridge, node or system)", shown(level, q, sizeof(q)));
         out->link[idx[0]][idx[1]] = out->link[idx[1]][idx[0]] = (unsigned char)t->value;
+        if (check_nvlinks(c, &e, where, t->value == FAKEGPU_LINK_NVLINK, idx, out))
+            return -1;
     }
     return 0;
 }
@@ -490,7 +562,7 @@ static int check_doc(const checker *c, const jval *root, struct fakegpus *out)
     const jval *topo = member(root, "topology", &slot);
     if (topo && check_topology(c, topo, out))
         return -1;
-    return 0;
+    return check_nvlink_doc(c, root, out);
 }
 
 /* ------------------------------------------------------------------ loader */

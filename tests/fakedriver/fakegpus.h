@@ -73,7 +73,18 @@ struct fakegpus {
     unsigned count;
     struct fakegpu gpus[FAKEGPUS_MAX_GPUS];
     unsigned char link[FAKEGPUS_MAX_GPUS][FAKEGPUS_MAX_GPUS]; /* fakegpu_link */
+    /* NVLink (the fake NVML's topology section): links between two cards
+     * (topology[].nvlinks; level "nvlink" alone is one), links from a card
+     * to NVSwitches ("nvswitch": {"gpus": [...], "links": N}), and the CPUs
+     * per NUMA node ("cpus_per_numa_node", default 8: node n has CPUs
+     * n*N .. n*N+N-1), from which a card's CPU affinity follows. A card has
+     * at most FAKEGPUS_MAX_NVLINKS links in all. */
+    unsigned char nvlinks[FAKEGPUS_MAX_GPUS][FAKEGPUS_MAX_GPUS];
+    unsigned char nvswitch_links[FAKEGPUS_MAX_GPUS];
+    unsigned cpus_per_numa_node;
 };
+
+#define FAKEGPUS_MAX_NVLINKS 18 /* NVML_NVLINK_MAX_LINKS */
 
 /* The file to read: $GPUSLICE_FAKE_GPUS, or the default when unset/empty. */
 const char *fakegpus_path(void);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gang.h"
 #include "gpuslice/statedb.h"
 #include "json.h"
 #include "procs.h"
@@ -42,6 +43,7 @@ struct card {
     int64_t total_mib;
     int mig, healthy;
     char *reason; /* health_reason: why it is out of service, "" if none recorded */
+    int numa;     /* numa_node, -1 unknown (for a gang's placement) */
 };
 
 struct usage {
@@ -53,7 +55,7 @@ struct usage {
 
 #define RES_COLS \
     "container_id, device, card_uuid, memory_mib, cores, exclusive, pid, pid_start, runtime, " \
-    "created, priority, name"
+    "created, priority, name, slot"
 
 static int sql_fail(struct gs_acct *a)
 {
@@ -325,6 +327,7 @@ static void row_reservation(sqlite3_stmt *st, struct gs_reservation *r)
     r->created = sqlite3_column_double(st, 9);
     r->priority = col_text(st, 10);
     r->name = col_text(st, 11);
+    r->slot = sqlite3_column_int64(st, 12);
 }
 
 /* Every row of a SELECT RES_COLS statement (already bound) into list. */
@@ -454,8 +457,8 @@ static void free_cards(struct card *cards, size_t n)
 
 static int load_cards(struct gs_acct *a, struct card **out, size_t *n)
 {
-    sqlite3_stmt *st = prepare(a, "SELECT idx, uuid, total_mib, mig, healthy, health_reason "
-                                  "FROM cards ORDER BY idx");
+    sqlite3_stmt *st = prepare(a, "SELECT idx, uuid, total_mib, mig, healthy, health_reason, "
+                                  "numa_node FROM cards ORDER BY idx");
     if (!st)
         return GS_ERROR;
     struct card *v = NULL;
@@ -473,6 +476,8 @@ static int load_cards(struct gs_acct *a, struct card **out, size_t *n)
         c->mig = sqlite3_column_int64(st, 3) != 0;
         c->healthy = sqlite3_column_int64(st, 4) != 0;
         c->reason = col_text(st, 5);
+        c->numa = sqlite3_column_type(st, 6) == SQLITE_NULL ? -1
+                                                            : (int)sqlite3_column_int64(st, 6);
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
@@ -630,24 +635,32 @@ static int card_index_of(struct gs_acct *a, const char *uuid, int64_t *out)
 static int existing(struct gs_acct *a, const struct gs_request *req,
                     struct gs_reservations *out, int *found)
 {
-    sqlite3_stmt *st = prepare(a, req->n_cards == 1
+    int one = req->n_cards == 1 && req->slices <= 1;
+    sqlite3_stmt *st = prepare(a, one
         ? "SELECT " RES_COLS " FROM reservations WHERE container_id=? AND device=? AND card_uuid=?"
-        : "SELECT " RES_COLS " FROM reservations WHERE container_id=? AND device=?");
+        : "SELECT " RES_COLS " FROM reservations WHERE container_id=? AND device=? ORDER BY slot");
     if (!st)
         return GS_ERROR;
     text(st, 1, req->container_id);
     text(st, 2, req->device);
-    if (req->n_cards == 1)
+    if (one)
         text(st, 3, req->card_uuids[0]);
-    int rc = sqlite3_step(st);
-    *found = rc == SQLITE_ROW;
-    if (*found)
+    size_t from = out->n;
+    int rc;
+    /* A gang's rows, all of them (one transaction wrote them); else the first. */
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         row_reservation(st, push(out));
+        if (req->slices <= 1)
+            break;
+    }
     sqlite3_finalize(st);
+    *found = out->n > from;
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         return sql_fail(a);
-    return *found ? card_index_of(a, out->v[out->n - 1].card_uuid, &out->v[out->n - 1].card_index)
-                  : GS_OK;
+    for (size_t i = from; i < out->n; i++)
+        if (card_index_of(a, out->v[i].card_uuid, &out->v[i].card_index) != GS_OK)
+            return GS_ERROR;
+    return GS_OK;
 }
 
 static int wanted(const struct gs_request *req, const char *uuid)
@@ -678,13 +691,14 @@ static int no_card(const struct gs_request *req)
 }
 
 static int insert(struct gs_acct *a, const struct gs_request *req, const struct card *c,
-                  struct gs_reservations *out)
+                  int64_t slot, struct gs_reservations *out)
 {
     int64_t memory = req->exclusive ? c->total_mib : req->memory_mib;
     double now = gs_now();
     sqlite3_stmt *st = prepare(a, "INSERT INTO reservations(container_id, device, card_uuid, "
                                   "memory_mib, cores, exclusive, pid, pid_start, runtime, "
-                                  "created, priority, name) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
+                                  "created, priority, name, slot) VALUES "
+                                  "(?,?,?,?,?,?,?,?,?,?,?,?,?)");
     if (!st)
         return GS_ERROR;
     text(st, 1, req->container_id);
@@ -701,6 +715,7 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
     sqlite3_bind_double(st, 10, now);
     text(st, 11, req->priority);
     text(st, 12, req->name ? req->name : "");
+    sqlite3_bind_int64(st, 13, slot);
     if (run(a, st) != GS_OK)
         return GS_ERROR;
     struct gs_str d = {0};
@@ -709,6 +724,9 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
     gs_str_addf(&d, ", \"exclusive\": %s, \"memory_mib\": %lld, \"priority\": ",
                 req->exclusive ? "true" : "false", (long long)memory);
     gs_json_quote(&d, req->priority, strlen(req->priority));
+    if (req->slices > 1)
+        gs_str_addf(&d, ", \"slices\": %lld, \"slot\": %lld", (long long)req->slices,
+                    (long long)slot);
     gs_str_addc(&d, '}');
     int rc = event(a, "admit", req->container_id, c->uuid, d.s);
     gs_str_free(&d);
@@ -730,6 +748,7 @@ static int insert(struct gs_acct *a, const struct gs_request *req, const struct 
     r->pid_start = req->pid_start ? *req->pid_start : 0;
     r->created = now;
     r->card_index = c->index;
+    r->slot = slot;
     return GS_OK;
 }
 
@@ -741,6 +760,139 @@ static void note_refusal(struct gs_acct *a, const struct gs_request *req, const 
     a->refused_device = req->device;
     free(a->refused_card);
     a->refused_card = gs_xstrdup(card);
+}
+
+/* ----------------------------------------------------------- gangs */
+
+/* How near each pair of candidates is (gang.h), from the cards'
+ * NUMA nodes and the links `gpuslice cdi generate` recorded. */
+static int gang_links(struct gs_acct *a, struct card **cand, size_t n, unsigned char *near,
+                      unsigned *nvlinks)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++) {
+            near[i * n + j] = (unsigned char)gs_gang_nearness(NULL, 0, cand[i]->numa,
+                                                              cand[j]->numa);
+            nvlinks[i * n + j] = 0;
+        }
+    sqlite3_stmt *st = prepare(a, "SELECT card_a, card_b, pcie, nvlinks FROM card_links");
+    if (!st)
+        return GS_ERROR;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *ua = (const char *)sqlite3_column_text(st, 0);
+        const char *ub = (const char *)sqlite3_column_text(st, 1);
+        const char *pcie = (const char *)sqlite3_column_text(st, 2);
+        int64_t links = sqlite3_column_int64(st, 3);
+        size_t i = n, j = n;
+        for (size_t k = 0; k < n && ua && ub; k++) {
+            if (strcmp(cand[k]->uuid, ua) == 0)
+                i = k;
+            if (strcmp(cand[k]->uuid, ub) == 0)
+                j = k;
+        }
+        if (i == n || j == n || i == j)
+            continue;
+        unsigned nv = links > 0 ? (unsigned)(links > 1000 ? 1000 : links) : 0;
+        unsigned char t = (unsigned char)gs_gang_nearness(pcie, nv, cand[i]->numa,
+                                                           cand[j]->numa);
+        near[i * n + j] = near[j * n + i] = t;
+        nvlinks[i * n + j] = nvlinks[j * n + i] = nv;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? GS_OK : sql_fail(a);
+}
+
+/* "a gang of N slices of M MiB[, C%]" */
+static void gang_words(struct gs_str *s, const struct gs_request *req)
+{
+    gs_str_addf(s, "%s: a gang of %lld slices of %lld MiB", req->device, (long long)req->slices,
+                (long long)req->memory_mib);
+    if (req->cores)
+        gs_str_addf(s, ", %lld%%", (long long)req->cores);
+}
+
+/* Too few cards to hold the gang, ever (bad input: exit 2), or now (a
+ * refusal naming the likeliest card that keeps it out, and its class). */
+static int gang_refusal(struct gs_acct *a, const struct gs_request *req, struct card **cand,
+                        struct usage *use, size_t n, const struct gs_gang_card *gc)
+{
+    struct gs_str why = {0}, able = {0}, room = {0};
+    size_t nable = 0, nroom = 0, likeliest = n;
+    for (size_t i = 0; i < n; i++) {
+        if (!cand[i]->mig && capacity_mib(a, cand[i]) >= req->memory_mib)
+            gs_str_addf(&able, "%s%lld", nable++ ? ", " : "", (long long)cand[i]->index);
+        if (gc[i].fits)
+            gs_str_addf(&room, "%s%lld", nroom++ ? ", " : "", (long long)cand[i]->index);
+        else if (cand[i]->healthy && !cand[i]->mig &&
+                 (likeliest == n || free_mib(a, cand[i], &use[i]) >
+                                        free_mib(a, cand[likeliest], &use[likeliest])))
+            likeliest = i;
+    }
+    gang_words(&why, req);
+    int rc;
+    if (nable < (size_t)req->slices) {
+        gs_str_addf(&why, " needs %lld cards that can hold one, and this node has %zu%s%s%s; "
+                    "ask for at most %zu slices, or run `gpuslice cdi generate` after adding "
+                    "cards", (long long)req->slices, nable, nable ? " (card " : "",
+                    nable ? able.s : "", nable ? ")" : "", nable);
+        rc = gs_fail("%s", why.s);
+    } else {
+        gs_str_addf(&why, " needs %lld cards with room for one each, and %zu %s room now%s%s%s",
+                    (long long)req->slices, nroom, nroom == 1 ? "has" : "have",
+                    nroom ? " (card " : "", nroom ? room.s : "", nroom ? ")" : "");
+        const char *cls = R_UNHEALTHY, *named = "";
+        if (likeliest < n) {
+            struct gs_str one = {0};
+            why_not(a, req, cand[likeliest], &use[likeliest], &one, &cls);
+            size_t skip = strlen(req->device) + 2; /* why_not's "<device>: " */
+            gs_str_addf(&why, "; the likeliest: %s", one.len > skip ? one.s + skip : one.s);
+            gs_str_free(&one);
+            named = cand[likeliest]->uuid;
+        } else {
+            gs_str_add(&why, "; the others are out of service or in MIG mode: `gpuslice "
+                             "status` says which; stop containers on the cards or ask for "
+                             "fewer slices");
+        }
+        note_refusal(a, req, cls, named);
+        rc = gs_refuse("%s", why.s);
+    }
+    gs_str_free(&why);
+    gs_str_free(&able);
+    gs_str_free(&room);
+    return rc;
+}
+
+/* One slice on each of req->slices cards, chosen by gang.h's rules, in this
+ * transaction: all rows or none (the caller rolls back on any failure). */
+static int admit_gang(struct gs_acct *a, const struct gs_request *req, struct card **cand,
+                      struct usage *use, size_t n, struct gs_reservations *out)
+{
+    struct gs_gang_card *gc = gs_xmalloc(n * sizeof *gc);
+    unsigned char *near = gs_xmalloc(n * n);
+    unsigned *nvlinks = gs_xmalloc(n * n * sizeof *nvlinks);
+    size_t *pick = gs_xmalloc((size_t)req->slices * sizeof *pick);
+    for (size_t i = 0; i < n; i++) {
+        struct gs_str scratch = {0};
+        const char *cls;
+        gc[i].index = cand[i]->index;
+        gc[i].fits = !why_not(a, req, cand[i], &use[i], &scratch, &cls);
+        gc[i].free_after_mib = free_mib(a, cand[i], &use[i]) - req->memory_mib;
+        gs_str_free(&scratch);
+    }
+    int rc = gang_links(a, cand, n, near, nvlinks);
+    if (rc == GS_OK) {
+        if (gs_gang_pick(gc, n, near, nvlinks, (size_t)req->slices,
+                         a->policy.placement == SPREAD, pick) != 0)
+            rc = gang_refusal(a, req, cand, use, n, gc);
+        for (size_t k = 0; rc == GS_OK && k < (size_t)req->slices; k++)
+            rc = insert(a, req, cand[pick[k]], (int64_t)k, out);
+    }
+    free(pick);
+    free(nvlinks);
+    free(near);
+    free(gc);
+    return rc;
 }
 
 static int admit_locked(struct gs_acct *a, const struct gs_request *req,
@@ -775,6 +927,10 @@ static int admit_locked(struct gs_acct *a, const struct gs_request *req,
             rc = GS_ERROR;
             goto out;
         }
+    if (req->slices > 1) {
+        rc = admit_gang(a, req, cand, use, ncand, out);
+        goto out;
+    }
     /* binpack: the fullest card that fits; spread: the emptiest. Ties:
      * lowest index; equal keys: the first. A card out of service is
      * skipped; when none fits, the line names the healthy card with the
@@ -837,7 +993,7 @@ static int admit_locked(struct gs_acct *a, const struct gs_request *req,
         rc = gs_refuse("%s", why.s);
         goto out;
     }
-    rc = insert(a, req, cand[pick], out);
+    rc = insert(a, req, cand[pick], 0, out);
 out:
     gs_str_free(&why);
     for (size_t i = 0; i < nuse; i++)
@@ -977,6 +1133,14 @@ static int resized_row(struct gs_acct *a, const struct gs_resize *req,
     if (held->n == 0)
         return gs_fail("container %.*s holds nothing; `gpuslice status` lists what is held", n,
                        cid);
+    int gang = held->n > 1 && !held->v[0].exclusive;
+    for (size_t i = 1; gang && i < held->n; i++)
+        gang = strcmp(held->v[i].device, held->v[0].device) == 0;
+    if (gang)
+        return gs_fail("container %.*s holds a gang of %zu slices (%s), one per card: a resize "
+                       "changes one slice, so only a container of one slice can be resized; "
+                       "start it again with another profile", n, cid, held->n,
+                       held->v[0].device);
     if (held->n > 1) {
         struct gs_str list = {0};
         for (size_t i = 0; i < held->n; i++)

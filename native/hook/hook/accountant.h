@@ -33,6 +33,8 @@ struct gs_request {
     const int64_t *pid_start;
     const char *runtime;
     const char *name;        /* the engine's name for the container; NULL: none */
+    int64_t slices;          /* 0 or 1: one card; N > 1: a gang, one slice on each of N
+                              * cards (gang.h), all or none */
 };
 
 struct gs_reservation {
@@ -43,6 +45,7 @@ struct gs_reservation {
     int64_t pid, pid_start;
     double created;
     int64_t card_index; /* of card_uuid, for the placement file; -1 unknown */
+    int64_t slot;       /* its place in its gang, 0 for one card */
 };
 
 struct gs_reservations {
@@ -67,7 +70,9 @@ void gs_acct_close(struct gs_acct *a);
  * On GS_NO or GS_ERROR nothing was written and nothing is added to out or
  * reclaimed; a refusal (GS_NO) is recorded as a `refuse` event after the
  * rollback. A request already held (same container, device and, for one
- * card, card) gives the reservation it holds: the hook ran twice. */
+ * card, card) gives the reservation it holds: the hook ran twice (a gang:
+ * all its rows, by slot). A gang that no set of the node's cards could
+ * ever hold (fewer cards than slices can take one) is GS_ERROR. */
 int gs_acct_admit(struct gs_acct *a, const struct gs_request *reqs, size_t n,
                   struct gs_reservations *out, struct gs_reservations *reclaimed, int *first);
 

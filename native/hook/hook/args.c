@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpuslice/region.h"
 #include "json.h"
 #include "oci.h"
 #include "procs.h"
@@ -16,13 +17,13 @@
 
 static const char *const usages[] = {
     "gpuslice-hook create --device NAME --database DB --state-dir DIR [--card UUID]... "
-    "[--exclusive] [--memory-mib N] [--cores N] [--priority high|normal|low] "
+    "[--exclusive] [--memory-mib N [--slices N]] [--cores N] [--priority high|normal|low] "
     "[--preload env|ld.so.preload]",
     "gpuslice-hook release --database DB --state-dir DIR [--id CID]",
     "gpuslice-hook gc --database DB --state-dir DIR",
     "gpuslice-hook admit --database DB --state-dir DIR --id CID --device NAME "
-    "[--card UUID]... [--exclusive] [--memory-mib N] [--cores N] [--priority high|normal|low] "
-    "[--pid N [--pid-start T]] [--runtime NAME]",
+    "[--card UUID]... [--exclusive] [--memory-mib N [--slices N]] [--cores N] "
+    "[--priority high|normal|low] [--pid N [--pid-start T]] [--runtime NAME]",
     "gpuslice-hook resize --database DB --state-dir DIR --id CID --device NAME "
     "[--memory-mib N] [--cores N]",
 };
@@ -40,7 +41,8 @@ static const char help_text[] =
     "\n"
     "Request: --card UUID (repeatable; none: placement picks), --exclusive (whole card(s);\n"
     "several --card: all or none), --memory-mib N (a slice), --cores N (0-100, 0: no cap),\n"
-    "--priority high|normal|low (a slice's; default normal).\n"
+    "--priority high|normal|low (a slice's; default normal), --slices N (a gang: N such\n"
+    "slices, each on its own card, all or none, placed by the cards' topology).\n"
     "Policy (placement, memory overcommit, cores limit): the accountant's, read in each\n"
     "admission (`gpuslice config apply` records the configuration's).\n"
     "In a user namespace (a rootless container's hooks) nothing is granted: the accountant\n"
@@ -66,6 +68,7 @@ static const struct {
     [O_PID] = {"--pid", 1, V_ADMIT},
     [O_PID_START] = {"--pid-start", 1, V_ADMIT},
     [O_RUNTIME] = {"--runtime", 1, V_ADMIT},
+    [O_SLICES] = {"--slices", 1, REQUEST_VERBS},
 };
 
 /* The policy options of gpuslice-hook before schema 3: a spec that still
@@ -309,6 +312,9 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         return GS_ERROR;
     if (v[O_CORES] && whole(O_CORES, v[O_CORES], 0, 100, &a->cores) != GS_OK)
         return GS_ERROR;
+    /* A gang's slices share the container's one region: at most its devices. */
+    if (v[O_SLICES] && whole(O_SLICES, v[O_SLICES], 2, GPUSLICE_MAX_DEVICES, &a->slices) != GS_OK)
+        return GS_ERROR;
     int at;
     if (v[O_PRELOAD]) {
         if (choice(O_PRELOAD, v[O_PRELOAD], preloads, COUNT(preloads), &at) != GS_OK)
@@ -345,6 +351,11 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
         if (!v[O_EXCLUSIVE] && !v[O_MEMORY])
             return usage_error(a, "a slice needs %s N (or --exclusive for a whole card)",
                                "--memory-mib");
+        if (v[O_SLICES] && v[O_EXCLUSIVE])
+            return usage_error(a, "%s is a gang of slices; whole cards are asked for by "
+                               "--card, one each", "--slices");
+        if (v[O_SLICES] && a->n_cards && (int64_t)a->n_cards < a->slices)
+            return usage_error(a, "--slices asks for more cards than %s names", "--card");
     }
     if (a->verb == V_RESIZE && !v[O_MEMORY] && !v[O_CORES])
         return usage_error(a, "%s N, --cores N or both are needed", "--memory-mib");

@@ -13,7 +13,7 @@ enum verb { V_CREATE = 1, V_RELEASE = 2, V_GC = 4, V_ADMIT = 8, V_RESIZE = 16 };
 
 enum opt {
     O_DEVICE, O_DATABASE, O_STATE_DIR, O_CARD, O_EXCLUSIVE, O_MEMORY, O_CORES, O_PRELOAD,
-    O_PRIORITY, O_ID, O_PID, O_PID_START, O_RUNTIME, O_COUNT
+    O_PRIORITY, O_ID, O_PID, O_PID_START, O_RUNTIME, O_SLICES, O_COUNT
 };
 
 #define REQUEST_VERBS (V_CREATE | V_ADMIT)
@@ -25,6 +25,7 @@ struct gs_args {
     const char **cards; /* every --card, in order */
     size_t n_cards;
     int64_t memory_mib, cores, pid, pid_start;
+    int64_t slices; /* --slices N: a gang of N slices, one per card; 0 if not given */
     int preload_file; /* --preload ld.so.preload */
     const char *priority; /* --priority: "high", "normal" (the default) or "low" */
 };

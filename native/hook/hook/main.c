@@ -60,6 +60,7 @@ static size_t build_requests(const struct gs_args *a, const char *cid, const int
             .pid = pid,
             .pid_start = pid_start,
             .runtime = runtime,
+            .slices = a->slices,
         };
     }
     *out = reqs;
@@ -142,13 +143,16 @@ static int set_up(const struct gs_args *a, const struct gs_state *st, const stru
     int dirfd = -1, rc;
     char *path = NULL, *rootfs = NULL;
     rc = gs_make_container_dir(state_dir, st->id, cfg->uid, cfg->gid, first, &dirfd, &path);
-    /* A card the accountant picked (no card, or several to pick from): the
-     * shim shows CUDA only the cards listed in `placement`. */
-    if (rc == GS_OK && nreq == 1 && req->n_cards != 1 && held->n == 1) {
-        if (held->v[0].card_index < 0)
-            rc = gs_fail("card %s is not known to the accountant", held->v[0].card_uuid);
+    /* Cards the accountant picked (no card, or several to pick from; a
+     * gang's, by slot): the shim shows CUDA only the cards listed in
+     * `placement`, in its order. */
+    int placed = nreq == 1 && (req->n_cards != 1 || req->slices > 1) &&
+                 (held->n == 1 || req->slices > 1);
+    for (size_t i = 0; rc == GS_OK && placed && i < held->n; i++) {
+        if (held->v[i].card_index < 0)
+            rc = gs_fail("card %s is not known to the accountant", held->v[i].card_uuid);
         else
-            rc = gs_write_placement(dirfd, path, held->v[0].card_index, held->v[0].card_uuid);
+            rc = gs_write_placement(dirfd, path, held->v[i].card_index, held->v[i].card_uuid);
     }
     if (rc == GS_OK)
         rc = gs_rootfs_of(st->bundle, cfg, &rootfs);

@@ -103,7 +103,7 @@ static void core_init_once(void)
     /* A card-less profile: CUDA sees only the card the accountant picked.
      * Before the driver's cuInit reads the variable; the placement wins over
      * a value the image set, which would name a card by its place among all. */
-    char placed[512];
+    char placed[GPUSLICE_MAX_DEVICES * 41]; /* "GPU-<36>" and a comma each */
     if (!gs_cfg.disabled && gs_placement_load(&gs_cfg, placed, sizeof placed) > 0) {
         const char *was = getenv("CUDA_VISIBLE_DEVICES");
         if (was && strcmp(was, placed) != 0)
