@@ -80,6 +80,18 @@ def _sysfs_numa(sys_root: str, bus_id: str) -> Optional[int]:
     return node if node >= 0 else None  # the kernel's -1: no NUMA information
 
 
+def _only_numa_node(sys_root: str) -> Optional[int]:
+    """The host's one NUMA node, if it has exactly one (a VM's usual case,
+    where neither NVML nor the PCI device says, and nvidia-smi topo -m
+    shows that node); None with several, or none known."""
+    try:
+        nodes = [n for n in os.listdir(os.path.join(sys_root, "devices/system/node"))
+                 if n.startswith("node") and n[4:].isdigit()]
+    except OSError:
+        return None
+    return int(nodes[0][4:]) if len(nodes) == 1 else None
+
+
 def _place(nvml: Nvml, h: ctypes.c_void_p, gpu: Gpu, sys_root: str) -> Place:
     node: Optional[int]
     try:
@@ -90,6 +102,8 @@ def _place(nvml: Nvml, h: ctypes.c_void_p, gpu: Gpu, sys_root: str) -> Place:
         if e.code not in _CANNOT_SAY:
             raise
         node = _sysfs_numa(sys_root, gpu.pci_bus_id)
+        if node is None:
+            node = _only_numa_node(sys_root)
     words = (c_ulong * _AFFINITY_WORDS)()
     try:
         nvml.call("nvmlDeviceGetCpuAffinity", h, c_uint(_AFFINITY_WORDS), words)

@@ -51,3 +51,12 @@ def test_numa_from_sysfs_when_nvml_cannot_say(tmp_path: Path, monkeypatch, faked
     topo = discover(tmp_path, doc, monkeypatch, str(sys_root))
     assert [topo.places[i].numa_node for i in range(3)] == [1, None, None]
     assert {k.nvlinks for k in topo.links} == {0}  # no NVLink: not supported, none recorded
+    # A host with one NUMA node (a VM's usual case, the H200 one here): every
+    # card whose node nobody says is on it, as nvidia-smi topo -m shows.
+    (sys_root / "devices" / "system" / "node" / "node0").mkdir(parents=True)
+    topo = discover(tmp_path, doc, monkeypatch, str(sys_root))
+    assert [topo.places[i].numa_node for i in range(3)] == [1, 0, 0]
+    # With two, it stays unknown.
+    (sys_root / "devices" / "system" / "node" / "node1").mkdir()
+    topo = discover(tmp_path, doc, monkeypatch, str(sys_root))
+    assert [topo.places[i].numa_node for i in range(3)] == [1, None, None]
