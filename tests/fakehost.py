@@ -14,8 +14,9 @@ import shutil
 import stat
 import subprocess
 import sysconfig
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import jsonschema
 
@@ -223,3 +224,29 @@ def official_validator() -> jsonschema.Draft7Validator:
     registry = Registry().with_resource(
         "defs.json", Resource.from_contents(defs, default_specification=DRAFT7))
     return jsonschema.Draft7Validator(schema, registry=registry)
+
+
+@contextmanager
+def shim_holder(gpus_json: Path, fakedriver: Path, state_dir: Path, limit: str,
+                size: str) -> Iterator[subprocess.Popen]:
+    """tests/shim's cuprog under the real shim, as a process of the container
+    whose state dir is `state_dir`, holding `size` on card 0 under a cap of
+    `limit` while the block runs (its region is what status, the exporter
+    and the Nomad plugin's Stats read)."""
+    repo = Path(__file__).resolve().parent.parent
+    subprocess.run(["make", "-s", "-C", str(repo / "tests" / "shim"), "VARIANT=plain"],
+                   check=True)
+    subprocess.run(["make", "-s", "-C", str(repo / "native" / "shim")], check=True)
+    env = dict(os.environ, GPUSLICE_FAKE_GPUS=str(gpus_json), LD_LIBRARY_PATH=str(fakedriver),
+               LD_PRELOAD=str(repo / "native" / "shim" / "build" / "libgpuslice.so"),
+               GPUSLICE_STATE_DIR=str(state_dir), GPUSLICE_MEMORY_LIMIT=limit,
+               GPUSLICE_CONTEXT_RESERVE="0")
+    prog = subprocess.Popen([str(repo / "tests" / "shim" / "build-plain" / "cuprog"), "direct",
+                             "init", "pctx", "0", "alloc", size, "hold"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        while prog.stdout.readline().strip() != "held":
+            assert prog.poll() is None, "cuprog exited early"
+        yield prog
+    finally:
+        prog.communicate(timeout=60)

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from fakehost import Host, build_hook, fake_gpu
+from fakehost import Host, build_hook, fake_gpu, shim_holder
 from ocihook import accountant as acct
 
 REPO = Path(__file__).resolve().parent.parent
@@ -718,27 +718,14 @@ def test_status_believes_a_region_only_as_far_as_the_card_goes(node: Node) -> No
 
 
 def test_status_shows_live_usage_from_the_region(node: Node) -> None:
-    subprocess.run(["make", "-s", "-C", str(REPO / "tests" / "shim"), "VARIANT=plain"],
-                   check=True)
     cid = "c" * 64
     assert node.create(cid, "0-6g").returncode == 0
-    env = dict(os.environ, GPUSLICE_FAKE_GPUS=str(node.host.gpus_json),
-               LD_LIBRARY_PATH=str(node.fakedriver),
-               LD_PRELOAD=str(REPO / "native" / "shim" / "build" / "libgpuslice.so"),
-               GPUSLICE_STATE_DIR=str(node.state_dir / "containers" / cid),
-               GPUSLICE_MEMORY_LIMIT="6GiB", GPUSLICE_CONTEXT_RESERVE="0")
-    prog = subprocess.Popen([str(REPO / "tests" / "shim" / "build-plain" / "cuprog"), "direct",
-                             "init", "pctx", "0", "alloc", "1536M", "hold"], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        while prog.stdout.readline().strip() != "held":
-            assert prog.poll() is None, "cuprog exited early"
+    with shim_holder(node.host.gpus_json, node.fakedriver, node.state_dir / "containers" / cid,
+                     "6GiB", "1536M"):
         doc = json.loads(gpuslice(node, "status", "--json").stdout)
         card0 = doc["cards"][0]
         assert card0["used_mib"] == 1536
         assert card0["containers"][0]["used_mib"] == 1536
-    finally:
-        prog.communicate(timeout=60)
 
 
 def test_state_dir_is_mounted_in_the_rootfs_with_the_card_files(node: Node) -> None:

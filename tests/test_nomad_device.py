@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterator, List
 import msgpack
 import pytest
 
+from fakehost import shim_holder
 from nomad_harness import REPO, PluginClient, build_client, plugin_command
 from test_claim_hook import admit, card_uuid, claimed_bundle
 from test_hook import Node, rows
@@ -174,20 +175,8 @@ def test_reserve_is_taken_over_by_the_container(client: PluginClient, node: Node
 def used_stats(client: PluginClient, iid: str, cid: str, node: Node) -> Dict[str, Any]:
     """Stats of iid while a process of container cid holds 1536 MiB through the
     shim (the region that Stats read)."""
-    subprocess.run(["make", "-s", "-C", str(REPO / "tests" / "shim"), "VARIANT=plain"],
-                   check=True)
-    subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
-    env = dict(os.environ, GPUSLICE_FAKE_GPUS=str(node.host.gpus_json),
-               LD_LIBRARY_PATH=str(node.fakedriver),
-               LD_PRELOAD=str(REPO / "native" / "shim" / "build" / "libgpuslice.so"),
-               GPUSLICE_STATE_DIR=str(node.state_dir / "containers" / cid),
-               GPUSLICE_MEMORY_LIMIT="4GiB", GPUSLICE_CONTEXT_RESERVE="0")
-    prog = subprocess.Popen([str(REPO / "tests" / "shim" / "build-plain" / "cuprog"), "direct",
-                             "init", "pctx", "0", "alloc", "1536M", "hold"], env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        while prog.stdout.readline().strip() != "held":
-            assert prog.poll() is None, "cuprog exited early"
+    with shim_holder(node.host.gpus_json, node.fakedriver, node.state_dir / "containers" / cid,
+                     "4GiB", "1536M"):
         for _ in range(100):
             [g] = client("stats")["groups"]
             attrs = g["instance_stats"][iid]["stats"]["attributes"]
@@ -195,8 +184,6 @@ def used_stats(client: PluginClient, iid: str, cid: str, node: Node) -> Dict[str
                     attrs["memory_used"].get("int_numerator_val") == "1536":
                 return attrs
         raise AssertionError(f"Stats never showed the container's use: {attrs}")
-    finally:
-        prog.communicate(timeout=60)
 
 
 def test_a_claim_no_container_took_is_given_back(nomad_client: Path, node: Node) -> None:

@@ -21,24 +21,15 @@ from podman_harness import podman_fixture
 from test_hook import rows
 from test_nomad_device import groups, ids, next_fingerprint_where
 from daemons import Dockerd
-from test_runtime_e2e import Node, node, wait_until  # noqa: F401 (a fixture)
+from test_runtime_e2e import Node, dockerd_set_up, node, wait_until  # noqa: F401 (a fixture)
 
 podman = podman_fixture()
 
 
 @pytest.fixture
 def docker(node: Node) -> Iterator[Dockerd]:
-    """dockerd with gpuslice-runtime registered as `gpuslice setup docker` does it
-    (as test_runtime_e2e's), its runtime's CDI cache tool importing this tree."""
-    (node.tmp / "docker").mkdir()
-    daemon_json = node.tmp / "docker" / "daemon.json"
-    daemon_json.write_text('{"log-level": "warn"}\n')
-    node.host.config.write_text(node.host.config.read_text() + f"runtime_path: {node.before}\n")
-    res = node.host.run("setup", "docker", "--daemon-json", str(daemon_json),
-                        "--real-runtime", str(node.after))
-    assert res.returncode == 0, res.stderr
-    d = Dockerd(node.tmp / "docker", dict(node.env, PYTHONPATH=str(REPO)), {},
-                daemon_json=daemon_json)
+    """test_runtime_e2e's dockerd, its runtime's CDI cache tool importing this tree."""
+    d = dockerd_set_up(node, dict(node.env, PYTHONPATH=str(REPO)))
     try:
         yield d
     finally:

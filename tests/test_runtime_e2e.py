@@ -82,11 +82,10 @@ def node(tmp_path: Path, driver_root: Path) -> Node:
     return Node(tmp_path, driver_root)
 
 
-@pytest.fixture
-def docker(node: Node) -> Iterator[Dockerd]:
-    # Registered as a user does: `gpuslice setup docker` writes daemon.json
-    # (runtime_path: the copier in front of gpuslice-runtime; the real runtime
-    # passed by runtimeArgs).
+def dockerd_set_up(node: Node, env: Dict[str, str]) -> Dockerd:
+    """dockerd with gpuslice-runtime registered as a user does: `gpuslice setup
+    docker` writes daemon.json (runtime_path: the copier in front of
+    gpuslice-runtime; the real runtime passed by runtimeArgs)."""
     (node.tmp / "docker").mkdir()
     daemon_json = node.tmp / "docker" / "daemon.json"
     daemon_json.write_text('{"log-level": "warn"}\n')
@@ -96,7 +95,12 @@ def docker(node: Node) -> Iterator[Dockerd]:
     assert res.returncode == 0, res.stderr
     assert json.loads(daemon_json.read_text())["runtimes"]["gpuslice"] == {
         "path": str(node.before), "runtimeArgs": ["--gpuslice-runtime", str(node.after)]}
-    d = Dockerd(node.tmp / "docker", node.env, {}, daemon_json=daemon_json)
+    return Dockerd(node.tmp / "docker", env, {}, daemon_json=daemon_json)
+
+
+@pytest.fixture
+def docker(node: Node) -> Iterator[Dockerd]:
+    d = dockerd_set_up(node, node.env)
     try:
         yield d
     finally:
