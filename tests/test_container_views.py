@@ -10,8 +10,10 @@ host, the fake NVML lists both, at what the fake driver holds for each.
 """
 from __future__ import annotations
 
-import ctypes
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import List, Tuple
 
@@ -21,26 +23,34 @@ from test_resize import Container, node, podman  # noqa: F401  (fixtures)
 MIB = 1 << 20
 
 
+HOST_VIEW = """
+import ctypes, json, sys
+class Info(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong),
+                ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+nvml = ctypes.CDLL(sys.argv[1])
+assert nvml.nvmlInit_v2() == 0
+dev = ctypes.c_void_p()
+assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0
+n = ctypes.c_uint(16)
+infos = (Info * 16)()
+assert nvml.nvmlDeviceGetComputeRunningProcesses_v3(dev, ctypes.byref(n), infos) == 0
+print(json.dumps(sorted([infos[i].pid, infos[i].used] for i in range(n.value))))
+"""
+
+
 def host_view(node: Host, procs: Path) -> List[Tuple[int, int]]:
-    """The fake NVML's process list of card 0, from the host, without the shim."""
-    os.environ["GPUSLICE_FAKE_GPUS"] = str(node.gpus_json)
-    os.environ["GPUSLICE_FAKE_PROCS"] = str(procs)
-    try:
-        nvml = ctypes.CDLL(str(node.fakedriver / "libnvidia-ml.so.1"))  # type: ignore[attr-defined]
-
-        class Info(ctypes.Structure):
-            _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong),
-                        ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
-
-        assert nvml.nvmlInit_v2() == 0
-        dev = ctypes.c_void_p()
-        assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0
-        n = ctypes.c_uint(16)
-        infos = (Info * 16)()
-        assert nvml.nvmlDeviceGetComputeRunningProcesses_v3(dev, ctypes.byref(n), infos) == 0
-        return sorted((infos[i].pid, infos[i].used) for i in range(n.value))
-    finally:
-        os.environ.pop("GPUSLICE_FAKE_PROCS", None)
+    """The fake NVML's process list of card 0, from the host, without the shim
+    (in a process of its own: a fake loaded here would keep this card for the
+    tests that follow)."""
+    env = dict(os.environ, GPUSLICE_FAKE_GPUS=str(node.gpus_json),
+               GPUSLICE_FAKE_PROCS=str(procs))
+    env.pop("LD_PRELOAD", None)
+    res = subprocess.run([sys.executable, "-c", HOST_VIEW,
+                          str(node.fakedriver / "libnvidia-ml.so.1")],  # type: ignore[attr-defined]
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return [tuple(p) for p in json.loads(res.stdout)]
 
 
 def test_a_container_sees_only_its_own_processes(podman, node: Host, tmp_path: Path) -> None:

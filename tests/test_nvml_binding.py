@@ -352,9 +352,10 @@ def calls(log: Path) -> List[str]:
     return log.read_text().split()
 
 
-def test_stub_inventory(stubs, stub_env):
+def test_stub_inventory(stubs, stub_env, tmp_path):
     log = stub_env()
-    inv = nvml.discover(stubs["full"])
+    # An empty sysfs: what the host's own says (its NUMA nodes) is not the stub's.
+    inv = nvml.discover(stubs["full"], str(tmp_path / "no-sys"))
     assert inv._replace(topology=None) == nvml.Inventory("999.88.77", "12.4", [
         nvml.Gpu(0, "GPU-stub-0", "Stub Card 0", 10, 3072, "00000001:40:00.0", False),
         nvml.Gpu(1, "GPU-stub-1", "Stub Card 1", 11, 3072, "00000001:41:00.0", True),
