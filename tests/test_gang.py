@@ -19,6 +19,7 @@ import pytest
 
 from fakehost import Host, fake_gpu, fake_gpus_doc
 from ocihook import accountant as acct, cheader
+from test_hook import make_bundle
 
 REPO = Path(__file__).resolve().parent.parent
 GIB_MIB = 1024
@@ -344,11 +345,7 @@ def test_the_placed_cards_reach_cuda_in_order_each_capped(tmp_path: Path, driver
     for card in (0, 1):  # the first pair is full: the gang goes to 2 and 3
         assert node.admit(f"full{card}", f"{card}-24g").returncode == 0
         assert node.admit(f"more{card}", f"{card}-8g").returncode == 0
-    bundle = tmp_path / "bundle"
-    (bundle / "rootfs").mkdir(parents=True)
-    (bundle / "config.json").write_text(json.dumps(
-        {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
-         "process": {"user": {"uid": 1000, "gid": 1000}}}))
+    bundle = make_bundle(tmp_path / "bundle")
     res = hook_create(node, "gang", "2x8g", bundle)
     assert res.returncode == 0, res.stderr
     folder = node.state_dir / "containers" / "gang"
@@ -449,11 +446,7 @@ def test_the_largest_gang_reaches_cuda_whole(tmp_path: Path, driver_root: Path,
     subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
     node = GangHost(tmp_path, driver_root, topology(17, [0] * 17))
     assert node.admit("one", "0-24g").returncode == 0
-    bundle = tmp_path / "bundle"
-    (bundle / "rootfs").mkdir(parents=True)
-    (bundle / "config.json").write_text(json.dumps(
-        {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
-         "process": {"user": {"uid": 1000, "gid": 1000}}}))
+    bundle = make_bundle(tmp_path / "bundle")
     res = hook_create(node, "big", "16x8g", bundle)
     assert res.returncode == 0, res.stderr
     folder = node.state_dir / "containers" / "big"

@@ -24,6 +24,17 @@ REPO = Path(__file__).resolve().parent.parent
 GIB_MIB = 1024
 
 
+def make_bundle(b: Path, config: Optional[Dict] = None) -> Path:
+    """An OCI bundle at b: a rootfs and config.json (a plain one by default)."""
+    b.mkdir(exist_ok=True)
+    (b / "rootfs").mkdir(exist_ok=True)
+    (b / "config.json").write_text(json.dumps(
+        config if config is not None else
+        {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
+         "process": {"user": {"uid": 1000, "gid": 1000}}}))
+    return b
+
+
 class Node:
     """A host: two fake 16 GiB cards, a spec from `gpuslice cdi generate` whose
     hooks name this tree's gpuslice-hook, a tmp database and state dir. The
@@ -47,14 +58,7 @@ class Node:
         assert res.returncode == 0, res.stderr
 
     def bundle(self, name: str = "bundle", config: Optional[Dict] = None) -> Path:
-        b = self.tmp / name
-        b.mkdir(exist_ok=True)
-        (b / "rootfs").mkdir(exist_ok=True)
-        (b / "config.json").write_text(json.dumps(
-            config if config is not None else
-            {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
-             "process": {"user": {"uid": 1000, "gid": 1000}}}))
-        return b
+        return make_bundle(self.tmp / name, config)
 
     def hook(self, args: List[str], state: object) -> subprocess.CompletedProcess:
         stdin = state if isinstance(state, bytes) else json.dumps(state).encode()

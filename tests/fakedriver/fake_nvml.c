@@ -703,11 +703,6 @@ EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t de
  * NVML does. The versions differ only in the entry layout: v1 (pid, memory),
  * v2 and v3 (plus the MIG instance ids).
  */
-typedef struct {
-    unsigned pid;
-    unsigned long long usedGpuMemory;
-} nvmlProcessInfo_v1_t;
-
 static nvmlReturn_t processes(nvmlDevice_t device, unsigned *infoCount, void *infos, int v1)
 {
     ENTER_DEVICE(device, g);

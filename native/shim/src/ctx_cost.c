@@ -19,7 +19,6 @@
 #include "gpuslice.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -87,12 +86,8 @@ static nvmlDevice_t handle(int dev)
     CUuuid u;
     if (!HAS_REAL(cuDeviceGetUuid) || REAL(cuDeviceGetUuid)(&u, dev) != CUDA_SUCCESS)
         return NULL;
-    const unsigned char *b = (const unsigned char *)u.bytes;
     char uuid[GPUSLICE_UUID_SIZE];
-    snprintf(uuid, sizeof uuid,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
+    gs_format_uuid(&u, uuid, sizeof uuid);
     gs_own_query = 1;
     if (REAL(nvmlDeviceGetHandleByUUID)(uuid, &h) != NVML_SUCCESS)
         h = NULL;

@@ -33,7 +33,7 @@ int gs_current_device(void)
     return dev;
 }
 
-static void format_uuid(const CUuuid *u, char *out, size_t len)
+void gs_format_uuid(const CUuuid *u, char *out, size_t len)
 {
     const unsigned char *b = (const unsigned char *)u->bytes;
     snprintf(out, len,
@@ -51,7 +51,7 @@ void gs_device_note(int dev)
     char uuid[GPUSLICE_UUID_SIZE] = "";
     CUuuid u;
     if (HAS_REAL(cuDeviceGetUuid) && REAL(cuDeviceGetUuid)(&u, dev) == CUDA_SUCCESS)
-        format_uuid(&u, uuid, sizeof uuid);
+        gs_format_uuid(&u, uuid, sizeof uuid);
     size_t total = 0;
     if (HAS_REAL(cuDeviceTotalMem_v2))
         REAL(cuDeviceTotalMem_v2)(&total, dev);
@@ -192,7 +192,7 @@ static int settle(int dev, int up_only)
                dev, ctx_bytes[dev], target, held);
         ctx_bytes[dev] = target;
     }
-    settled_ns[dev] = gs_now_ns();
+    __atomic_store_n(&settled_ns[dev], gs_now_ns(), __ATOMIC_RELAXED);
     pthread_mutex_unlock(&ctx_mu);
     return lowered;
 }

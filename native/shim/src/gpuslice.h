@@ -233,6 +233,7 @@ void gs_ptrmap_fork_child(void);
 
 /* Record the card's UUID and total in the region the first time it is seen. */
 void gs_device_note(int dev);
+void gs_format_uuid(const CUuuid *u, char *out, size_t len); /* "GPU-...", as NVML names cards */
 /* The current context's device, through the real driver; -1 if none. */
 int gs_current_device(void);
 void gs_ctx_fork_prepare(void);

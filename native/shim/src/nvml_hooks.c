@@ -97,11 +97,7 @@ GS_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 }
 
 /* The two entry layouts: v1 (pid, memory) and v2/v3 (plus MIG instance ids). */
-struct proc_v1 {
-    unsigned int pid;
-    unsigned long long usedGpuMemory;
-};
-_Static_assert(sizeof(struct proc_v1) == 16, "nvmlProcessInfo_v1_t");
+_Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t");
 _Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_v2_t");
 
 static nvmlReturn_t processes(gs_nvmlDeviceGetComputeRunningProcesses_fn real,
@@ -114,7 +110,7 @@ static nvmlReturn_t processes(gs_nvmlDeviceGetComputeRunningProcesses_fn real,
         return real(device, count, infos);
     /* Gather first, then answer as NVML does: too small a buffer gets the
      * needed count and NVML_ERROR_INSUFFICIENT_SIZE. */
-    struct proc_v1 found[GPUSLICE_MAX_PROCS];
+    nvmlProcessInfo_v1_t found[GPUSLICE_MAX_PROCS];
     unsigned n = 0;
     struct gpuslice_region *r = gs_region();
     for (int i = 0; i < GPUSLICE_MAX_PROCS; i++) {
@@ -136,7 +132,7 @@ static nvmlReturn_t processes(gs_nvmlDeviceGetComputeRunningProcesses_fn real,
     }
     for (unsigned i = 0; i < n; i++) {
         if (v1) {
-            ((struct proc_v1 *)infos)[i] = found[i];
+            ((nvmlProcessInfo_v1_t *)infos)[i] = found[i];
         } else {
             nvmlProcessInfo_t *p = &((nvmlProcessInfo_t *)infos)[i];
             p->pid = found[i].pid;

@@ -47,7 +47,9 @@ int gs_charge_settling(int dev, int kind, unsigned long long bytes)
 {
     gs_ctx_settle_due(dev);
     int h = gs_ctx_headroom(dev, bytes);
-    if (h == GS_DENIED && (!gs_pools_settle_all() || (h = gs_ctx_headroom(dev, bytes)) == GS_DENIED))
+    if (h == GS_DENIED && gs_pools_settle_all())
+        h = gs_ctx_headroom(dev, bytes);
+    if (h == GS_DENIED)
         return GS_DENIED;
     int c = gs_charge(dev, kind, bytes);
     /* Pools may have given memory back at a sync point we did not see, and

@@ -176,6 +176,12 @@ typedef struct {
 } nvmlMemory_v2_t;
 #define nvmlMemory_v2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2u << 24)))
 
+/* nvmlDeviceGetComputeRunningProcesses's (v1) element. */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
 /* nvmlDeviceGetComputeRunningProcesses_v3's element. */
 typedef struct {
     unsigned int pid;
