@@ -14,6 +14,7 @@ import pytest
 from fakehost import fake_gpu
 from podman_harness import podman_fixture
 from test_gang import TOPOLOGIES, GangHost
+from test_podman_admission import start
 
 podman = podman_fixture()
 
@@ -34,11 +35,6 @@ def gangs(node: GangHost) -> Dict[str, List[int]]:
             assert g is None or g["cards"][g["slot"]] == card["index"]
             out[k["id"]] = g["cards"] if g else [card["index"]]
     return out
-
-
-def start(podman, device: str):
-    return podman.run(["sleep", "600"], devices=[f"gpuslice.io/gpu={device}"],
-                      extra_args=["--detach"], timeout=120)
 
 
 def test_gangs_in_podman_all_or_none(podman, node: GangHost) -> None:
