@@ -27,14 +27,23 @@
  *   --no-turns: tenants share the card side by side (GPUSLICE_COMPUTE_TURNS=0)
  *   program: matmul (230 us kernels, 10 us launches), tiny (2 us kernels,
  *   10 us launches: CPU-bound), graph (570 us replays, 15 us launches),
- *   big (8 ms kernels), long (40 ms kernels, 20 us launches both), request
- *   (the latency tenant: every 9 to 11 ms two 150 us kernels, then it waits
- *   for them), forge (a hostile tenant without GPU work: every 0.5 ms it renews
+ *   big (8 ms kernels), long (40 ms kernels, 20 us launches both), train (a
+ *   training step of 300 kernels and a sync), eagerloop (an eager transformer's
+ *   forward passes back to back, host-bound, a sync each); request tenants,
+ *   whose latency runs from a request's arrival to its answer: request (two
+ *   150 us kernels every 10 ms), eager (that transformer's forward: 150
+ *   launches, 1.6 ms of GPU work behind 2.2 ms of launching, 40 a second),
+ *   eagerl (a larger, GPU-bound one, 20 a second), graphreq (the small one as
+ *   one graph replay), decode (32-128 tokens of 30 launches and a sync each, 4
+ *   a second), cnn (60 launches of a batch-1 convnet, 50 a second); forge (a
+ *   hostile tenant without GPU work: every 0.5 ms it renews
  *   a turn for a process that does not exist), forgehigh (the same, saying
  *   high-priority work is queued); cap 0 = uncapped; processes with the same
  *   container share one bucket (one cap).
  *   options: high, low (priority; default normal), noshim (no limiter at all:
- *   plain time slicing), idle=FROM-TO (seconds without launches)
+ *   plain time slicing), idle=FROM-TO (seconds without launches), rate=N
+ *   (requests a second), poisson (requests at random, exponential gaps;
+ *   default: periodic within 10 %)
  * Prints per process: "share <name> <w0> <w1> ..." percent per 1 s window of
  * the kernels it completed, against the same program alone and uncapped
  * (simulated first, in the same run); "cardtime <name> <w0> ...", percent
@@ -69,25 +78,54 @@
 #define WAKE_NS 500e3 /* a futex waiter runs this long after the word changed (the H200's VM) */
 #define NS 1e9
 #define MAX_REQUESTS 8192
+/* Less than this is nothing: a double's step at T of seconds is ~1e-7 ns, and
+ * a remainder below it would stop the clock. */
+#define EPS 1e-3
 
 enum { LOOP, REQUEST, FORGE, FORGE_HIGH };
+/* A program: steps of `per_step` launches, each launch costing the host
+ * launch_ns and its kernel kernel_ns of GPU time (every other one kernel2_ns,
+ * if set: a model's big and small kernels); with `sync` each step ends with
+ * a host sync and host_ns of host work (a forward pass, a decode token). A
+ * request is steps_min..steps_max steps (tokens), arriving every every_ns
+ * on average. */
 struct program {
     const char *name;
     double kernel_ns, launch_ns;
     int kind;
+    double kernel2_ns;
+    int per_step, sync;
+    double host_ns;
+    int steps_min, steps_max;
+    double every_ns;
 };
 static const struct program programs[] = {
-    {"matmul", 230e3, 10e3, LOOP},
-    {"tiny", 2e3, 10e3, LOOP},
-    {"graph", 570e3, 15e3, LOOP},
-    {"long", 40e6, 20e3, LOOP},
-    {"big", 8e6, 20e3, LOOP},
-    {"request", 150e3, 10e3, REQUEST},
-    {"forge", 0, 0, FORGE},
-    {"forgehigh", 0, 0, FORGE_HIGH},
+    {"matmul", 230e3, 10e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
+    {"tiny", 2e3, 10e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
+    {"graph", 570e3, 15e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
+    {"long", 40e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
+    {"big", 8e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
+    /* A training step: 300 kernels (GEMMs and elementwise), GPU-bound,
+     * then the optimizer's host work and a sync. */
+    {"train", 60e3, 8e3, LOOP, 6e3, 300, 1, 200e3, 1, 1, 0},
+    /* An eager transformer's forward passes back to back, a sync each:
+     * 150 launches, 1.6 ms of GPU work behind 2.2 ms of host launching. */
+    {"eagerloop", 17e3, 14.6e3, LOOP, 4.3e3, 150, 1, 30e3, 1, 1, 0},
+    /* Requests (latency from arrival to answer). request: two 150 us
+     * matmuls every 10 ms; eager: the transformer forward above, host-bound;
+     * eagerl: a larger one, GPU-bound (6 ms of kernels behind 2.2 ms of
+     * launches); graphreq: the small one as one graph replay; decode: 32 to
+     * 128 tokens of 30 small launches and a sync each; cnn: a batch-1
+     * convolutional network of 60 launches. */
+    {"request", 150e3, 10e3, REQUEST, 0, 2, 1, 0, 1, 1, 10e6},
+    {"eager", 17e3, 14.6e3, REQUEST, 4.3e3, 150, 1, 30e3, 1, 1, 25e6},
+    {"eagerl", 60e3, 14.6e3, REQUEST, 20e3, 150, 1, 30e3, 1, 1, 50e6},
+    {"graphreq", 1.6e6, 20e3, REQUEST, 0, 1, 1, 30e3, 1, 1, 25e6},
+    {"decode", 12e3, 14e3, REQUEST, 4e3, 30, 1, 60e3, 32, 128, 250e6},
+    {"cnn", 40e3, 12e3, REQUEST, 6e3, 60, 1, 30e3, 1, 1, 20e6},
+    {"forge", 0, 0, FORGE, 0, 0, 0, 0, 0, 0, 0},
+    {"forgehigh", 0, 0, FORGE_HIGH, 0, 0, 0, 0, 0, 0, 0},
 };
-#define REQUEST_EVERY_NS 10e6
-#define REQUEST_KERNELS 2
 #define FORGE_EVERY_NS 0.5e6
 
 struct sim_event {
@@ -111,6 +149,8 @@ struct proc {
     int container;
     int prio, noshim;
     double idle_from, idle_to;
+    int poisson;     /* requests arrive at random (exponential gaps) */
+    double every_ns; /* requests: mean time between arrivals */
     struct gs_pacer pacer;
     ucontext_t uc;
     char *stack;
@@ -313,7 +353,9 @@ static void launch_one(struct proc *p)
         p->max_wait = T - t0;
     if (trace && T - t0 > 4.7e6)
         fprintf(stderr, "%10.3f %s waited %.3f ms\n", T / 1e6, p->name, (T - t0) / 1e6);
-    push(p, (struct item){1, p->prog->kernel_ns, NULL});
+    double k = p->prog->kernel2_ns > 0 && (p->launches & 1) ? p->prog->kernel2_ns
+                                                             : p->prog->kernel_ns;
+    push(p, (struct item){1, k, NULL});
     p->kernels_queued++;
     p->launches++;
     if (paced)
@@ -335,6 +377,33 @@ static void forge(struct proc *p)
     spend(FORGE_EVERY_NS);
 }
 
+/* The host waits until its queue has run dry (a sync). */
+static void sync_queue(struct proc *p)
+{
+    if (p->kernels_queued) {
+        p->state = ON_IDLE;
+        yield();
+    }
+}
+
+static double uniform(struct proc *p)
+{
+    p->rng = p->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(p->rng >> 11) / 9007199254740992.0;
+}
+
+/* One step of a program: its launches, then (with sync) the wait and the host's work. */
+static void step(struct proc *p)
+{
+    for (int k = 0; k < p->prog->per_step; k++)
+        launch_one(p);
+    if (p->prog->sync) {
+        sync_queue(p);
+        if (p->prog->host_ns > 0)
+            spend(p->prog->host_ns);
+    }
+}
+
 static void run_proc(void)
 {
     struct proc *p = current;
@@ -354,23 +423,26 @@ static void run_proc(void)
                 spend(next_request - T);
                 continue;
             }
-            double t0 = T;
-            for (int k = 0; k < REQUEST_KERNELS; k++)
-                launch_one(p);
-            if (p->kernels_queued) { /* the application synchronizes */
-                p->state = ON_IDLE;
-                yield();
-            }
-            if (t0 >= NS && p->requests < MAX_REQUESTS)
-                p->latency[p->requests++] = T - t0;
-            /* 9 to 11 ms apart: the requests meet the neighbours in every
-             * phase of their turns (a fixed generator: runs repeat). */
-            p->rng = p->rng * 6364136223846793005ull + 1442695040888963407ull;
-            next_request += REQUEST_EVERY_NS * (0.9 + 0.2 * (double)(p->rng >> 11) / 9007199254740992.0);
+            /* Latency from the request's arrival: a request that queued
+             * behind the one before waited too. */
+            double arrived = next_request;
+            int span = p->prog->steps_max - p->prog->steps_min + 1;
+            int steps = p->prog->steps_min + (int)(uniform(p) * span);
+            for (int k = 0; k < steps && k <= p->prog->steps_max; k++)
+                step(p);
+            sync_queue(p);
+            if (arrived >= NS && p->requests < MAX_REQUESTS)
+                p->latency[p->requests++] = T - arrived;
+            /* Periodic: every_ns apart within 10 %, so that the requests meet
+             * the neighbours in every phase of their turns; Poisson:
+             * exponential gaps of that mean. A fixed generator: runs repeat. */
+            double u = uniform(p);
+            next_request += p->poisson ? -p->every_ns * log(1.0 - u)
+                                       : p->every_ns * (0.9 + 0.2 * u);
             break;
         }
         default:
-            launch_one(p);
+            step(p);
         }
     }
     p->state = FINISHED;
@@ -408,12 +480,12 @@ static int next_context(int after)
 /* Pop what completes at the head: events now, kernels with no work left. */
 static void settle_heads(void)
 {
-    if (gpu_on >= 0 && switch_left <= 0) {
+    if (gpu_on >= 0 && switch_left <= EPS) {
         struct proc *p = &procs[gpu_on];
         while (p->qlen) {
             struct item *it = &p->q[p->qhead];
             if (it->is_kernel) {
-                if (it->remaining > 1e-6)
+                if (it->remaining > EPS)
                     break;
                 int w = (int)(T / NS);
                 if (w >= 0 && w < MAX_WINDOWS)
@@ -512,8 +584,8 @@ static void simulate(double seconds)
         if (!live)
             return;
         /* The GPU: switching, running a context, or idle. */
-        if (switch_left <= 0 && (gpu_on < 0 || !has_work(gpu_on) ||
-                                 (slice_left <= 0 && other_waiting(gpu_on)))) {
+        if (switch_left <= EPS && (gpu_on < 0 || !has_work(gpu_on) ||
+                                   (slice_left <= EPS && other_waiting(gpu_on)))) {
             int next = next_context(gpu_on);
             if (next >= 0 && next != gpu_on) {
                 /* Taking the GPU from a context with work left costs more. */
@@ -530,9 +602,9 @@ static void simulate(double seconds)
             }
         }
         /* The slice runs only while someone else waits for the GPU. */
-        if (switch_left <= 0 && gpu_on >= 0 && !other_waiting(gpu_on))
+        if (switch_left <= EPS && gpu_on >= 0 && !other_waiting(gpu_on))
             slice_left = TIMESLICE_NS;
-        if (switch_left > 0) {
+        if (switch_left > EPS) {
             if (T + switch_left < t_next)
                 t_next = T + switch_left;
         } else if (gpu_on >= 0) {
@@ -551,14 +623,14 @@ static void simulate(double seconds)
             static unsigned long long last_owner;
             if (gpu_on != last_on)
                 fprintf(stderr, "%10.3f gpu %s%s\n", T / 1e6, gpu_on < 0 ? "idle" : procs[gpu_on].name,
-                        switch_left > 0 ? " (switching)" : "");
+                        switch_left > EPS ? " (switching)" : "");
             if (card.turn_owner != last_owner)
                 fprintf(stderr, "%10.3f turn %llu\n", T / 1e6, card.turn_owner);
             last_on = gpu_on;
             last_owner = card.turn_owner;
         }
         double dt = t_next - T;
-        if (switch_left > 0) {
+        if (switch_left > EPS) {
             switch_left -= dt;
         } else if (gpu_on >= 0) {
             procs[gpu_on].q[procs[gpu_on].qhead].remaining -= dt;
@@ -648,6 +720,8 @@ static int parse_proc(const char *arg, struct proc *p)
     p->prio = GS_PRIO_NORMAL;
     p->noshim = 0;
     p->idle_from = p->idle_to = -1;
+    p->poisson = 0;
+    p->every_ns = p->prog ? p->prog->every_ns : 0;
     for (char *opt; (opt = strtok_r(NULL, ":", &save));) {
         double from, to;
         char tail;
@@ -659,6 +733,10 @@ static int parse_proc(const char *arg, struct proc *p)
             p->prio = GS_PRIO_NORMAL;
         else if (strcmp(opt, "noshim") == 0)
             p->noshim = 1;
+        else if (strcmp(opt, "poisson") == 0)
+            p->poisson = 1;
+        else if (sscanf(opt, "rate=%lf%c", &from, &tail) == 1 && from > 0 && from <= 10000)
+            p->every_ns = NS / from;
         else if (sscanf(opt, "idle=%lf-%lf%c", &from, &to, &tail) == 2 && from < to)
             p->idle_from = from * NS, p->idle_to = to * NS;
         else
@@ -691,8 +769,9 @@ int main(int argc, char **argv)
         }
         if (parse_proc(argv[a], &procs[nprocs]) != 0) {
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
-                    "[:option]..., program matmul|tiny|graph|big|long|request|forge|forgehigh, "
-                    "cap 0-100, container 0-%d, options high|low|normal|noshim|idle=FROM-TO)\n",
+                    "[:option]..., program matmul|tiny|graph|big|long|train|eagerloop|request|eager|"
+                    "eagerl|graphreq|decode|cnn|forge|forgehigh, cap 0-100, container 0-%d, "
+                    "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;
         }

@@ -16,6 +16,10 @@ void gs_pace_reset(struct gs_pacer *p)
     memset(p, 0, sizeof *p);
     p->per_fence = 1; /* until a launch has been timed, fence every one */
     p->need_mark = 1;
+    /* A new process is taken for light until it shows otherwise: a request
+     * server's first requests are served first, and a busy process spends
+     * this within half a second and takes turns from then on. */
+    p->guest_credit_ns = (long long)GS_PACE_GUEST_MAX_NS;
 }
 
 int gs_pace_before(struct gs_pacer *p, unsigned long long now)
@@ -101,7 +105,9 @@ void *gs_pace_done(struct gs_pacer *p, unsigned long long elapsed_ns, unsigned c
     p->head = (p->head + 1) % GS_PACE_RING;
     p->count--;
     if (!f.marker && p->ref) {
-        p->charge_ns += elapsed_ns / (f.behind ? 1ull + competitors : 1ull);
+        unsigned long long ns = elapsed_ns / (f.behind ? 1ull + competitors : 1ull);
+        p->charge_ns += ns;
+        p->turn_card_ns += ns;
         learn(p, elapsed_ns, f.launches);
     }
     void *old = p->ref;
@@ -516,11 +522,11 @@ static void wait_spending(struct gs_pace_io *io, struct gs_allowance *a, unsigne
 
 /* ------------------------------------------------------------------ turns */
 
-/* A window a holder left uncapped waiters: it ends after the holder's queue
- * and GS_PACE_FREE_NS, no further ahead than GS_PACE_DRAIN_NS. */
+/* A window a holder left uncapped waiters (their turn): it ends after the
+ * holder's queue and uncapped_turn(), no further ahead than a round. */
 static int window_open(unsigned long long until, unsigned long long now)
 {
-    return until > now && until - now <= GS_PACE_DRAIN_NS;
+    return until > now && until - now <= GS_PACE_ROUND_NS + GS_PACE_DRAIN_NS;
 }
 
 /* Whose turn it is, if it is someone else's and still running. */
@@ -552,10 +558,20 @@ static void changed_hands(struct gs_pace_io *io)
     io->wake_word(io, &io->card->seq);
 }
 
+/* The uncapped tenants' turn, when a capped holder leaves them the card: their
+ * part of a round of GS_PACE_ROUND_NS, (100 - cap) % of it (the holder's turn,
+ * should_yield, is the rest); at least GS_PACE_TURN_MIN_NS. */
+static unsigned long long uncapped_turn(struct gs_pace_io *io)
+{
+    unsigned cap = io->cap(io);
+    unsigned long long t = cap >= 100 ? 0 : GS_PACE_ROUND_NS * (100 - cap) / 100;
+    return t < GS_PACE_TURN_MIN_NS ? GS_PACE_TURN_MIN_NS : t;
+}
+
 /* Give the card up, if we hold it, and let our queue run dry: to the capped
  * process that has waited longest, or to nobody; with `window`, a capped
- * process (us too) leaves it to uncapped waiters for GS_PACE_FREE_NS before
- * taking it again. We pass it as we stop launching, before our queue is
+ * process (us too) leaves it to uncapped waiters for their turn
+ * (uncapped_turn, after our queue) before taking it again. We pass it as we stop launching, before our queue is
  * dry: the next one's launches wait in its own queue while ours runs out,
  * then the GPU turns to it at once (what it is charged starts there). */
 static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int window)
@@ -563,6 +579,7 @@ static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, i
     struct gpuslice_cardfile *c = io->card;
     if (p->turn) {
         p->turn = 0;
+        p->lost_ns = window ? io->now(io) : 0; /* away from here on (not while it sleeps) */
         unsigned long long now = io->now(io), mine = io->token, ours = queued_ns(p);
         struct gs_waiters w;
         gs_card_waiters(c, io->slot, now, &w);
@@ -575,7 +592,7 @@ static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, i
                 __atomic_compare_exchange_n(&c->turn_owner, &mine, 0, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED);
                 if (window && w.uncapped)
-                    store(&c->free_until_ns, now + ours + GS_PACE_FREE_NS);
+                    store(&c->free_until_ns, now + ours + uncapped_turn(io));
             }
             changed_hands(io);
         }
@@ -583,14 +600,18 @@ static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, i
     drain(p, io, stream);
 }
 
-/* A holder passes the card on when others wait: after GS_PACE_TURN_NS
- * shared among the parties waiting (each capped process, the uncapped ones
- * together), or once one has waited that long; both counting what the
- * holder still has queued (its last work runs before theirs). So nobody
- * waits much longer than GS_PACE_TURN_NS for a round of turns. Capped
- * processes among themselves take turns of GS_PACE_CAPPED_TURN_NS: each
- * pass costs the card a context switch (0.2 ms on an H200), and their
- * buckets, not the turns, divide the card between them. */
+/* A holder passes the card on when others wait. To uncapped waiters (they
+ * take their turn together, uncapped_turn, then the holder takes the card back): once
+ * the card time it was charged in this turn, with what it still has queued,
+ * is cap / (100 - cap) times as long as it was away from the card last time
+ * (their turn, the hand-overs, a neighbour's long kernel that had to run
+ * out), so that its share of the rounds is its cap whatever the hand-overs
+ * cost: 90 holds 9 times as long as it was away, 30 less than half. To
+ * capped waiters: after GS_PACE_CAPPED_TURN_NS shared among the parties
+ * waiting, or once one has waited that long; each pass costs the card a
+ * context switch (0.2 ms on an H200), and their buckets, not the turns,
+ * divide the card between them. Both count what the holder still has
+ * queued (its last work runs before theirs). */
 static int should_yield(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
     struct gpuslice_cardfile *c = io->card;
@@ -601,27 +622,31 @@ static int should_yield(struct gs_pacer *p, struct gs_pace_io *io, unsigned long
     struct gs_waiters w;
     gs_card_waiters(c, io->slot, now, &w);
     unsigned long long q = queued_ns(p);
-    if (p->long_turn_ns)
-        return w.any && held + q >= p->long_turn_ns;
-    unsigned long long turn = w.uncapped ? GS_PACE_TURN_NS : GS_PACE_CAPPED_TURN_NS;
-    return w.any && (held + q >= turn / w.parties || now - w.oldest_ns + q >= turn);
+    if (!w.any)
+        return 0;
+    if (w.next < 0)
+        return p->turn_card_ns + q >= p->turn_len_ns;
+    unsigned long long turn = GS_PACE_CAPPED_TURN_NS;
+    return held + q >= turn / w.parties || now - w.oldest_ns + q >= turn;
 }
 
-/* Our turn begins, after waiting `drained_ns` for the others' queues. A
- * neighbour whose single kernel runs for milliseconds cannot be drained
- * sooner: after such a wait (a millisecond or more) a capped process keeps
- * the card in proportion, cap / (100 - cap) times as long, or it would get
- * less than its cap. */
+/* Our turn begins. How long we hold it while uncapped processes wait:
+ * cap / (100 - cap) times as long as we were away from the card since we
+ * last gave it up (should_yield), at least GS_PACE_TURN_MIN_NS, at most
+ * GS_PACE_LONG_TURN_NS; `drained_ns`, our wait for the others' queues, counts
+ * as away too (a neighbour whose single kernel runs for milliseconds cannot
+ * be drained sooner). */
 static void got_turn(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now,
                      unsigned long long drained_ns)
 {
     unsigned cap = io->cap(io);
-    p->long_turn_ns = 0;
-    if (cap && drained_ns >= GS_PACE_TURN_NS / 4) {
-        unsigned long long t = cap >= 100 ? GS_PACE_LONG_TURN_NS : drained_ns * cap / (100 - cap);
-        if (t > GS_PACE_TURN_NS)
-            p->long_turn_ns = t > GS_PACE_LONG_TURN_NS ? GS_PACE_LONG_TURN_NS : t;
-    }
+    unsigned long long away = p->lost_ns && now > p->lost_ns ? now - p->lost_ns : drained_ns;
+    unsigned long long t = !cap || cap >= 100 ? GS_PACE_LONG_TURN_NS : away * cap / (100 - cap);
+    p->turn_len_ns = t < GS_PACE_TURN_MIN_NS    ? GS_PACE_TURN_MIN_NS
+                     : t > GS_PACE_LONG_TURN_NS ? GS_PACE_LONG_TURN_NS
+                                                : t;
+    p->lost_ns = 0;
+    p->turn_card_ns = 0;
     p->turn = 1;
     p->turn_since_ns = now;
     store(&io->card->turn_since_ns, now);
@@ -745,21 +770,6 @@ static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     }
 }
 
-/* An uncapped process in a window a holder left it: one fence of work, then
- * it waits for the window to close (the holder takes the card back). */
-static int window_used(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
-{
-    unsigned long long w = load(&io->card->free_until_ns);
-    if (!window_open(w, now))
-        return 0;
-    if (p->window_ns != w) {
-        p->window_ns = w;
-        p->window_fences = p->fences;
-        return 0;
-    }
-    return p->fences != p->window_fences;
-}
-
 /* Before a launch on a card with a turn: a capped process holds the card
  * while it runs and passes it on after GS_PACE_TURN_NS when others wait; an
  * uncapped one waits while another holds it; all stand aside for guests and
@@ -785,8 +795,7 @@ static void gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
             p->turn = 0;
         int yield = p->turn && should_yield(p, io, now);
         int wait_turn = elsewhere && (!p->doubt || patient(p, now));
-        int used = !capped && !elsewhere && window_used(p, io, now);
-        if (!wait_aside && !yield && !wait_turn && !used && (!capped || p->turn || elsewhere))
+        if (!wait_aside && !yield && !wait_turn && (!capped || p->turn || elsewhere))
             return;
         if (!checked) {
             /* A launch into a graph being captured runs later, when the graph does. */
@@ -800,17 +809,6 @@ static void gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
             give_turn(p, io, stream, 1);
         } else if (wait_turn) {
             wait_for_turn(p, io, stream, capped);
-        } else if (used) {
-            /* Until the holder takes the card back (or a little after the
-             * window, if it does not come): not a second launch as it does. */
-            unsigned long long w = load(&c->free_until_ns);
-            unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
-            if (!window_open(w, now) || !patient(p, now))
-                return;
-            wait_spending(io, &p->patience, &c->seq, seen, w - now + GS_PACE_SPIN_NS);
-            if (__atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seen &&
-                !turn_elsewhere(io, io->now(io)))
-                return;
         } else if (take_turn(p, io)) {
             return;
         }
@@ -875,6 +873,39 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
         throttle(p, io, stream); /* settle also keeps an uncapped process's usage */
 }
 
+/* First service is earned by idling. A process that comes back from idle
+ * (it launched nothing for GS_PACE_GAP_NS and its queue ran dry, not because
+ * we made it wait or sleep for its cap) has earned as much first service as
+ * it idled, up to GS_PACE_GUEST_MAX_NS, and is a guest while it has some
+ * left: it launches at once and the others stand aside (a request of an
+ * inference server, however many kernels it launches and syncs it makes).
+ * Holding the card as a guest spends it, nanosecond for nanosecond. So a
+ * tenant that holds the card at most half the time is always served first,
+ * and a busy one (it never idles; waiting for turns is not idling) never is.
+ * Not a low one's (low yields to normal work, requests too); a high one is
+ * always served first and needs no credit. */
+static void guest(struct gs_pacer *p, struct gs_pace_io *io, int fresh, unsigned long long now)
+{
+    if (io->prio != GS_PRIO_NORMAL) {
+        p->guest_since_ns = 0;
+        return;
+    }
+    unsigned long long idle = now - p->returned_ns;
+    if (fresh && (!p->returned_ns || idle > GS_PACE_GAP_NS)) {
+        long long c = p->guest_credit_ns;
+        if (p->returned_ns)
+            c += (long long)(idle < GS_PACE_GUEST_MAX_NS ? idle : GS_PACE_GUEST_MAX_NS);
+        p->guest_credit_ns = c > (long long)GS_PACE_GUEST_MAX_NS ? (long long)GS_PACE_GUEST_MAX_NS
+                                                                 : c;
+        p->guest_since_ns = p->guest_credit_ns > 0 ? now : 0;
+    } else if (p->guest_since_ns) {
+        p->guest_credit_ns -= (long long)(now - p->guest_seen_ns);
+        if (p->guest_credit_ns <= 0)
+            p->guest_since_ns = 0;
+    }
+    p->guest_seen_ns = now;
+}
+
 void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     unsigned long long now = io->now(io);
@@ -886,15 +917,7 @@ void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *strea
         a = gs_pace_gap(p);
     }
     if (io->turns && io->card) {
-        /* A launch after idle (the application launched nothing for a while,
-         * not because we made it wait or sleep for its cap) is a guest: a
-         * request, served at once, for a moment. Not a low one's: low yields
-         * to normal work, requests too (a high one needs no guest stretch). */
-        if ((a & GS_PACE_MARK) && !p->slept && now - p->returned_ns > GS_PACE_GAP_NS &&
-            io->prio == GS_PRIO_NORMAL)
-            p->guest_since_ns = now;
-        else if (p->guest_since_ns && now - p->guest_since_ns > GS_PACE_GUEST_NS)
-            p->guest_since_ns = 0;
+        guest(p, io, (a & GS_PACE_MARK) && !p->slept, now);
         p->slept = 0;
         gate(p, io, stream);
         now = io->now(io);

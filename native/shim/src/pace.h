@@ -35,23 +35,23 @@
 #define GS_PACE_STALE_NS 1000000000ull  /* no managed tenant seen for this long: none left */
 #define GS_PACE_LEASE_NS 500000ull      /* a turn lapses this long after its holder's queue */
 #define GS_PACE_PASS_NS 1000000ull      /* lease of a turn passed to a waiter, until it renews it */
-#define GS_PACE_TURN_NS 4000000ull      /* a holder passes the card on after this when others wait */
-#define GS_PACE_TURN_MIN_NS 500000ull   /* ... and holds it at least this long */
-#define GS_PACE_WAIT_NS 4000000ull      /* ... or once another has waited this long */
+#define GS_PACE_ROUND_NS 20000000ull    /* a round of turns beside uncapped tenants: its two hand-overs cost 2 % */
+#define GS_PACE_TURN_NS 4000000ull      /* capped ones pass on after this */
+#define GS_PACE_TURN_MIN_NS 500000ull   /* ... and hold it at least this long */
+#define GS_PACE_WAIT_NS 4000000ull      /* ... or once another capped one has waited this long */
 #define GS_PACE_CAPPED_TURN_NS 12000000ull /* both, when only capped processes wait */
 #define GS_PACE_LONG_TURN_NS 100000000ull /* most a turn grows after a long drain */
 #define GS_PACE_GRACE_NS 8000000ull     /* a wait for turns spends patience only after this */
-#define GS_PACE_FREE_NS 250000ull       /* a holder that yielded leaves uncapped waiters this long */
 #define GS_PACE_DRAIN_NS 16000000ull    /* most a new holder waits for the others' queues */
 #define GS_PACE_WANT_NS 1000000ull      /* a waiter renews its want this often: older is gone */
 #define GS_PACE_POLL_NS 250000ull       /* longest sleep of a waiter between two looks */
 #define GS_PACE_SPIN_NS 1000000ull      /* a waiter stays awake from this long before a turn ends */
-#define GS_PACE_GUEST_NS 2000000ull     /* a request after idle is a guest for this long */
+#define GS_PACE_GUEST_MAX_NS 500000000ull /* most first service idling earns: half a window */
 #define GS_PACE_ASIDE_NS 500000ull      /* others stand aside this long past a guest's last launch */
 #define GS_PACE_PATIENCE_PCT 90ull      /* most of its time a process waits past its grace */
 #define GS_PACE_PATIENCE_NS 20000000ull /* saved-up patience: a wait lasts 200 ms at most */
 #define GS_PACE_COURTESY_PCT 50ull      /* most of its time a process stands aside for guests and high */
-#define GS_PACE_COURTESY_NS 20000000ull /* saved-up courtesy */
+#define GS_PACE_COURTESY_NS 100000000ull /* saved-up courtesy: a long request served first */
 #define GS_PACE_MAX_PER_FENCE 4096u
 #define GS_PACE_RING 8
 
@@ -88,12 +88,15 @@ struct gs_pacer {
     unsigned long long launches;   /* counted here, not yet moved to the bucket */
     int turn;                      /* holds the turn on the card */
     unsigned long long turn_since_ns; /* when it got it */
-    unsigned long long long_turn_ns; /* its turn after a long drain; 0: GS_PACE_TURN_NS */
+    unsigned long long turn_len_ns; /* its turn while uncapped processes wait (got_turn) */
+    unsigned long long turn_card_ns; /* card time it was charged in its current turn */
+    unsigned long long lost_ns;    /* when it last gave the turn up for others; 0: it did not */
     unsigned long long guest_since_ns; /* when its current guest stretch began; 0: not a guest */
+    long long guest_credit_ns;     /* first service earned by idling, spent by holding the card */
+    unsigned long long guest_seen_ns; /* when the credit was last spent */
     int slept;                     /* slept for its cap since its last launch: no guest */
     int doubt;                     /* a wait for turns outlasted GS_PACE_GRACE_NS */
     unsigned long long fences;     /* fences recorded, ever */
-    unsigned long long window_ns, window_fences; /* the free window it last ran in, and when */
     struct gs_allowance patience;  /* for others' turns */
     struct gs_allowance courtesy;  /* for guests and higher priorities */
 };
