@@ -784,6 +784,50 @@ def test_hostile_card_file_leaves_the_cap_in_force(shim: Shim, tmp_path: Path,
         assert "card file" in res.stderr or "expected" in res.stderr, res.stderr
 
 
+def card_dir(tmp_path: Path, cards: bool) -> str:
+    """A folder of card files (a gpuslice node: turns, every launch asks the
+    card), or none (launches between fence points skip the pacer's lock)."""
+    path = tmp_path / ("cards" if cards else "no-cards")
+    if cards:
+        path.mkdir(exist_ok=True)
+    return str(path)
+
+
+@pytest.mark.parametrize("cards", [False, True], ids=["no-cards", "cards"])
+def test_a_launch_held_in_the_driver_holds_up_no_other_thread(shim: Shim, tmp_path: Path,
+                                                              cards: bool) -> None:
+    # One thread's launch stays inside the (fake) driver, as a launch into a
+    # full queue does; another thread's launches must still return. With the
+    # pacer's lock held across the driver's launch call they waited for it.
+    block = tmp_path / "release"
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS="1000",
+                      FAKECUDA_LAUNCH_BLOCK=str(block),
+                      GPUSLICE_CARD_DIR=card_dir(tmp_path, cards))
+    rows = results(s.run("gpa", "init", "pctx", "0", "blocked", "50", timeout=120))
+    held_rc, others_rc, returned = value_of(rows, "blocked")
+    assert (held_rc, others_rc) == (0, 0), rows
+    assert returned == 1, "the other thread's launches waited for the held one"
+    assert s.region().devices[0].compute_launches == 51
+
+
+@pytest.mark.parametrize("cards", [False, True], ids=["no-cards", "cards"])
+@pytest.mark.parametrize("threads", [8, 16])
+def test_capped_launches_from_many_threads_are_all_counted(shim: Shim, tmp_path: Path,
+                                                           threads: int, cards: bool) -> None:
+    # Each thread launches into a stream of its own; the sanitizer builds
+    # check the lock-free path (tickets, counts handed over) for races, and
+    # the region must count every launch, whichever path it took.
+    each = 300
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS="20000",
+                      GPUSLICE_CARD_DIR=card_dir(tmp_path, cards))
+    rows = results(s.run("gpa", "init", "pctx", "0", "tlaunch", str(threads), str(each),
+                         timeout=120))
+    assert rc_of(rows, "tlaunch") == 0, rows
+    d = s.region().devices[0]
+    assert d.compute_launches == threads * each
+    assert d.compute_charged_ns > 0, d
+
+
 @pytest.mark.parametrize("via", ["direct", "gpa"])
 def test_launches_into_a_captured_stream_leave_the_capture_intact(shim: Shim, via: str,
                                                                    tmp_path: Path) -> None:

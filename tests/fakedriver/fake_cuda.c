@@ -50,6 +50,10 @@
  *    cuStreamEndCapture returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
  *  - With $GPUSLICE_FAKE_PROCS set, the usage per card is published at
  *    every change for the fake NVML's process lists (fakeprocs.h).
+ *  - With $FAKECUDA_LAUNCH_BLOCK=PATH (read at cuInit), the first launch of
+ *    the process stays inside the driver, holding none of its locks (as a
+ *    real launch into a full queue does): it creates PATH.inside, then
+ *    returns once PATH exists. Tests of what other threads can do meanwhile.
  * Test hooks: fakecuda_used_bytes(), fakecuda_launch_count() and
  * fakecuda_captured_count().
  */
@@ -69,6 +73,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -249,6 +254,8 @@ static unsigned long long g_next_handle = HANDLE_BASE;
 static unsigned long long g_launches;
 static unsigned long long g_captured; /* launches into a capturing stream */
 static uint64_t g_kernel_ns; /* FAKECUDA_KERNEL_NS */
+static char g_block_path[4096]; /* FAKECUDA_LAUNCH_BLOCK: "" if unset */
+static int g_block_taken;       /* the one launch that blocks has begun */
 
 static _Thread_local struct ctx *t_cur;
 static _Thread_local unsigned t_cur_gen;
@@ -738,6 +745,8 @@ static CUresult do_init(void)
 {
     char err[1024] = "";
     g_kernel_ns = kernel_ns_from_env();
+    const char *block = getenv("FAKECUDA_LAUNCH_BLOCK");
+    snprintf(g_block_path, sizeof g_block_path, "%s", block ? block : "");
     if (fakegpus_load(NULL, &g_gpus, err, sizeof(err)) != 0) {
         fprintf(stderr, LIB_PREFIX "%s\n", err);
         return CUDA_ERROR_NO_DEVICE;
@@ -1756,6 +1765,24 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 
 /* ------------------------------------------------------------- launches */
 
+/* FAKECUDA_LAUNCH_BLOCK: the process's first launch waits, outside g_mu,
+ * until the file exists. g_block_path is written once, at cuInit, before
+ * any launch can be made. */
+static void block_first_launch(void)
+{
+    if (!g_block_path[0] || __atomic_exchange_n(&g_block_taken, 1, __ATOMIC_ACQ_REL))
+        return;
+    char inside[sizeof g_block_path + 8];
+    snprintf(inside, sizeof inside, "%s.inside", g_block_path);
+    FILE *f = fopen(inside, "w");
+    if (f)
+        fclose(f);
+    while (access(g_block_path, F_OK) != 0) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Queues FAKECUDA_KERNEL_NS of work on the stream's timeline. */
 static CUresult launch(CUstream stream)
 {
@@ -1785,6 +1812,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
 {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
     (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams, (void)extra;
+    block_first_launch();
     LOCKED(launch(hStream));
 }
 EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -1795,18 +1823,21 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigne
 {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
     (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams, (void)extra;
+    block_first_launch();
     LOCKED(launch(hStream));
 }
 EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                  void **extra)
 {
     (void)f, (void)kernelParams, (void)extra;
+    block_first_launch();
     LOCKED(config ? launch(config->hStream) : CUDA_ERROR_INVALID_VALUE);
 }
 EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
                                       void **kernelParams, void **extra)
 {
     (void)f, (void)kernelParams, (void)extra;
+    block_first_launch();
     LOCKED(config ? launch(config->hStream) : CUDA_ERROR_INVALID_VALUE);
 }
 EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
@@ -1817,6 +1848,7 @@ EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
 {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
     (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams;
+    block_first_launch();
     LOCKED(launch(hStream));
 }
 EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
@@ -1828,16 +1860,19 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDi
 {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
     (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams;
+    block_first_launch();
     LOCKED(launch(hStream));
 }
 EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     (void)hGraphExec;
+    block_first_launch();
     LOCKED(launch(hStream));
 }
 EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     (void)hGraphExec;
+    block_first_launch();
     LOCKED(launch(hStream));
 }
 

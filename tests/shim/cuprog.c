@@ -13,6 +13,7 @@
 #include <gpuslice/cuda_api.h>
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +169,53 @@ static void *thread_main(void *arg)
     else if (a != CUDA_ERROR_OUT_OF_MEMORY)
         thread_errors++;
     pthread_mutex_unlock(&thread_mu);
+    return NULL;
+}
+
+/* tlaunch: threads that launch, each into a stream of its own (as an
+ * inference server's do). Returns the first failure, or 0. */
+static void *launcher_main(void *arg)
+{
+    int each = (int)(intptr_t)arg;
+    CUstream s = NULL;
+    CUresult r = pctx(0);
+    if (r == CUDA_SUCCESS)
+        r = api.cuStreamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */);
+    for (int k = 0; k < each && r == CUDA_SUCCESS; k++)
+        r = api.cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL);
+    return (void *)(intptr_t)r;
+}
+
+static int run_launchers(int n, int each)
+{
+    pthread_t t[256];
+    int failed = 0;
+    n = n > 256 ? 256 : n;
+    for (int k = 0; k < n; k++)
+        pthread_create(&t[k], NULL, launcher_main, (void *)(intptr_t)each);
+    for (int k = 0; k < n; k++) {
+        void *rc;
+        pthread_join(t[k], &rc);
+        if (rc && !failed)
+            failed = (int)(intptr_t)rc;
+    }
+    return failed;
+}
+
+/* blocked: one thread's launch stays inside the driver (FAKECUDA_LAUNCH_BLOCK)
+ * while another thread launches. */
+static pthread_mutex_t others_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t others_cv = PTHREAD_COND_INITIALIZER;
+static int others_done, others_rc;
+
+static void *others_main(void *arg)
+{
+    int rc = run_launchers(1, (int)(intptr_t)arg);
+    pthread_mutex_lock(&others_mu);
+    others_done = 1;
+    others_rc = rc;
+    pthread_cond_broadcast(&others_cv);
+    pthread_mutex_unlock(&others_mu);
     return NULL;
 }
 
@@ -368,6 +416,49 @@ int main(int argc, char **argv)
                     return 2;
                 }
             }
+        } else if (!strcmp(op, "tlaunch")) {
+            /* tlaunch T N: T threads, each N launches into a stream of its own. */
+            int n = atoi(ARG());
+            r = run_launchers(n, atoi(ARG()));
+        } else if (!strcmp(op, "blocked")) {
+            /* blocked N: a thread's first launch is held inside the driver
+             * (FAKECUDA_LAUNCH_BLOCK=PATH); meanwhile another thread makes N
+             * launches. Prints whether those returned while the first was
+             * still held (given 30 s: a deadlock, not a slow machine, keeps
+             * them), then lets it go. */
+            const char *path = getenv("FAKECUDA_LAUNCH_BLOCK");
+            if (!path) {
+                fprintf(stderr, "blocked: FAKECUDA_LAUNCH_BLOCK is not set\n");
+                return 2;
+            }
+            char inside[4096];
+            snprintf(inside, sizeof inside, "%s.inside", path);
+            pthread_t held, others;
+            pthread_create(&held, NULL, launcher_main, (void *)(intptr_t)1);
+            struct stat st;
+            while (stat(inside, &st) != 0) {
+                struct timespec ts = {0, 1000000};
+                nanosleep(&ts, NULL);
+            }
+            int n = atoi(ARG());
+            pthread_create(&others, NULL, others_main, (void *)(intptr_t)n);
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += 30;
+            pthread_mutex_lock(&others_mu);
+            while (!others_done &&
+                   pthread_cond_timedwait(&others_cv, &others_mu, &until) == 0) {
+            }
+            int returned = others_done;
+            pthread_mutex_unlock(&others_mu);
+            FILE *f = fopen(path, "w");
+            if (f)
+                fclose(f);
+            void *rc;
+            pthread_join(held, &rc);
+            pthread_join(others, NULL);
+            printf("blocked %d %d %d\n", (int)(intptr_t)rc, others_rc, returned);
+            continue;
         } else if (!strcmp(op, "capture")) {
             /* capture N: N launches captured into a graph on a new stream;
              * prints the end-of-capture code and the launches the driver

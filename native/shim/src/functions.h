@@ -28,6 +28,22 @@
      unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                  \
      unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 
+/* The launch rows, a part of the table below: launch.c knows which rows are
+ * launches from here (gs_is_launch_fn), with no second list to keep. */
+#define GS_LAUNCH_FUNCTIONS(HOOK)                                                             \
+    HOOK(CUDA, cuLaunchKernel, CUresult, GS_LAUNCH_PARAMS)                                    \
+    HOOK(CUDA, cuLaunchKernel_ptsz, CUresult, GS_LAUNCH_PARAMS)                               \
+    HOOK(CUDA, cuLaunchKernelEx, CUresult,                                                    \
+         (const CUlaunchConfig_prefix *config, CUfunction f, void **kernelParams,             \
+          void **extra))                                                                      \
+    HOOK(CUDA, cuLaunchKernelEx_ptsz, CUresult,                                               \
+         (const CUlaunchConfig_prefix *config, CUfunction f, void **kernelParams,             \
+          void **extra))                                                                      \
+    HOOK(CUDA, cuLaunchCooperativeKernel, CUresult, GS_COOP_PARAMS)                           \
+    HOOK(CUDA, cuLaunchCooperativeKernel_ptsz, CUresult, GS_COOP_PARAMS)                      \
+    HOOK(CUDA, cuGraphLaunch, CUresult, (CUgraphExec hGraphExec, CUstream hStream))           \
+    HOOK(CUDA, cuGraphLaunch_ptsz, CUresult, (CUgraphExec hGraphExec, CUstream hStream))
+
 #define GS_FUNCTIONS(HOOK, REAL)                                                              \
     /* entry points: init and the two ways of finding functions */                           \
     HOOK(CUDA, cuInit, CUresult, (unsigned int flags))                                        \
@@ -95,18 +111,7 @@
     HOOK(CUDA, cuArrayDestroy, CUresult, (CUarray hArray))                                    \
     HOOK(CUDA, cuMipmappedArrayDestroy, CUresult, (CUmipmappedArray hMipmappedArray))         \
     /* kernel launches: the compute limiter (launch.c) */                                   \
-    HOOK(CUDA, cuLaunchKernel, CUresult, GS_LAUNCH_PARAMS)                                    \
-    HOOK(CUDA, cuLaunchKernel_ptsz, CUresult, GS_LAUNCH_PARAMS)                               \
-    HOOK(CUDA, cuLaunchKernelEx, CUresult,                                                    \
-         (const CUlaunchConfig_prefix *config, CUfunction f, void **kernelParams,             \
-          void **extra))                                                                      \
-    HOOK(CUDA, cuLaunchKernelEx_ptsz, CUresult,                                               \
-         (const CUlaunchConfig_prefix *config, CUfunction f, void **kernelParams,             \
-          void **extra))                                                                      \
-    HOOK(CUDA, cuLaunchCooperativeKernel, CUresult, GS_COOP_PARAMS)                           \
-    HOOK(CUDA, cuLaunchCooperativeKernel_ptsz, CUresult, GS_COOP_PARAMS)                      \
-    HOOK(CUDA, cuGraphLaunch, CUresult, (CUgraphExec hGraphExec, CUstream hStream))           \
-    HOOK(CUDA, cuGraphLaunch_ptsz, CUresult, (CUgraphExec hGraphExec, CUstream hStream))      \
+    GS_LAUNCH_FUNCTIONS(HOOK)                                                                 \
     REAL(CUDA, cuCtxGetCurrent, CUresult, (CUcontext *pctx))                                  \
     REAL(CUDA, cuStreamIsCapturing, CUresult, (CUstream hStream, int *captureStatus))         \
     REAL(CUDA, cuEventCreate, CUresult, (CUevent *phEvent, unsigned int Flags))               \

@@ -37,10 +37,21 @@ struct pacer_dev {
     pthread_mutex_t mu;
     struct gs_pacer p;
     int dev;
-    CUcontext ctx; /* events below belong to it */
+    CUcontext ctx; /* events below belong to it; written under mu, read without */
     CUevent pool[POOL];
     int npool;
     int card_opened; /* io.card: NULL if there is no card file */
+    /* Bumped (under mu) whenever the pacer holds the process back: a launch
+     * that saw another value before it went to the driver ran meanwhile. */
+    unsigned held;
+    /* Launches past the mutex, on lines of their own (every launching
+     * thread writes them): tickets left, and the clock they expire at. */
+    _Alignas(64) long tickets;
+    unsigned long long tickets_until;
+    /* Launches the driver took on a ticket, not yet handed to the pacer;
+     * unseen: those of them that ran while the pacer held the process back. */
+    _Alignas(64) unsigned long long counted;
+    unsigned long long unseen;
 };
 
 static struct pacer_dev pacers[GPUSLICE_MAX_DEVICES];
@@ -51,19 +62,16 @@ static int nwatched;
 static unsigned long long card_token;
 static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
 
-static int launch_rows[] = {
-    GS_FN_cuLaunchKernel,        GS_FN_cuLaunchKernel_ptsz,
-    GS_FN_cuLaunchKernelEx,      GS_FN_cuLaunchKernelEx_ptsz,
-    GS_FN_cuLaunchCooperativeKernel, GS_FN_cuLaunchCooperativeKernel_ptsz,
-    GS_FN_cuGraphLaunch,         GS_FN_cuGraphLaunch_ptsz,
-};
-
 int gs_is_launch_fn(int index)
 {
-    for (size_t i = 0; i < sizeof launch_rows / sizeof launch_rows[0]; i++)
-        if (launch_rows[i] == index)
-            return 1;
-    return 0;
+    switch (index) {
+#define GS_CASE(lib, name, ret, params) case GS_FN_##name:
+        GS_LAUNCH_FUNCTIONS(GS_CASE)
+#undef GS_CASE
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 int gs_pace_possible(void)
@@ -258,9 +266,17 @@ static unsigned long long io_now(struct gs_pace_io *io)
     return gs_now_ns();
 }
 
+/* The pacer holds the process back (sleep, wait, pause: throttled, standing
+ * aside, waiting for a turn): launches in flight past it are told apart. */
+static void holding(struct gs_pace_io *io)
+{
+    struct pacer_dev *pd = of(io);
+    __atomic_store_n(&pd->held, pd->held + 1, __ATOMIC_RELAXED);
+}
+
 static void io_sleep(struct gs_pace_io *io, unsigned long long ns)
 {
-    (void)io;
+    holding(io);
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
         ;
@@ -272,7 +288,7 @@ static void io_sleep(struct gs_pace_io *io, unsigned long long ns)
 static void io_wait_word(struct gs_pace_io *io, unsigned *word, unsigned seen,
                          unsigned long long ns)
 {
-    (void)io;
+    holding(io);
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
@@ -286,7 +302,7 @@ static void io_wake_word(struct gs_pace_io *io, unsigned *word)
 /* A few microseconds awake (a waiter about to be handed the card). */
 static void io_pause(struct gs_pace_io *io)
 {
-    (void)io;
+    holding(io);
     for (int i = 0; i < 64; i++) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -350,16 +366,61 @@ static void io_init(struct pacer_dev *pd, int dev)
 
 struct launch {
     struct pacer_dev *pd;
+    CUcontext ctx;
     CUstream s;
+    int ticket;    /* went past the mutex */
+    unsigned held; /* pd->held when it went to the driver */
 };
 
 static __thread CUcontext t_ctx;
 static __thread int t_dev = -1;
 
-/* Paced: returns with pd->mu held (L->pd set), or L->pd NULL. */
+/* With pd->mu held, on the way in: no new ticket from here on (what the
+ * pacer does now may depend on the count, or hold the process back), and
+ * the launches that went on tickets so far are handed over. A ticket taken
+ * before this is a launch in flight: it is counted at the next hand-over. */
+static void enter(struct pacer_dev *pd)
+{
+    __atomic_store_n(&pd->tickets, 0, __ATOMIC_RELAXED);
+    unsigned long long n = __atomic_exchange_n(&pd->counted, 0, __ATOMIC_RELAXED);
+    unsigned long long unseen = __atomic_exchange_n(&pd->unseen, 0, __ATOMIC_RELAXED);
+    if (n)
+        gs_pace_count(&pd->p, n, unseen);
+}
+
+/* With pd->mu held, on the way out: tickets for the launches until the next
+ * fence point. Only where the pacer does nothing at a launch that is no
+ * fence point: on a card with turns every launch asks the card (gate). */
+static void leave(struct pacer_dev *pd)
+{
+    unsigned n = pd->io.card && pd->io.turns ? 0 : gs_pace_room(&pd->p);
+    if (n) {
+        __atomic_store_n(&pd->tickets_until, gs_pace_room_until(&pd->p), __ATOMIC_RELAXED);
+        /* Release: a thread that takes a ticket sees the clock it expires at. */
+        __atomic_store_n(&pd->tickets, (long)n, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&pd->mu);
+}
+
+/* A ticket: this launch goes to the driver without the mutex. */
+static int take_ticket(struct pacer_dev *pd, CUcontext ctx, struct launch *L)
+{
+    if (__atomic_load_n(&pd->tickets, __ATOMIC_ACQUIRE) <= 0 ||
+        __atomic_load_n(&pd->ctx, __ATOMIC_RELAXED) != ctx ||
+        gs_now_ns() >= __atomic_load_n(&pd->tickets_until, __ATOMIC_RELAXED))
+        return 0;
+    L->held = __atomic_load_n(&pd->held, __ATOMIC_RELAXED);
+    /* Below zero: others took the last ones first; the mutex it is (the
+     * count is set anew at the next hand-out). */
+    return __atomic_sub_fetch(&pd->tickets, 1, __ATOMIC_RELAXED) >= 0;
+}
+
+/* Before the driver's launch: the pacer's decisions under pd->mu (released
+ * before the launch), or a ticket; L->pd NULL: not paced. */
 static void begin(struct launch *L, CUstream s, int ptsz)
 {
     L->pd = NULL;
+    L->ticket = 0;
     CUcontext ctx = NULL;
     if (!HAS_REAL(cuCtxGetCurrent) || !HAS_REAL(cuEventRecord) ||
         REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || !ctx)
@@ -372,29 +433,58 @@ static void begin(struct launch *L, CUstream s, int ptsz)
     if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES)
         return;
     struct pacer_dev *pd = &pacers[dev];
+    L->pd = pd;
+    L->ctx = ctx;
+    L->s = ptsz && s == NULL ? PER_THREAD_STREAM : s;
+    if (take_ticket(pd, ctx, L)) {
+        L->ticket = 1;
+        return;
+    }
     pthread_mutex_lock(&pd->mu);
+    enter(pd);
     card_of(pd, dev);
     if (pd->ctx != ctx) {
         /* A new context: the old one's events are not ours to touch. */
         gs_pace_reset(&pd->p);
         io_init(pd, dev);
         pd->npool = 0;
-        pd->ctx = ctx;
+        __atomic_store_n(&pd->ctx, ctx, __ATOMIC_RELAXED);
     }
-    L->s = ptsz && s == NULL ? PER_THREAD_STREAM : s;
     gs_pace_launch_begin(&pd->p, &pd->io, L->s);
-    L->pd = pd;
+    L->held = pd->held;
+    leave(pd);
 }
 
+/* After the driver's launch: counted (a ticket), or the pacer's decisions
+ * after a launch under pd->mu (a fence is recorded after this thread's
+ * launch returned, into its stream). */
 static void end(struct launch *L, CUresult r)
 {
     struct pacer_dev *pd = L->pd;
     if (!pd)
         return;
-    gs_pace_launch_end(&pd->p, &pd->io, L->s, r == CUDA_SUCCESS);
-    pthread_mutex_unlock(&pd->mu);
+    int ok = r == CUDA_SUCCESS;
+    if (L->ticket) {
+        if (ok) {
+            if (__atomic_load_n(&pd->held, __ATOMIC_RELAXED) != L->held)
+                __atomic_add_fetch(&pd->unseen, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&pd->counted, 1, __ATOMIC_RELAXED);
+        }
+        return;
+    }
+    pthread_mutex_lock(&pd->mu);
+    enter(pd);
+    /* A context made meanwhile by another thread reset the pacer: this
+     * launch's stream is not one its events may be recorded into. */
+    if (pd->ctx == L->ctx) {
+        if (ok && pd->held != L->held)
+            gs_pace_count(&pd->p, 0, 1); /* ran while the pacer held the process back */
+        gs_pace_launch_end(&pd->p, &pd->io, L->s, ok);
+    }
+    leave(pd);
 }
 
+/* The driver's launch runs with no lock of ours held. */
 #define PACED(name, stream, ptsz, args)                                                       \
     do {                                                                                      \
         gs_cuda_ready();                                                                      \
@@ -463,8 +553,9 @@ __attribute__((destructor)) static void flush_at_exit(void)
         return;
     for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
         struct pacer_dev *pd = &pacers[i];
-        if (!pd->ctx || pthread_mutex_trylock(&pd->mu) != 0)
+        if (!__atomic_load_n(&pd->ctx, __ATOMIC_RELAXED) || pthread_mutex_trylock(&pd->mu) != 0)
             continue;
+        enter(pd);
         unsigned long long wait;
         if (pd->p.charge_ns || pd->p.launches)
             io_settle(&pd->io, pd->p.charge_ns, pd->p.launches, &wait);
@@ -485,6 +576,8 @@ void gs_launch_fork_child(void)
         gs_pace_reset(&pacers[i].p);
         pacers[i].ctx = NULL; /* the first launch re-initialises the rest */
         pacers[i].npool = 0;
+        pacers[i].tickets = 0;
+        pacers[i].counted = pacers[i].unseen = 0;
     }
     t_ctx = NULL;
     t_dev = -1;

@@ -948,3 +948,39 @@ void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io)
                                     __ATOMIC_RELAXED))
         changed_hands(io);
 }
+
+/* ------------------------------------ launches past the pacer (launch.c)
+ * Added for issue 25 (launches from many threads): small pure functions on
+ * the pacer's fields, no policy. launch.c lets a launch that is no fence
+ * point go to the driver without taking the pacer's lock, counts it with
+ * atomics, and hands the count over at the next launch that comes through
+ * gs_pace_launch_begin/end. */
+
+unsigned gs_pace_room(const struct gs_pacer *p)
+{
+    /* The launch that reaches per_fence must come through the pacer (its
+     * end records the fence), and so must the first of a busy period. */
+    if (p->need_mark || p->since_fence + 1 >= p->per_fence)
+        return 0;
+    return p->per_fence - p->since_fence - 1;
+}
+
+unsigned long long gs_pace_room_until(const struct gs_pacer *p)
+{
+    /* gs_pace_after fences by time from here on, gs_pace_before checks for
+     * a gap from the second one: whichever comes first. */
+    unsigned long long fence = p->last_fence_ns + GS_PACE_FENCE_NS;
+    unsigned long long gap = p->last_launch_ns + GS_PACE_GAP_NS;
+    return fence < gap ? fence : gap;
+}
+
+void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long unseen)
+{
+    p->launches += n;
+    p->since_fence += (unsigned)n;
+    /* Launches that reached the GPU while the pacer held the process back
+     * (throttled, standing aside, waiting for a turn) ran outside every
+     * interval it measures: charged at the learned estimate, as a gap
+     * charges its unfenced launches. */
+    p->charge_ns += unseen * p->per_launch_ns;
+}

@@ -168,6 +168,17 @@ struct gs_pace_io {
 void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *stream);
 void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int ok);
 
+/* Launches past the pacer (launch.c's lock-free path; pure, no io):
+ * gs_pace_room: how many launches may go to the driver without
+ * gs_pace_launch_begin/end before one must come through them again (0 while
+ * a marker is due); gs_pace_room_until: the clock by which one must (a
+ * fence due by time, or the gap check); gs_pace_count: n such launches the
+ * driver took, `unseen` of them while the pacer held the process back
+ * (charged at the learned estimate). */
+unsigned gs_pace_room(const struct gs_pacer *p);
+unsigned long long gs_pace_room_until(const struct gs_pacer *p);
+void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long unseen);
+
 /* The process is going away: give back the turn if it holds it (no driver
  * call; its queue dies with its context). */
 void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io);
