@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import suite
+
 # A request: serve one of `size` (decode: tokens to generate), return a small
 # tensor of its answer (the caller copies it to the host, which waits for it).
 Request = Callable[[int], torch.Tensor]
@@ -41,7 +43,7 @@ class Sizes:
     dec_layers: int = 2
     vocab: int = 8192
     prompt: int = 16
-    max_tokens: int = 128   # suite.DECODE_TOKENS[1]
+    max_tokens: int = suite.DECODE_TOKENS[1]
     train_layers: int = 4
     train_batch: int = 8
     train_seq: int = 256

@@ -8,7 +8,6 @@ import gzip
 import importlib.machinery
 import importlib.util
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
