@@ -77,7 +77,7 @@ def test_decode_sizes_are_seeded_tokens_in_range_and_others_one():
 def test_a_phase_is_the_same_requests_in_every_process():
     p = suite.Phase("decode", "poisson", "heavy", at=3.0, seconds=2.0)
     q = suite.from_json(suite.to_json([p]))[0]
-    assert q == p and q.requests() == p.requests() and q.rate == 8.0
+    assert q == p and q.requests() == p.requests() and q.rate == 4.0
     # Each (shape, arrival, load) has its own seed: two phases do not share arrivals.
     seeds = {suite.Phase(s, a, ld, 0, 1).seed for s in suite.SHAPES for a in suite.ARRIVALS
              for ld in suite.LOADS}
