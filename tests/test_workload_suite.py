@@ -359,3 +359,13 @@ def test_compute_share_suite_rows_judge_goal_2(monkeypatch):
     assert by[("pair eagerloop+50", "matmul", "50")].result == ct.PASS
     assert by[(cs.TS_REF, "eagerloop", "none")].result == "ref"
     assert {r.result for r in rows if r.program == "train" and r.cap != "none"} == {ct.PASS}
+
+
+def test_a_starved_neighbour_reads_zero_and_fails_its_floor():
+    plan = synthetic()
+    fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0})
+    starved = next(sc for sc in plan if sc.name == "beside matmul 50")
+    starved.tenants[1].data["done_s"] = []
+    rows, _ = rows_of(plan)
+    got = [r for r in rows if r[2] == "beside matmul 50"]
+    assert got and all(r[-2] == ct.FAIL and "card 0.0-0.0" in r[10] for r in got)
