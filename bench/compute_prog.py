@@ -182,11 +182,12 @@ def run_requests(unit: Callable[[], None], events: List[torch.cuda.Event], until
 STOP_AFTER_S = 0.0
 
 
-def serve(requests: Dict[str, workloads.Request], phases: List[suite.Phase], start_at: float,
-          stop_at: float, events: List[Tuple[torch.cuda.Event, torch.cuda.Event]]
-          ) -> Dict[str, list]:
-    """Serve every phase's requests in arrival order, one at a time (a request that arrives
-    while another is served waits: queueing counts); per request its times.
+def serve(requests: Dict[str, workloads.Request], phases: List[suite.Phase],
+          todo: List[Tuple[int, float, int]], start_at: float, stop_at: float,
+          events: List[Tuple[torch.cuda.Event, torch.cuda.Event]]) -> Dict[str, list]:
+    """Serve todo's requests, (phase, arrival s from START_AT, size), in arrival order, one
+    at a time (a request that arrives while another is served waits: queueing counts);
+    per request its times.
 
     Times are seconds from START_AT on the host's clock; a request not begun
     by stop_at gets begin_s = end_s = None.
@@ -194,28 +195,26 @@ def serve(requests: Dict[str, workloads.Request], phases: List[suite.Phase], sta
     mono = time.monotonic
     out: Dict[str, list] = {k: [] for k in ("phase", "arrival_s", "begin_s", "end_s", "size")}
     n = 0
-    for i, ph in enumerate(phases):
-        fn = requests[ph.shape]
-        for at, size in ph.requests():
-            arrival = start_at + ph.at + at
-            sleep_until(arrival)
-            t0 = mono()
-            out["phase"].append(i)
-            out["arrival_s"].append(round(arrival - start_at, 7))
-            out["size"].append(size)
-            if t0 > stop_at:
-                out["begin_s"].append(None)
-                out["end_s"].append(None)
-                continue
-            ev0, ev1 = events[n]
-            ev0.record()
-            answer = fn(size)
-            ev1.record()
-            answer.cpu()  # the answer on the host: waits for the request's work
-            t1 = mono()
-            out["begin_s"].append(round(t0 - start_at, 7))
-            out["end_s"].append(round(t1 - start_at, 7))
-            n += 1
+    for i, at, size in todo:
+        arrival = start_at + at
+        sleep_until(arrival)
+        t0 = mono()
+        out["phase"].append(i)
+        out["arrival_s"].append(round(at, 7))
+        out["size"].append(size)
+        if t0 > stop_at:
+            out["begin_s"].append(None)
+            out["end_s"].append(None)
+            continue
+        ev0, ev1 = events[n]
+        ev0.record()
+        answer = requests[phases[i].shape](size)
+        ev1.record()
+        answer.cpu()  # the answer on the host: waits for the request's work
+        t1 = mono()
+        out["begin_s"].append(round(t0 - start_at, 7))
+        out["end_s"].append(round(t1 - start_at, 7))
+        n += 1
     return out
 
 
@@ -253,9 +252,11 @@ def main() -> None:
     if prog == "requests":
         torch.set_grad_enabled(False)
         requests = models.requests(shapes, torch.device("cuda"))  # allocated, warmed up
-        n_req = sum(len(p.requests()) for p in phases)
+        # Every arrival drawn now, none while the clock runs.
+        todo = [(i, ph.at + at, size) for i, ph in enumerate(phases)
+                for at, size in ph.requests()]
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                 for _ in range(n_req)]
+                 for _ in todo]
         events = [ev for pair in pairs for ev in pair]
     else:
         unit = make_unit(prog, models)
@@ -290,7 +291,7 @@ def main() -> None:
     t_start = time.monotonic()
     served: Dict[str, list] = {}
     if prog == "requests":
-        served = serve(requests, phases, args.start_at,
+        served = serve(requests, phases, todo, args.start_at,
                        args.start_at + args.seconds + STOP_AFTER_S, pairs)
         units = sum(1 for b in served["begin_s"] if b is not None)
     else:
