@@ -1,28 +1,39 @@
-"""One tenant of bench/compute_share: a GPU loop, and when each unit of work finished.
+"""One tenant of the compute benches: a GPU loop, or requests, and when each unit finished.
 
     python3 bench/compute_prog.py PROGRAM SECONDS START_AT OUTFILE [--setup-lead S] [--cpu N]
+    python3 bench/compute_prog.py requests SECONDS START_AT OUTFILE --phases FILE ...
 
 PROGRAM is matmul (one fp16 4096x4096 torch.mm per unit), tiny (100 launches
 of a 256-element add per unit), graph (one replay of a captured CUDA graph
 of 20 x (mul_, 2048x2048 fp16 mm) per unit), triton (one launch of a kernel
 written in Triton, bench/triton_unit.py), bigmm (one fp16 16384x16384
 torch.mm per unit: kernels of ten-odd milliseconds, a neighbour that is slow
-to drain) or latency (a request every 10 ms: two fp16 2048x2048 torch.mm,
-then it waits for them; the latency of each, from before its first launch
-to after the wait, on the host's clock). START_AT is a CLOCK_MONOTONIC
-time (time.monotonic(), one clock for every process of the machine), so
-that tenants of one scenario start together and setup time stays out of the
-measurement. Phases, so that a tenant touches the GPU as little as possible
-while an earlier one is measured:
+to drain), train (a training step of a small transformer: forward, backward,
+AdamW, a sync per step), eagerloop (an eager transformer forward, the
+suite's eager-s, a sync per pass: a busy tenant of many kernels), latency (a
+request every 10 ms: two fp16 2048x2048 torch.mm, then it waits for them;
+the latency of each, from before its first launch to after the wait, on the
+host's clock) or requests (the suite's request shapes, bench/suite.py: the
+phases in FILE one after another, each a shape at an arrival for some
+seconds; latency from each request's arrival to its answer on the host, so
+that queueing counts; the models are built once for all phases).
+START_AT is a CLOCK_MONOTONIC time (time.monotonic(), one clock for every
+process of the machine), so that tenants of one scenario start together and
+setup time stays out of the measurement. Phases, so that a tenant touches
+the GPU as little as possible while an earlier one is measured:
 
-    launch .. START_AT-setup_lead   import torch (CPU only)
+    launch .. START_AT-setup_lead   import torch, build the suite's weights (CPU only)
     .. START_AT-0.5                 CUDA context, tensors, graph capture, event pool
+                                    (requests: every shape warmed up, until START_AT)
     .. START_AT-0.1                 warm-up: the loop itself, then synchronize
     START_AT .. +SECONDS            the loop, a timing event after every unit
 
 OUTFILE gets JSON: the monotonic times of the phases, and done_s: the
 seconds from the start event to each unit's event, on the GPU's timeline
-(and for latency, latency_s: each request's).
+(for latency, latency_s: each request's; for requests, per request its
+phase, arrival_s, begin_s and end_s in seconds from START_AT on the host's
+clock, done_s, and span_s: the GPU time from its first launch's event to
+its answer's).
 """
 from __future__ import annotations
 
@@ -31,22 +42,30 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 T_LAUNCH = time.monotonic()
 import torch  # noqa: E402  (imported after T_LAUNCH so its import time is known)
 
 T_IMPORTED = time.monotonic()
 
-PROGRAMS = ("matmul", "tiny", "graph", "triton", "bigmm", "latency")
+import suite  # noqa: E402  (bench/ is on sys.path: this file's folder)
+import workloads  # noqa: E402
+
+PROGRAMS = ("matmul", "tiny", "graph", "triton", "bigmm", "train", "eagerloop", "latency",
+            "requests")
 # Generous guesses of uncapped units/s on an H200, to size the event pool.
 RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "triton": 8000, "bigmm": 300,
-              "latency": 120}
+              "train": 1500, "eagerloop": 2000, "latency": 120}
 # Units the CPU may queue ahead of the GPU: keeps the GPU fed, yet bounds the
 # queue so the GPU stops soon after the loop does (the next run is scheduled).
-AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "latency": 1}
+# 0: a sync after every unit, as a training loop (loss.item()) or a loop of
+# forward passes that uses each result does.
+AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "train": 0,
+         "eagerloop": 0, "latency": 1}
 # Units between two clock reads; one tiny or graph unit is long enough alone.
-CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "latency": 1}
+CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "train": 1,
+               "eagerloop": 1, "latency": 1}
 REQUEST_EVERY_S = 0.010  # the latency tenant's period
 GROW = 2000          # events added at once if the pool runs out
 WARMUP_END_S = 0.1   # warm-up stops this long before START_AT, then synchronizes
@@ -61,9 +80,11 @@ def sleep_until(t: float) -> None:
         pass
 
 
-def make_unit(program: str) -> Callable[[], None]:
+def make_unit(program: str, models: Optional["workloads.Models"]) -> Callable[[], None]:
     """Allocate (outside the loop, so the allocator adds no noise) and return one unit of work."""
     dev = torch.device("cuda")
+    if models is not None:  # the suite's busy programs
+        return models.busy(program, dev)
     if program in ("matmul", "bigmm"):
         n = 4096 if program == "matmul" else 16384
         a = torch.randn(n, n, device=dev, dtype=torch.float16)
@@ -155,6 +176,48 @@ def run_requests(unit: Callable[[], None], events: List[torch.cuda.Event], until
     return n
 
 
+# A request that could not begin by the run's end (its tail included) + this
+# is not served: the next scenario's tenants set up GAP_S after the tail
+# (bench/compute_run.py), and a backlog must not run into their setup.
+STOP_AFTER_S = 0.0
+
+
+def serve(requests: Dict[str, workloads.Request], phases: List[suite.Phase],
+          todo: List[Tuple[int, float, int]], start_at: float, stop_at: float,
+          events: List[Tuple[torch.cuda.Event, torch.cuda.Event]]) -> Dict[str, list]:
+    """Serve todo's requests, (phase, arrival s from START_AT, size), in arrival order, one
+    at a time (a request that arrives while another is served waits: queueing counts);
+    per request its times.
+
+    Times are seconds from START_AT on the host's clock; a request not begun
+    by stop_at gets begin_s = end_s = None.
+    """
+    mono = time.monotonic
+    out: Dict[str, list] = {k: [] for k in ("phase", "arrival_s", "begin_s", "end_s", "size")}
+    n = 0
+    for i, at, size in todo:
+        arrival = start_at + at
+        sleep_until(arrival)
+        t0 = mono()
+        out["phase"].append(i)
+        out["arrival_s"].append(round(at, 7))
+        out["size"].append(size)
+        if t0 > stop_at:
+            out["begin_s"].append(None)
+            out["end_s"].append(None)
+            continue
+        ev0, ev1 = events[n]
+        ev0.record()
+        answer = requests[phases[i].shape](size)
+        ev1.record()
+        answer.cpu()  # the answer on the host: waits for the request's work
+        t1 = mono()
+        out["begin_s"].append(round(t0 - start_at, 7))
+        out["end_s"].append(round(t1 - start_at, 7))
+        n += 1
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("program", choices=PROGRAMS)
@@ -166,19 +229,42 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=0.4, help="seconds of warm-up loop")
     ap.add_argument("--cpu", type=int, default=None,
                     help="run on this CPU alone from the setup on (not during the import)")
+    ap.add_argument("--phases", type=Path,
+                    help="requests: a JSON file of bench/suite.py phases (suite.to_json)")
     args = ap.parse_args()
     prog = args.program
+    phases: List[suite.Phase] = []
+    if prog == "requests":
+        if not args.phases:
+            ap.error("requests needs --phases")
+        phases = suite.from_json(args.phases.read_text())
+    shapes = sorted({p.shape for p in phases}, key=list(suite.SHAPES).index)
+    # The suite's weights on the CPU now, with the imports, not beside another tenant's run.
+    models = (workloads.Models(shapes) if prog == "requests" else
+              workloads.Models([prog]) if prog in ("train", "eagerloop") else None)
 
     sleep_until(args.start_at - args.setup_lead)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     t_setup = time.monotonic()
-    unit = make_unit(prog)
-    for _ in range(2):  # kernels loaded, cuBLAS initialized
-        unit()
+    latency: List[float] = []
+    requests: Dict[str, workloads.Request] = {}
+    if prog == "requests":
+        torch.set_grad_enabled(False)
+        requests = models.requests(shapes, torch.device("cuda"))  # allocated, warmed up
+        # Every arrival drawn now, none while the clock runs.
+        todo = [(i, ph.at + at, size) for i, ph in enumerate(phases)
+                for at, size in ph.requests()]
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in todo]
+        events = [ev for pair in pairs for ev in pair]
+    else:
+        unit = make_unit(prog, models)
+        for _ in range(2):  # kernels loaded, cuBLAS initialized
+            unit()
+        events = new_events(int(RATE_GUESS[prog] * (args.seconds + args.warmup + 1.0)))
     # torch creates the CUDA event at its first record(): record every pooled
     # event once now, so that no event is created inside the measured loop.
-    events = new_events(int(RATE_GUESS[prog] * (args.seconds + args.warmup + 1.0)))
     for ev in events:
         ev.record()
     start = torch.cuda.Event(enable_timing=True)
@@ -186,28 +272,40 @@ def main() -> None:
     torch.cuda.synchronize()
     t_setup_done = time.monotonic()
 
-    latency: List[float] = []
-
     def loop(until: float) -> int:
         if prog == "latency":
             return run_requests(unit, events, until, latency)
         return run_loop(unit, events, until, AHEAD[prog], CHECK_EVERY[prog])
 
-    sleep_until(args.start_at - WARMUP_END_S - args.warmup)
-    t_warmup = time.monotonic()
-    warm_units = loop(max(args.start_at - WARMUP_END_S, t_warmup + 0.05))
-    torch.cuda.synchronize()
-    latency.clear()
+    warm_units = 0
+    t_warmup = t_setup  # requests: its setup ran every shape (what another run must not overlap)
+    if prog != "requests":  # requests warmed up each shape in setup; its first phase settles
+        sleep_until(args.start_at - WARMUP_END_S - args.warmup)
+        t_warmup = time.monotonic()
+        warm_units = loop(max(args.start_at - WARMUP_END_S, t_warmup + 0.05))
+        torch.cuda.synchronize()
+        latency.clear()
 
     sleep_until(args.start_at)
     start.record()
     t_start = time.monotonic()
-    units = loop(t_start + args.seconds)
+    served: Dict[str, list] = {}
+    if prog == "requests":
+        served = serve(requests, phases, todo, args.start_at,
+                       args.start_at + args.seconds + STOP_AFTER_S, pairs)
+        units = sum(1 for b in served["begin_s"] if b is not None)
+    else:
+        units = loop(t_start + args.seconds)
     t_loop_end = time.monotonic()
     torch.cuda.synchronize()
     t_end = time.monotonic()
 
-    done_s = [round(start.elapsed_time(events[i]) / 1000.0, 6) for i in range(units)]
+    if prog == "requests":
+        done_s = [round(start.elapsed_time(ev1) / 1000.0, 6) for _, ev1 in pairs[:units]]
+        served["span_s"] = [round(ev0.elapsed_time(ev1) / 1000.0, 7)
+                            for ev0, ev1 in pairs[:units]]
+    else:
+        done_s = [round(start.elapsed_time(events[i]) / 1000.0, 6) for i in range(units)]
     result: Dict[str, object] = {
         "program": prog,
         "seconds": args.seconds,
@@ -235,6 +333,9 @@ def main() -> None:
     }
     if prog == "latency":
         result["latency_s"] = [round(v, 7) for v in latency]
+    if prog == "requests":
+        result["phases"] = json.loads(suite.to_json(phases))
+        result.update(served)
     tmp = args.outfile.with_name(args.outfile.name + ".tmp")
     tmp.write_text(json.dumps(result))
     tmp.replace(args.outfile)  # whole or absent: the parent never reads half a file

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import suite
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 # Another build may be measured instead (an experiment): COMPUTE_SHARE_SHIM=<path>.
@@ -41,6 +43,7 @@ class Tenant:
     shim: bool = True
     priority: Optional[str] = None  # GPUSLICE_PRIORITY, if any
     env: Dict[str, str] = field(default_factory=dict)  # more (an MPS client's, say)
+    phases: List[suite.Phase] = field(default_factory=list)  # program requests: what it serves
     proc: Optional[subprocess.Popen] = None
     data: Optional[dict] = None
     error: str = ""
@@ -52,6 +55,14 @@ class Scenario:
     tenants: List[Tenant]
     start_at: float = 0.0
     card_dir: Optional[Path] = None
+    seconds: Optional[int] = None        # its 1 s windows, if not the bench's --seconds
+    setup_lead: Optional[float] = None   # its tenants' setup lead, if not the bench's
+
+    def windows(self, seconds: int) -> int:
+        return self.seconds if self.seconds is not None else seconds
+
+    def lead(self, setup_lead: float) -> float:
+        return self.setup_lead if self.setup_lead is not None else setup_lead
 
 
 def clean_env() -> Dict[str, str]:
@@ -133,9 +144,12 @@ def tenant_cpu(sc: Scenario, t: Tenant) -> Optional[int]:
 def launch(sc: Scenario, t: Tenant, root: Path, seconds: int, setup_lead: float) -> None:
     state = root / t.key / "state"
     state.mkdir(parents=True)
-    cmd = [sys.executable, str(PROG), t.program, f"{seconds + TAIL_S}", f"{sc.start_at:.6f}",
-           str(root / t.key / "out.json"), "--setup-lead", f"{setup_lead}",
-           "--warmup", f"{WARMUP_S}"]
+    cmd = [sys.executable, str(PROG), t.program, f"{sc.windows(seconds) + TAIL_S}",
+           f"{sc.start_at:.6f}", str(root / t.key / "out.json"),
+           "--setup-lead", f"{sc.lead(setup_lead)}", "--warmup", f"{WARMUP_S}"]
+    if t.phases:
+        (root / t.key / "phases.json").write_text(suite.to_json(t.phases))
+        cmd += ["--phases", str(root / t.key / "phases.json")]
     cpu = tenant_cpu(sc, t)
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
@@ -154,11 +168,17 @@ def schedule(plan: Sequence[Scenario], first_at: float, seconds: int, setup_lead
              gap: float = 0.0) -> float:
     """Give each scenario its START_AT, one after another from first_at; the end of the last.
 
-    A run ends TAIL_S after its windows; the next may touch the GPU GAP_S later."""
-    stagger = seconds + TAIL_S + GAP_S + setup_lead
+    A run ends TAIL_S after its windows; the next may touch the GPU GAP_S
+    later, and starts its own setup lead after that. The end: when another
+    run's setup could begin, plus gap.
+    """
+    at = first_at
     for i, sc in enumerate(plan):
-        sc.start_at = first_at + i * stagger
-    return first_at + len(plan) * stagger + gap
+        if i:
+            at += sc.lead(setup_lead)
+        sc.start_at = at
+        at += sc.windows(seconds) + TAIL_S + GAP_S
+    return at + gap
 
 
 def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, setup_lead: float,
@@ -186,7 +206,7 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, setup_l
             caps = ", ".join("none" if t.cap is None else str(t.cap) for t in sc.tenants)
             print(f"[{i + 1}/{len(plan)}] {sc.name}: {sc.tenants[0].program} (cap {caps}) "
                   f"starts in {sc.start_at - time.monotonic():.1f} s", file=sys.stderr, flush=True)
-        deadline = plan[-1].start_at + seconds + 120
+        deadline = plan[-1].start_at + plan[-1].windows(seconds) + 120
         while any(t.proc.poll() is None for t in launched) and time.monotonic() < deadline:
             while pending and time.monotonic() >= pending[0][0]:
                 pending.pop(0)[1]()
@@ -282,7 +302,10 @@ def plan_from_raw(raw: dict) -> List[Scenario]:
     plan = []
     for sc in raw["scenarios"]:
         tenants = [Tenant(t["key"], t["program"], t["cap"], t["shim"], t.get("priority"),
-                          dict(t.get("env") or {}), data=t["result"], error=t["error"])
+                          dict(t.get("env") or {}),
+                          suite.from_json(json.dumps(t.get("phases") or [])),
+                          data=t["result"], error=t["error"])
                    for t in sc["tenants"]]
-        plan.append(Scenario(sc["name"], tenants, sc.get("start_at", 0.0)))
+        plan.append(Scenario(sc["name"], tenants, sc.get("start_at", 0.0),
+                             seconds=sc.get("seconds"), setup_lead=sc.get("setup_lead")))
     return plan

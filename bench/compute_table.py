@@ -1,4 +1,4 @@
-"""Analysis and result table of bench/compute_share, the compute-cap benchmark.
+"""Analysis of the compute benches (bench/compute_share, bench/compute_latency): windows, card time, verdicts.
 
 Pure Python (no torch), so CI tests it on synthetic timestamps
 (tests/test_compute_table.py). A tenant's run is the list of times, in
@@ -9,7 +9,9 @@ docs/compute-limit.md) and its throughput (the units finished there against
 the same program's uncapped units per second, in percent: reported, since a
 lone card that boosts its clock does more per second of card time). The
 acceptance: card time in every window after the first second within 2
-points of the cap.
+points of the cap. The workload suite's rules (issue 25) are here too:
+request latency percentiles and their goals, the card-time band of a capped
+neighbour of a request tenant, and a busy tenant's throughput rule.
 """
 from __future__ import annotations
 
@@ -62,17 +64,34 @@ def busy_windows(done_s: Sequence[float], seconds: int, unit_s: float) -> List[f
     prev = 0.0
     slack = min(unit_s / 2, BACK_TO_BACK_S)
     for t in done_s:
-        lo = prev if t - prev <= unit_s + slack else t - unit_s
+        spread(busy, prev if t - prev <= unit_s + slack else t - unit_s, t)
         prev = t
-        # Spread [lo, t] over the windows it covers.
-        while lo < t:
-            w = math.floor(lo)
-            if w >= seconds:
-                break
-            hi = min(t, w + 1.0)
-            if w >= 0:
-                busy[w] += hi - lo
-            lo = hi
+    return [100.0 * b for b in busy]
+
+
+def spread(busy: List[float], lo: float, hi: float) -> None:
+    """Add the seconds of [lo, hi] to the 1 s windows they fall in (none before 0 or past the last)."""
+    while lo < hi:
+        w = math.floor(lo)
+        if w >= len(busy):
+            break
+        top = min(hi, w + 1.0)
+        if w >= 0:
+            busy[w] += top - lo
+        lo = top
+
+
+def held_windows(spans: Sequence[Tuple[float, float]], seconds: int) -> List[float]:
+    """Percent of each 1 s window covered by the (start, end) spans of one tenant's work.
+
+    One tenant's work does not overlap itself on the card: where two spans
+    overlap (estimates), the later one counts from the earlier one's end.
+    """
+    busy = [0.0] * seconds
+    reach = -math.inf
+    for lo, hi in sorted(spans):
+        spread(busy, max(lo, reach), hi)
+        reach = max(reach, hi)
     return [100.0 * b for b in busy]
 
 
@@ -125,6 +144,7 @@ class Span:
     warmup: float   # first warm-up unit
     start: float    # start event recorded: window 0 begins
     end: float      # GPU idle again (after the final synchronize)
+    seconds: Optional[int] = None  # its measured windows, where not the bench's
 
 
 def interference(spans: Sequence[Span], seconds: int) -> Dict[str, Tuple[bool, List[str]]]:
@@ -137,7 +157,7 @@ def interference(spans: Sequence[Span], seconds: int) -> Dict[str, Tuple[bool, L
     """
     out: Dict[str, Tuple[bool, List[str]]] = {}
     for s in spans:
-        lo, hi = s.start, s.start + seconds
+        lo, hi = s.start, s.start + (s.seconds if s.seconds is not None else seconds)
         valid, notes = True, []
         for o in spans:
             if o.scenario == s.scenario:
@@ -220,3 +240,59 @@ def summary(rows: Sequence[Row]) -> Tuple[str, bool]:
             f"(card time in every window from {SKIP_FIRST} s on within {TOLERANCE:g} points of "
             f"the target, or throughput where no card time is measured)")
     return line, ok
+
+
+# The workload suite's rules (bench/compute_latency, bench/compute_share --suite).
+GOAL1_RATIO = 1.0  # a normal tenant's p99 beside capped neighbours / plain time slicing's
+HIGH_RATIO = 1.2   # priority high: p99 / its p99 alone
+
+
+def pct(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (nearest rank on the sorted values)."""
+    if not values:
+        raise ValueError("no values for a percentile")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))]
+
+
+def latency_verdict(p99: float, ref_p99: Optional[float], ratio: float) -> str:
+    """PASS when p99 <= ratio x the reference's p99; ERROR without a reference."""
+    if ref_p99 is None or not ref_p99 > 0:
+        return ERROR
+    return PASS if p99 <= ratio * ref_p99 + 1e-12 else FAIL
+
+
+def neighbour_band(cap: float, others: float, tol: float = TOLERANCE) -> Tuple[float, float]:
+    """The card time a capped neighbour must hold in a window: (floor, ceiling).
+
+    At most cap + tol; at least min(cap, 100 - others) - tol, where others is
+    the card time the rest of the scenario (the request tenant, other
+    neighbours) held in that window: it is owed its cap, or what is left.
+    """
+    return min(cap, 100.0 - others) - tol, cap + tol
+
+
+def band_verdict(card: Sequence[float], cap: float, others: Sequence[float],
+                 windows: Sequence[int], tol: float = TOLERANCE) -> Tuple[bool, str]:
+    """Whether a capped neighbour's card time is within its band in each of `windows`;
+    a note naming the first window that is not."""
+    for w in windows:
+        lo, hi = neighbour_band(cap, others[w], tol)
+        if not lo - 1e-9 <= card[w] <= hi + 1e-9:
+            return False, f"window {w}: {card[w]:.1f} outside {max(lo, 0):.1f}-{hi:.1f}"
+    return True, ""
+
+
+def busy_tenant_verdict(rate: float, ref_rate: float, card: Sequence[float], cap: float,
+                        tol: float = TOLERANCE, skip_first: int = SKIP_FIRST) -> Tuple[bool, str]:
+    """Goal 2: a busy uncapped tenant beside a neighbour capped at `cap` gets at least the
+    throughput it gets beside that neighbour uncapped under plain time slicing (ref_rate,
+    units/s), and card time >= (100 - cap) - tol in every judged window."""
+    judged = list(card[skip_first:])
+    if not judged or not ref_rate > 0:
+        return False, "nothing to judge"
+    floor = 100.0 - cap - tol
+    low = min(judged)
+    ok = rate >= ref_rate and low >= floor - 1e-9
+    return ok, (f"{rate:.1f} units/s vs {ref_rate:.1f} under plain time slicing "
+                f"({rate / ref_rate:.2f}); card time min {low:.1f} (floor {floor:g})")

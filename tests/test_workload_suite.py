@@ -1,0 +1,371 @@
+"""The workload suite's pure parts (bench/suite.py), bench/compute_latency's plan and
+verdicts, and bench/compute_share --suite's goal-2 rows, on synthetic timestamps.
+
+No torch: bench/workloads.py and bench/compute_prog.py need a GPU and are
+not loaded. bench/ is no package: its modules are loaded from their paths.
+"""
+import gzip
+import importlib.machinery
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))  # compute_latency imports compute_run, compute_table, suite
+
+
+def load(name: str, path: Path):
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
+    loader.exec_module(mod)
+    return mod
+
+
+suite = load("suite", BENCH / "suite.py")
+ct = load("compute_table", BENCH / "compute_table.py")
+cr = load("compute_run", BENCH / "compute_run.py")
+cl = load("compute_latency", BENCH / "compute_latency")
+cs = load("compute_share", BENCH / "compute_share")
+
+
+# --- arrivals --------------------------------------------------------------
+
+def test_periodic_arrivals_are_evenly_spaced_half_a_period_in():
+    t = suite.arrival_times("periodic", 40.0, 1.5, seed=1)
+    assert len(t) == 60
+    assert t[0] == pytest.approx(0.0125)
+    assert all(b - a == pytest.approx(0.025) for a, b in zip(t, t[1:]))
+    assert t[-1] < 1.5
+    assert suite.arrival_times("periodic", 3.0, 2.0, seed=1) == pytest.approx([1 / 6, 0.5,
+                                                                              5 / 6, 7 / 6,
+                                                                              1.5, 11 / 6])
+
+
+def test_poisson_arrivals_are_seeded_and_have_the_rate():
+    a = suite.arrival_times("poisson", 200.0, 50.0, seed=7)
+    assert a == suite.arrival_times("poisson", 200.0, 50.0, seed=7)
+    assert a != suite.arrival_times("poisson", 200.0, 50.0, seed=8)
+    assert all(0 <= x < 50.0 for x in a) and a == sorted(a)
+    assert len(a) / 50.0 == pytest.approx(200.0, rel=0.03)  # 10000 expected: sd 1 %
+    gaps = [b - x for x, b in zip(a, a[1:])]
+    assert statistics.mean(gaps) == pytest.approx(1 / 200.0, rel=0.03)
+    # Exponential: the sd of the gaps equals their mean (periodic: 0).
+    assert statistics.pstdev(gaps) == pytest.approx(1 / 200.0, rel=0.05)
+
+
+@pytest.mark.parametrize("kind,rate,seconds", [("uniform", 1.0, 1.0), ("poisson", 0.0, 1.0),
+                                               ("periodic", -1.0, 1.0)])
+def test_bad_arrivals_are_refused(kind, rate, seconds):
+    with pytest.raises(ValueError):
+        suite.arrival_times(kind, rate, seconds, seed=1)
+
+
+def test_decode_sizes_are_seeded_tokens_in_range_and_others_one():
+    s = suite.request_sizes("decode", 500, seed=3)
+    assert s == suite.request_sizes("decode", 500, seed=3)
+    assert min(s) == suite.DECODE_TOKENS[0] and max(s) == suite.DECODE_TOKENS[1]
+    assert suite.request_sizes("eager-s", 4, seed=3) == [1, 1, 1, 1]
+
+
+def test_a_phase_is_the_same_requests_in_every_process():
+    p = suite.Phase("decode", "poisson", "heavy", at=3.0, seconds=2.0)
+    q = suite.from_json(suite.to_json([p]))[0]
+    assert q == p and q.requests() == p.requests() and q.rate == 4.0
+    # Each (shape, arrival, load) has its own seed: two phases do not share arrivals.
+    seeds = {suite.Phase(s, a, ld, 0, 1).seed for s in suite.SHAPES for a in suite.ARRIVALS
+             for ld in suite.LOADS}
+    assert len(seeds) == len(suite.SHAPES) * len(suite.ARRIVALS) * len(suite.LOADS)
+
+
+def test_rates_are_light_then_heavy_and_graph_s_is_offered_eager_s_rates():
+    for shape in suite.SHAPES.values():
+        lo, hi = shape.rates
+        assert 0 < lo < hi
+        # Phases long enough for requests to report on: several even at the light rate.
+        assert lo * shape.phase_s >= 4
+    assert suite.SHAPES["graph-s"].rates == suite.SHAPES["eager-s"].rates
+
+
+def test_phases_run_back_to_back_after_a_settling_phase():
+    ph = suite.phases(["mm2", "decode"])
+    assert not ph[0].judged and ph[0].at == 0 and ph[0].seconds == 1.0
+    judged = [p for p in ph if p.judged]
+    assert len(judged) == 2 * len(suite.ARRIVALS) * len(suite.LOADS)
+    for a, b in zip(ph, ph[1:]):
+        assert b.at == pytest.approx(a.at + a.seconds)
+    assert suite.length(ph) == pytest.approx(1 + 4 * 1.5 + 4 * 2.0)
+    with pytest.raises(ValueError):
+        suite.phases(["bert"])
+
+
+# --- the plan and its device-time budget -------------------------------------
+
+@pytest.mark.parametrize("part", ["1", "2"])
+def test_each_part_fits_the_device_budget(part):
+    args = cl.parse(["--part", part])
+    plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, True)
+    total = cl.estimate(plain, under_mps, args.lead)
+    assert total <= cl.BUDGET_S
+    names = [sc.name for sc in plain + under_mps]
+    for must in ("alone", "ref 1 matmul", "ref 2 matmul", "beside matmul 30", "beside matmul 90",
+                 "beside matmul 30+30", "L50 beside matmul 50", "high beside matmul 50",
+                 "high beside matmul none", "MPS 50/50", "MPS 40/30/30", "baseline matmul"):
+        assert must in names
+    other = "train" if part == "1" else "bigmm"
+    assert f"ref 1 {other}" in names and f"beside {other} 50" in names
+    # Runs follow one another: each starts after the one before ended and its own setup.
+    runs = plain + under_mps
+    for a, b in zip(runs, runs[1:]):
+        assert b.start_at >= a.start_at + a.windows(0) + cr.TAIL_S + cr.GAP_S + b.lead(0) - 1e-9
+    # Phases last 1.5-2.5 s and a run's windows cover its phases.
+    for sc in runs:
+        for p in sc.tenants[0].phases:
+            assert not p.judged or 1.5 <= p.seconds <= 2.5
+        assert sc.windows(0) >= suite.length(sc.tenants[0].phases)
+
+
+def test_both_parts_cover_every_shape_and_all_is_over_budget():
+    shapes = set(cl.PARTS["1"][0]) | set(cl.PARTS["2"][0])
+    assert shapes == set(suite.SHAPES)
+    args = cl.parse(["--part", "all"])
+    plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, True)
+    assert cl.estimate(plain, under_mps, args.lead) > cl.BUDGET_S
+
+
+def test_subsets_shrink_the_plan():
+    args = cl.parse(["--quick", "--rows", "beside", "--no-mps"])
+    plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, False)
+    assert under_mps == []
+    names = [sc.name for sc in plain]
+    assert "high beside matmul 50" not in names and "L50 beside matmul 50" not in names
+    assert "beside matmul 50" in names and "ref 2 matmul" in names
+    assert {p.arrival for sc in plain for p in sc.tenants[0].phases} <= {"poisson", ""} or all(
+        p.arrival == "poisson" for sc in plain for p in sc.tenants[0].phases)
+    with pytest.raises(SystemExit):
+        cl.parse(["--neighbours", "resnet"])
+
+
+def test_plan_prints_without_running(capsys):
+    assert cl.main(["--plan", "--part", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "estimated" in out and "decode" in out and "EXCEEDED" not in out
+
+
+# --- verdicts ----------------------------------------------------------------
+
+def test_percentile_and_latency_verdicts():
+    v = [float(i) for i in range(1, 101)]
+    assert ct.pct(v, 50) == 51.0 and ct.pct(v, 99) == 99.0 and ct.pct(v, 100) == 100.0
+    assert ct.latency_verdict(10.0, 10.0, 1.0) == ct.PASS
+    assert ct.latency_verdict(10.01, 10.0, 1.0) == ct.FAIL
+    assert ct.latency_verdict(11.9, 10.0, 1.2) == ct.PASS
+    assert ct.latency_verdict(1.0, None, 1.0) == ct.ERROR
+
+
+def test_neighbour_band_is_its_cap_or_what_is_left():
+    assert ct.neighbour_band(50, 10) == (48, 52)
+    assert ct.neighbour_band(90, 30) == (68, 92)     # L held 30: 70 left
+    assert ct.neighbour_band(30, 20 + 30) == (28, 32)  # L and the other 30
+    card = [99.0, 88.5, 69.0, 91.9]
+    ok, _ = ct.band_verdict(card, 90, [0.0, 5.0, 30.0, 8.0], [1, 2, 3])
+    assert ok
+    ok, why = ct.band_verdict(card, 90, [0.0, 5.0, 20.0, 8.0], [1, 2, 3])
+    assert not ok and "window 2" in why  # 69 < min(90, 80) - 2
+    assert not ct.band_verdict([0, 92.5], 90, [0, 0], [1])[0]
+
+
+def test_held_windows_spread_spans_and_never_count_twice():
+    assert ct.held_windows([(0.5, 1.5), (1.9, 2.0)], 3) == pytest.approx([50.0, 60.0, 0.0])
+    # Overlapping estimates: the later span counts from the earlier one's end.
+    assert ct.held_windows([(0.0, 0.3), (0.2, 0.4)], 1) == pytest.approx([40.0])
+
+
+def test_busy_tenant_verdict_needs_the_reference_rate_and_its_share():
+    card = [10.0, 52.0, 49.0, 50.5]
+    ok, why = ct.busy_tenant_verdict(300.0, 292.0, card, 50)
+    assert ok and "1.03" in why
+    assert not ct.busy_tenant_verdict(290.0, 292.0, card, 50)[0]   # slower than no product
+    assert not ct.busy_tenant_verdict(300.0, 292.0, [50, 52, 47.9], 50)[0]  # short of 100-cap
+    assert not ct.busy_tenant_verdict(300.0, 0.0, card, 50)[0]
+
+
+# --- compute_latency's analysis on a synthetic run ---------------------------
+
+BASE_RATE = 1000.0  # the neighbour's units/s alone
+
+
+def fake_busy(seconds: float, share: float) -> List[float]:
+    """A busy loop's done_s: units back to back at BASE_RATE while it runs, `share` of the time."""
+    out: List[float] = []
+    w = 0
+    while w < seconds:
+        n = int(round(BASE_RATE * share))
+        out += [w + (i + 1) / BASE_RATE for i in range(n)]
+        w += 1
+    return out
+
+
+def fake_requests(t, p99_ms: float, unanswered: int = 0) -> dict:
+    """L's result: every request answered after 0.5 ms, but 1 in 10 after p99_ms (its p99)."""
+    arrival, begin, end, phase, size, done, span = [], [], [], [], [], [], []
+    for i, p in enumerate(t.phases):
+        for j, (at, sz) in enumerate(p.requests()):
+            a = p.at + at
+            lat = (p99_ms if j % 10 == 9 else 0.5) / 1e3
+            arrival.append(a)
+            begin.append(a)
+            end.append(a + lat)
+            phase.append(i)
+            size.append(sz)
+            done.append(a + lat)
+            span.append(0.0004)
+    for k in range(len(end) - unanswered, len(end)):
+        begin[k] = end[k] = None
+    n = len(end) - unanswered
+    return {"phases": json.loads(suite.to_json(t.phases)), "phase": phase, "arrival_s": arrival,
+            "begin_s": begin, "end_s": end, "size": size, "done_s": done[:n],
+            "span_s": span[:n]}
+
+
+def fill(plan, p99: Dict[str, float], share: Optional[Dict[str, float]] = None,
+         unanswered: int = 0) -> None:
+    """Give every tenant a result, as compute_prog would write it, started on time."""
+    at = 1000.0
+    for sc in plan:
+        secs = sc.windows(0)
+        for t in sc.tenants:
+            d = {"setup_monotonic": at - 3, "warmup_monotonic": at - 3, "start_monotonic": at,
+                 "end_monotonic": at + secs + 0.3, "late_s": 0.0, "setup_s": 2.0, "seconds": secs + 0.25}
+            if t.program == "requests":
+                d.update(fake_requests(t, p99.get(sc.name, 1.0), unanswered))
+            else:
+                cap = t.cap if t.cap is not None and t.shim else None
+                s = (share or {}).get(sc.name, 1.0 if cap is None else cap / 100)
+                d["done_s"] = fake_busy(secs + 0.25, s)
+            t.data = d
+        at += secs + 10
+
+
+def synthetic(part: str = "1"):
+    args = cl.parse(["--part", part])
+    plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, True)
+    return plain + under_mps
+
+
+def rows_of(plan):
+    rows, meta = cl.analyse(plan, cr.Clocks([]))
+    return rows, meta
+
+
+def test_every_row_passes_when_capped_neighbours_keep_latency_below_plain_time_slicing():
+    plan = synthetic()
+    p99 = {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0}
+    p99.update({sc.name: 1.1 for sc in plan if sc.name.startswith("high")})
+    fill(plan, p99)
+    rows, meta = rows_of(plan)
+    lines, ok = cl.verdicts(rows, meta["goals"])
+    results = {r[-2] for r in rows}
+    assert ok, [r for r in rows if r[-2] not in ("PASS", "ref", "report")][:3]
+    assert results <= {ct.PASS, "ref"}
+    # One row per scenario with requests and judged phase.
+    n_phases = {sc.name: sum(p.judged for p in sc.tenants[0].phases) for sc in plan
+                if sc.tenants[0].program == "requests"}
+    assert len(rows) == sum(n_phases.values())
+    beside = [r for r in rows if r[2] == "beside matmul 50"]
+    assert beside and all(r[7] == f"{1.0 / 5.0:.2f}" for r in beside)  # p99 / ts
+    assert all(r[8] == "1.00" for r in beside)  # MPS got the same p99 here
+    assert any(line.startswith("goal 1:") for line in lines)
+    assert any("goal 3" in line for line in lines)
+    # The table prints.
+    assert "beside matmul 30+30" in cl.table(rows)
+
+
+def test_rows_fail_on_latency_over_plain_time_slicing_or_a_cap_not_held():
+    plan = synthetic()
+    p99 = {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0,
+           "beside matmul 90": 5.5, "high beside matmul 50": 1.3, "high beside matmul none": 1.1}
+    fill(plan, p99, share={"L50 beside matmul 50": 0.45})
+    rows, meta = rows_of(plan)
+    res = {(r[2], r[0], r[1]): r[-2] for r in rows}
+    assert all(v == ct.FAIL for (name, _, _), v in res.items() if name == "beside matmul 90")
+    assert all(v == ct.FAIL for (name, _, _), v in res.items()
+               if name == "high beside matmul 50")  # 1.3 > 1.2 x 1.0
+    assert all(v == ct.PASS for (name, _, _), v in res.items()
+               if name == "high beside matmul none")
+    bad = [r for r in rows if r[2] == "L50 beside matmul 50"]
+    assert all(r[-2] == ct.FAIL and "(cap FAIL)" in r[10] for r in bad)
+    assert not cl.verdicts(rows, meta["goals"])[1]
+
+
+def test_a_failed_tenant_is_an_error_and_unanswered_requests_count():
+    plan = synthetic()
+    fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0}, unanswered=1)
+    broken = next(sc for sc in plan if sc.name == "beside matmul 30")
+    broken.tenants[1].data, broken.tenants[1].error = None, "exit 1: CUDA error"
+    rows, meta = rows_of(plan)
+    assert all(r[-2] == ct.ERROR for r in rows if r[2] == "beside matmul 30")
+    assert any("unanswered" in r[-1] for r in rows)
+    assert not cl.verdicts(rows, meta["goals"])[1]
+
+
+def test_replay_reads_a_raw_file_back(tmp_path, capsys):
+    plan = synthetic("2")
+    fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 bigmm": 20.0})
+    raw = cl.raw_of(plan, "H200 (synthetic)", "2", cr.Clocks([]), "")
+    path = tmp_path / "raw.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(raw, f)
+    assert cl.main(["--replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "part 2" in out and "ALL PASS" in out and "decode" in out
+
+
+# --- compute_share --suite ---------------------------------------------------
+
+def test_compute_share_suite_rows_judge_goal_2(monkeypatch):
+    plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True)
+    names = [sc.name for sc in plan]
+    assert cs.TS_REF in names and "pair eagerloop+30" in names and "pair eagerloop+50" in names
+    assert names.count("single") == 1 + len(cs.SUITE_CAPS)
+    seconds = 4
+    share = {"pair eagerloop+30": 0.70, "pair eagerloop+50": 0.45, cs.TS_REF: 0.6}
+    at = 1000.0
+    for sc in plan:
+        for t in sc.tenants:
+            if t.program == "eagerloop":
+                s = share.get(sc.name, 1.0)
+            elif sc.name == cs.TS_REF:
+                s = 0.4
+            else:
+                s = 1.0 if t.cap is None else t.cap / 100
+            t.data = {"setup_monotonic": at - 2, "warmup_monotonic": at - 0.5,
+                      "start_monotonic": at, "end_monotonic": at + seconds + 0.3,
+                      "late_s": 0.0, "done_s": fake_busy(seconds + 0.25, s)}
+        at += seconds + 5
+    monkeypatch.setattr(cs, "clocks", cr.Clocks([]), raising=False)
+    rows, rate = cs.analyse(plan, seconds)
+    by = {(r.scenario, r.program, r.cap): r for r in rows}
+    assert by[("pair eagerloop+30", "eagerloop", "none")].result == ct.PASS
+    # 45 % of the passes beside 50: fewer than plain time slicing's 60 %, and short of 48.
+    r50 = by[("pair eagerloop+50", "eagerloop", "none")]
+    assert r50.result == ct.FAIL and "goal 2" in r50.note
+    assert by[("pair eagerloop+50", "matmul", "50")].result == ct.PASS
+    assert by[(cs.TS_REF, "eagerloop", "none")].result == "ref"
+    assert {r.result for r in rows if r.program == "train" and r.cap != "none"} == {ct.PASS}
+
+
+def test_a_starved_neighbour_reads_zero_and_fails_its_floor():
+    plan = synthetic()
+    fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0})
+    starved = next(sc for sc in plan if sc.name == "beside matmul 50")
+    starved.tenants[1].data["done_s"] = []
+    rows, _ = rows_of(plan)
+    got = [r for r in rows if r[2] == "beside matmul 50"]
+    assert got and all(r[-2] == ct.FAIL and "card 0.0-0.0" in r[10] for r in got)
