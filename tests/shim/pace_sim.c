@@ -182,6 +182,9 @@ static int nprocs;
 static ucontext_t sched_uc;
 static struct proc *current;
 static struct gpuslice_bucket buckets[MAX_PROCS + 1];
+/* What each bucket was charged in the first second (a new tenant's guest
+ * stretch may still run there): "charged" is judged from 1 s on. */
+static unsigned long long early_charged[MAX_PROCS + 1];
 static unsigned bucket_cap[MAX_PROCS + 1];
 static struct gpuslice_cardfile card;
 static int turns = 1;
@@ -321,6 +324,8 @@ static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge,
     if (cap)
         gs_bucket_refill(b, cap, (unsigned long long)T);
     gs_bucket_charge(b, charge);
+    if (T < NS)
+        early_charged[p->container] += charge;
     b->launches += launches;
     *wait = gs_bucket_wait_ns(b, cap);
     return cap;
@@ -546,6 +551,7 @@ static void simulate(double seconds)
         bucket_cap[p->container] = p->cap;
     }
     memset(buckets, 0, sizeof buckets);
+    memset(early_charged, 0, sizeof early_charged);
     gpu_on = gpu_last = -1;
     slice_left = switch_left = busy_ns = 0;
     switches = preemptions = 0;
@@ -796,16 +802,21 @@ int main(int argc, char **argv)
         for (int w = 0; w < (int)seconds; w++)
             printf(" %.2f", 100.0 * p->gpu_ns[w] / NS);
         double gpu = 0;
-        for (int w = 0; w < (int)seconds; w++)
+        for (int w = 1; w < (int)seconds; w++)
             gpu += p->gpu_ns[w];
-        /* What the limiter charged against what the GPU ran: 1 is exact. */
-        printf("\ncharged %s %.3f\n", p->name,
-               gpu > 0 ? (double)buckets[p->container].charged_ns / gpu : 0.0);
+        /* What the limiter charged against what the GPU ran, from 1 s on: 1 is exact. */
+        unsigned long long ch = buckets[p->container].charged_ns - early_charged[p->container];
+        printf("\ncharged %s %.3f\n", p->name, gpu > 0 ? (double)ch / gpu : 0.0);
         printf("launches %s %llu\n", p->name, p->launches);
         printf("maxgap %s %.2f\n", p->name, p->max_gap / 1e6);
         printf("maxwait %s %.2f\n", p->name, p->max_wait / 1e6);
         if (p->requests) {
             qsort(p->latency, (size_t)p->requests, sizeof p->latency[0], by_value);
+            double open = 0;
+            for (int r = 0; r < p->requests; r++)
+                open += p->latency[r];
+            /* The time it had a request open, from 1 s on: what it claimed of the card. */
+            printf("open %s %.2f\n", p->name, 100.0 * open / ((seconds - 1) * NS));
             printf("latency %s %.3f %.3f %.3f\n", p->name,
                    percentile(p->latency, p->requests, 50) / 1e6,
                    percentile(p->latency, p->requests, 99) / 1e6,

@@ -641,7 +641,12 @@ static void got_turn(struct gs_pacer *p, struct gs_pace_io *io, unsigned long lo
 {
     unsigned cap = io->cap(io);
     unsigned long long away = p->lost_ns && now > p->lost_ns ? now - p->lost_ns : drained_ns;
-    unsigned long long t = !cap || cap >= 100 ? GS_PACE_LONG_TURN_NS : away * cap / (100 - cap);
+    /* A quarter more than its share: the turns must never be what holds a
+     * capped process below its cap (a hand-over may cost more than the round
+     * shows); its bucket, which is exact, stops it at its cap, and the card
+     * is the uncapped ones' while it sleeps. */
+    unsigned long long t = !cap || cap >= 100 ? GS_PACE_LONG_TURN_NS
+                                              : away * cap * 5 / ((100 - cap) * 4);
     p->turn_len_ns = t < GS_PACE_TURN_MIN_NS    ? GS_PACE_TURN_MIN_NS
                      : t > GS_PACE_LONG_TURN_NS ? GS_PACE_LONG_TURN_NS
                                                 : t;
