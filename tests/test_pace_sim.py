@@ -48,7 +48,7 @@ class Proc:
     maxgap: float = 0.0      # ms without a kernel done, after 1 s
     maxwait: float = 0.0     # ms one launch was held back for others, after 1 s
     latency: Tuple[float, float, float] = (0.0, 0.0, 0.0)  # p50, p99, max in ms
-    open: float = 0.0        # % of the time from 1 s on it had a request open
+    open: List[float] = field(default_factory=list)  # % of each window it had a request open
 
 
 @dataclass
@@ -75,9 +75,9 @@ def simulate(sim: Path, seconds: int, *procs: str, turns: bool = True) -> Run:
             continue
         p = out.setdefault(rest[0], Proc())
         values = [float(v) for v in rest[1:]]
-        if word in ("share", "cardtime"):
+        if word in ("share", "cardtime", "open"):
             setattr(p, word, values)
-        elif word in ("charged", "maxgap", "maxwait", "open"):
+        elif word in ("charged", "maxgap", "maxwait"):
             setattr(p, word, values[0])
         elif word == "latency":
             p.latency = (values[0], values[1], values[2])
@@ -388,16 +388,20 @@ def test_every_request_shape_waits_no_longer_than_time_slicing(sim: Path, shape:
                            *(f"{names[i]}:matmul:{c}:{i + 1}" for i, c in enumerate(caps)))
             p99 = run["l"].latency[1]
             assert p99 <= refs[len(caps)], (shape, arrival, latency_cap, caps, p99, refs)
-            # The neighbours hold their caps, less what the requests claimed
-            # (the time a request was open, and the hand-back after it).
-            claimed = run["l"].open * (1 + ASIDE_MS / max(run["l"].latency[0], 0.1))
+            # A capped neighbour never holds more than its cap in a window, and
+            # over the run gets its cap, less what the requests claimed: the
+            # time a request was open, with the hand-back after each (others
+            # stand aside GS_PACE_ASIDE_NS past a guest's last launch), shared
+            # among the neighbours; and the hand-overs around the requests
+            # (drains, context switches, a waker's lateness): 1.5 points more.
+            per_request = 1 + ASIDE_MS / max(run["l"].latency[0], 0.1)
+            claimed = statistics.mean(settled(run["l"].open)) * per_request / len(caps)
             for i, c in enumerate(caps):
-                floor = min(c, 100 - claimed / len(caps)) - TOLERANCE
                 shares = settled(run[names[i]].cardtime)
-                # and the hand-overs around each request (0.2 ms each; decode
-                # hands back at each token's sync): up to 5 points.
-                assert all(floor - 5 <= s <= c + TOLERANCE for s in shares), (
-                    shape, arrival, caps, names[i], shares, floor)
+                assert all(s <= c + TOLERANCE for s in shares), (shape, arrival, caps, shares)
+                floor = min(c, 100 - claimed) - TOLERANCE - 1.5
+                assert statistics.mean(shares) >= floor, (
+                    shape, arrival, latency_cap, caps, names[i], shares, claimed)
 
 
 @pytest.mark.parametrize("arrival", ARRIVALS)

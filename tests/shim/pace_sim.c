@@ -171,6 +171,7 @@ struct proc {
     double max_wait;           /* longest a launch was held back for others, after 1 s */
     double throttled_ns;       /* slept for its own cap during the current launch */
     double latency[MAX_REQUESTS];
+    double open_ns[MAX_WINDOWS]; /* per window, the time it had a request open */
     int requests;
     unsigned long long rng;
 };
@@ -316,13 +317,14 @@ static void io_pause(struct gs_pace_io *io)
 }
 
 static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge,
-                          unsigned long long launches, unsigned long long *wait)
+                          unsigned long long launches, unsigned long long keep,
+                          unsigned long long *wait)
 {
     struct proc *p = of(io);
     struct gpuslice_bucket *b = &buckets[p->container];
     unsigned cap = bucket_cap[p->container];
     if (cap)
-        gs_bucket_refill(b, cap, (unsigned long long)T);
+        gs_bucket_refill(b, cap, (unsigned long long)T, keep);
     gs_bucket_charge(b, charge);
     if (T < NS)
         early_charged[p->container] += charge;
@@ -438,6 +440,13 @@ static void run_proc(void)
             sync_queue(p);
             if (arrived >= NS && p->requests < MAX_REQUESTS)
                 p->latency[p->requests++] = T - arrived;
+            for (double lo = arrived; lo < T;) { /* spread [arrived, T] over its windows */
+                int w = (int)(lo / NS);
+                double hi = T < (w + 1) * NS ? T : (w + 1) * NS;
+                if (w >= 0 && w < MAX_WINDOWS)
+                    p->open_ns[w] += hi - lo;
+                lo = hi;
+            }
             /* Periodic: every_ns apart within 10 %, so that the requests meet
              * the neighbours in every phase of their turns; Poisson:
              * exponential gaps of that mean. A fixed generator: runs repeat. */
@@ -541,6 +550,7 @@ static void simulate(double seconds)
         p->rng = (unsigned long long)i + 1;
         memset(p->completed, 0, sizeof p->completed);
         memset(p->gpu_ns, 0, sizeof p->gpu_ns);
+        memset(p->open_ns, 0, sizeof p->open_ns);
         p->state = AT_TIME;
         p->ready_at = 0;
         getcontext(&p->uc);
@@ -812,11 +822,11 @@ int main(int argc, char **argv)
         printf("maxwait %s %.2f\n", p->name, p->max_wait / 1e6);
         if (p->requests) {
             qsort(p->latency, (size_t)p->requests, sizeof p->latency[0], by_value);
-            double open = 0;
-            for (int r = 0; r < p->requests; r++)
-                open += p->latency[r];
-            /* The time it had a request open, from 1 s on: what it claimed of the card. */
-            printf("open %s %.2f\n", p->name, 100.0 * open / ((seconds - 1) * NS));
+            /* Per window, the time it had a request open: what it claimed of the card. */
+            printf("open %s", p->name);
+            for (int w = 0; w < (int)seconds; w++)
+                printf(" %.2f", 100.0 * p->open_ns[w] / NS);
+            printf("\n");
             printf("latency %s %.3f %.3f %.3f\n", p->name,
                    percentile(p->latency, p->requests, 50) / 1e6,
                    percentile(p->latency, p->requests, 99) / 1e6,

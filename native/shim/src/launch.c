@@ -320,7 +320,8 @@ static unsigned io_cap(struct gs_pace_io *io)
 }
 
 static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge_ns,
-                          unsigned long long launches, unsigned long long *wait)
+                          unsigned long long launches, unsigned long long keep_ns,
+                          unsigned long long *wait)
 {
     *wait = 0;
     struct gpuslice_region *r = gs_region();
@@ -329,7 +330,7 @@ static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge_ns,
     struct gpuslice_device *d = &r->devices[of(io)->dev];
     unsigned cap = d->core_limit > 100 ? 100 : d->core_limit;
     if (cap)
-        gs_bucket_refill(&d->compute, cap, gs_now_ns());
+        gs_bucket_refill(&d->compute, cap, gs_now_ns(), keep_ns);
     gs_bucket_charge(&d->compute, charge_ns);
     d->compute.launches += launches;
     *wait = gs_bucket_wait_ns(&d->compute, cap);
@@ -558,7 +559,7 @@ __attribute__((destructor)) static void flush_at_exit(void)
         enter(pd);
         unsigned long long wait;
         if (pd->p.charge_ns || pd->p.launches)
-            io_settle(&pd->io, pd->p.charge_ns, pd->p.launches, &wait);
+            io_settle(&pd->io, pd->p.charge_ns, pd->p.launches, 0, &wait);
         pd->p.charge_ns = pd->p.launches = 0;
         gs_pace_leave(&pd->p, &pd->io);
         pthread_mutex_unlock(&pd->mu);

@@ -125,7 +125,8 @@ void *gs_pace_idle(struct gs_pacer *p)
 
 /* ------------------------------------------------------------------ bucket */
 
-void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now)
+void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now,
+                      unsigned long long keep_ns)
 {
     if (b->stamp_ns == 0 || now < b->stamp_ns) {
         /* A new bucket (or a clock we cannot trust): start with a small
@@ -138,7 +139,11 @@ void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long lon
     if (dt > 10ull * 1000000000ull)
         dt = 10ull * 1000000000ull;
     long long c = b->credit_ns + (long long)(dt * cap / 100);
-    b->credit_ns = c > (long long)GS_PACE_BURST_NS ? (long long)GS_PACE_BURST_NS : c;
+    long long most = (long long)GS_PACE_BURST_NS +
+                     (long long)(keep_ns < GS_PACE_BURST_NS ? keep_ns : GS_PACE_BURST_NS);
+    if (c > most)
+        c = b->credit_ns > most ? b->credit_ns : most;
+    b->credit_ns = c;
     b->stamp_ns = now;
 }
 
@@ -364,11 +369,18 @@ static void drain(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         io->event_give(io, ref);
 }
 
+/* What others held us back (for their turns, guests, higher priorities) is
+ * credit we keep beyond the burst, at our cap's rate: a capped process that
+ * stood aside for a request of 40 ms catches up after it, within its window,
+ * instead of losing what its bucket could not hold. */
 static unsigned settle(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long *wait)
 {
-    unsigned cap = io->settle(io, p->charge_ns, p->launches, wait);
+    unsigned cap = io->cap(io);
+    unsigned long long keep = p->held_ns * cap / 100;
+    cap = io->settle(io, p->charge_ns, p->launches, keep, wait);
     p->charge_ns = 0;
     p->launches = 0;
+    p->held_ns = 0;
     return cap;
 }
 
@@ -508,16 +520,19 @@ static int courteous(struct gs_pacer *p, unsigned long long now)
     return allowed(&p->courtesy, GS_PACE_COURTESY_PCT, GS_PACE_COURTESY_NS, now);
 }
 
-/* Sleep for ns (or on the card's seq, when seq is given), charging the time to a. */
-static void wait_spending(struct gs_pace_io *io, struct gs_allowance *a, unsigned *seq,
-                          unsigned seen, unsigned long long ns)
+/* Sleep for ns (or on the card's seq, when seq is given), charging the time
+ * to a; how long it slept. */
+static unsigned long long wait_spending(struct gs_pace_io *io, struct gs_allowance *a,
+                                        unsigned *seq, unsigned seen, unsigned long long ns)
 {
     unsigned long long t0 = io->now(io);
     if (seq)
         io->wait_word(io, seq, seen, ns);
     else
         io->sleep(io, ns);
-    a->left_ns -= (long long)(io->now(io) - t0);
+    unsigned long long took = io->now(io) - t0;
+    a->left_ns -= (long long)took;
+    return took;
 }
 
 /* ------------------------------------------------------------------ turns */
@@ -719,6 +734,7 @@ static void wait_for_turn(struct gs_pacer *p, struct gs_pace_io *io, void *strea
         if (now > from)
             p->patience.left_ns -= (long long)(now - from);
     }
+    p->held_ns += now - since;
     store(&s->want_ns, 0);
 }
 
@@ -732,7 +748,7 @@ static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
     unsigned long long now = io->now(io);
     unsigned long long free_until = load(&c->free_until_ns);
     if (window_open(free_until, now) && patient(p, now)) {
-        wait_spending(io, &p->patience, NULL, 0, free_until - now);
+        p->held_ns += wait_spending(io, &p->patience, NULL, 0, free_until - now);
         return 0;
     }
     unsigned long long owner = load(&c->turn_owner);
@@ -751,6 +767,7 @@ static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
         io->sleep(io, GS_PACE_POLL_NS / 5);
         renew(p, io, now = io->now(io));
     }
+    p->held_ns += now - t0;
     got_turn(p, io, now, now - t0); /* the turn's length counts from our own work */
     return 1;
 }
@@ -768,8 +785,9 @@ static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         struct gs_allowance *a = rank ? &p->patience : &p->courtesy;
         if (!until || !(rank ? patient(p, now) : courteous(p, now)))
             return;
-        wait_spending(io, a, NULL, 0, until - now < GS_PACE_POLL_NS ? until - now + 1
-                                                                     : GS_PACE_POLL_NS);
+        p->held_ns += wait_spending(io, a, NULL, 0, until - now < GS_PACE_POLL_NS
+                                                        ? until - now + 1
+                                                        : GS_PACE_POLL_NS);
         if (p->turn)
             renew(p, io, io->now(io));
     }

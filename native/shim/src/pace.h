@@ -85,6 +85,7 @@ struct gs_pacer {
     unsigned long long blocked_ns; /* how long a wait for our oldest fence took lately (decaying max) */
     int need_mark;                 /* the queue is known empty: mark the next launch */
     unsigned long long charge_ns;  /* charged here, not yet moved to the bucket */
+    unsigned long long held_ns;    /* others held it back (turns, guests), not yet settled */
     unsigned long long launches;   /* counted here, not yet moved to the bucket */
     int turn;                      /* holds the turn on the card */
     unsigned long long turn_since_ns; /* when it got it */
@@ -148,10 +149,12 @@ struct gs_pace_io {
     void (*wait_word)(struct gs_pace_io *io, unsigned *word, unsigned seen, unsigned long long ns);
     void (*wake_word)(struct gs_pace_io *io, unsigned *word);
     void (*pause)(struct gs_pace_io *io); /* a few microseconds on the CPU, awake */
-    /* Move charge and launches into the bucket, refill it; returns the cap
-     * (percent, 0: none) and in *wait how long the container must sleep. */
+    /* Move charge and launches into the bucket, refill it (keeping up to
+     * keep_ns more credit than GS_PACE_BURST_NS: gs_bucket_refill); returns
+     * the cap (percent, 0: none) and in *wait how long the container must sleep. */
     unsigned (*settle)(struct gs_pace_io *io, unsigned long long charge_ns,
-                       unsigned long long launches, unsigned long long *wait);
+                       unsigned long long launches, unsigned long long keep_ns,
+                       unsigned long long *wait);
     void (*throttled)(struct gs_pace_io *io, unsigned long long ns);
     unsigned (*cap)(struct gs_pace_io *io);
     struct gpuslice_cardfile *card; /* NULL: no view of the neighbours */
@@ -184,7 +187,12 @@ void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long 
 void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io);
 
 /* The container's bucket (caller holds the region lock). */
-void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now);
+/* Refill at cap % of the time since the last refill, up to GS_PACE_BURST_NS,
+ * or GS_PACE_BURST_NS + keep_ns (keep_ns at most GS_PACE_BURST_NS) for a
+ * process that others held back meanwhile; credit kept above the burst is
+ * never cut, only spent. */
+void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now,
+                      unsigned long long keep_ns);
 void gs_bucket_charge(struct gpuslice_bucket *b, unsigned long long ns);
 /* 0 if the container may run; else how long to sleep (ns) for the credit
  * to reach GS_PACE_RESUME_NS. */
