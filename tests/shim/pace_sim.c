@@ -105,6 +105,7 @@ static const struct program programs[] = {
     {"graph", 570e3, 15e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
     {"long", 40e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
     {"big", 8e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
+    {"huge", 13.7e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
     /* A training step: 300 kernels (GEMMs and elementwise), GPU-bound,
      * then the optimizer's host work and a sync. */
     {"train", 60e3, 8e3, LOOP, 6e3, 300, 1, 200e3, 1, 1, 0},

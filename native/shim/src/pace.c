@@ -748,7 +748,10 @@ static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
     unsigned long long now = io->now(io);
     unsigned long long free_until = load(&c->free_until_ns);
     if (window_open(free_until, now) && patient(p, now)) {
-        p->held_ns += wait_spending(io, &p->patience, NULL, 0, free_until - now);
+        /* Woken early when the uncapped ones close it (window_too_short). */
+        unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
+        if (load(&c->free_until_ns) == free_until)
+            p->held_ns += wait_spending(io, &p->patience, &c->seq, seen, free_until - now);
         return 0;
     }
     unsigned long long owner = load(&c->turn_owner);
@@ -793,6 +796,18 @@ static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     }
 }
 
+/* An uncapped process in the window a holder left it: a launch that would
+ * still run well after the window ends (more than the GS_PACE_QUEUE_NS the
+ * holder waits for anyway) waits for the next one, but the first of its
+ * window goes, however long; or the holder would wait for it, or share its
+ * turn with it (a neighbour whose kernels run for ten milliseconds). */
+static int window_too_short(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    unsigned long long w = load(&io->card->free_until_ns);
+    return window_open(w, now) && p->count &&
+           now + queued_ns(p) + p->per_launch_ns > w + GS_PACE_QUEUE_NS;
+}
+
 /* Before a launch on a card with a turn: a capped process holds the card
  * while it runs and passes it on after GS_PACE_TURN_NS when others wait; an
  * uncapped one waits while another holds it; all stand aside for guests and
@@ -818,7 +833,8 @@ static void gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
             p->turn = 0;
         int yield = p->turn && should_yield(p, io, now);
         int wait_turn = elsewhere && (!p->doubt || patient(p, now));
-        if (!wait_aside && !yield && !wait_turn && (!capped || p->turn || elsewhere))
+        int late = !capped && !elsewhere && window_too_short(p, io, now);
+        if (!wait_aside && !yield && !wait_turn && !late && (!capped || p->turn || elsewhere))
             return;
         if (!checked) {
             /* A launch into a graph being captured runs later, when the graph does. */
@@ -832,6 +848,22 @@ static void gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
             give_turn(p, io, stream, 1);
         } else if (wait_turn) {
             wait_for_turn(p, io, stream, capped);
+        } else if (late) {
+            /* The window closes now (the holder waits for it on seq), and we
+             * wait until the holder takes the card back (or a little after
+             * the window, if it does not come): then its turn, and ours after. */
+            unsigned long long w = load(&c->free_until_ns);
+            if (!patient(p, now))
+                return;
+            if (__atomic_compare_exchange_n(&c->free_until_ns, &w, now, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED))
+                changed_hands(io);
+            unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
+            p->held_ns += wait_spending(io, &p->patience, &c->seq, seen,
+                                        w - now + GS_PACE_SPIN_NS);
+            if (__atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seen &&
+                !turn_elsewhere(io, io->now(io)))
+                return;
         } else if (take_turn(p, io)) {
             return;
         }
