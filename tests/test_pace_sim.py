@@ -420,17 +420,22 @@ def test_high_priority_requests_of_every_shape_wait_a_hand_over_at_most(
                                                           alone)
 
 
-@pytest.mark.parametrize("cap", [30, 50])
-def test_a_busy_tenant_of_many_kernels_gets_the_rest_of_the_card(sim: Path, cap: int) -> None:
-    # Goal 2, card time: an eager model's forward passes back to back (host-
-    # bound, a sync each) beside a capped matmul get (100 - cap) % of the card,
-    # less the hand-overs: its throughput follows the card it holds. (Beside
-    # an uncapped neighbour with plain time slicing it launches while the
-    # neighbour runs, which exact charges for the capped one rule out: the
-    # shortfall docs/compute-limit.md names.)
-    run = simulate(sim, 6, f"a:matmul:{cap}:0", "b:eagerloop:0:1")
-    assert within(run["a"].share, cap, 2.5), run.procs
-    assert all(s >= 100 - cap - 2 * TOLERANCE - 1 for s in settled(run["b"].share)), run.procs
+def test_a_busy_tenant_of_many_kernels_gets_the_rest_of_the_card(sim: Path) -> None:
+    # Goal 2: an eager model's forward passes back to back (host-bound, a sync
+    # each) beside a capped matmul. Plain time slicing beside the same matmul
+    # uncapped gives it 56 % of its rate alone (it launches while the
+    # neighbour runs). Beside a 30 it gets more than that; beside a 50 its
+    # half of the card, less the hand-overs: 45 %, short of plain time slicing,
+    # since exact charges for the capped one rule out launching into its
+    # turns (the shortfall docs/compute-limit.md names).
+    plain = statistics.mean(settled(
+        simulate(sim, 6, "a:matmul:0:0:noshim", "b:eagerloop:0:1:noshim")["b"].share))
+    run = simulate(sim, 6, "a:matmul:30:0", "b:eagerloop:0:1")
+    assert within(run["a"].share, 30), run.procs
+    assert all(s >= plain for s in settled(run["b"].share)), (plain, run.procs)
+    run = simulate(sim, 6, "a:matmul:50:0", "b:eagerloop:0:1")
+    assert within(run["a"].share, 50), run.procs
+    assert all(s >= 50 - 3 * TOLERANCE for s in settled(run["b"].share)), run.procs
 
 
 @pytest.mark.parametrize("cap", [30, 50, 90])

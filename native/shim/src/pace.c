@@ -738,6 +738,25 @@ static void wait_for_turn(struct gs_pacer *p, struct gs_pace_io *io, void *strea
     store(&s->want_ns, 0);
 }
 
+/* Whether another process may still launch into a turn taken at `since`:
+ * it said it had work queued within the last GS_PACE_GAP_NS (one busy
+ * period) and has not let its queue run dry since. A host-bound one runs
+ * dry between its launches, the GPU turns to us, and a launch it made
+ * before it saw our turn would cut into our turn at the next time slice. */
+static int others_launching(const struct gpuslice_cardfile *c, int mine,
+                            unsigned long long since, unsigned long long now)
+{
+    for (int i = 0; i < GPUSLICE_CARDFILE_SLOTS; i++) {
+        const struct gpuslice_cardfile_slot *s = &c->slots[i];
+        unsigned long long b = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
+        if (i != mine && __atomic_load_n(&s->owner, __ATOMIC_RELAXED) &&
+            __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED) < since &&
+            within(b, now, GS_PACE_AHEAD_NS, GS_PACE_GAP_NS))
+            return 1;
+    }
+    return 0;
+}
+
 /* A capped process takes the free card, then gives the others' queues (up
  * to GS_PACE_DRAIN_NS) to run out to their last GS_PACE_QUEUE_NS, so that
  * what it is charged from here on is its own work. 0: not now (a window
@@ -766,7 +785,8 @@ static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
      * stays ours, and the GPU need not idle while we hand over. */
     unsigned long long t0 = now;
     while (now - t0 < GS_PACE_DRAIN_NS &&
-           others_queued_ns(c, io->slot, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS) {
+           (others_queued_ns(c, io->slot, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS ||
+            others_launching(c, io->slot, t0, now))) {
         io->sleep(io, GS_PACE_POLL_NS / 5);
         renew(p, io, now = io->now(io));
     }
@@ -896,6 +916,10 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
         if (p->count >= 2) {
             stamp(p, io, GS_CARD_BACKLOG, now); /* we compete for the card */
             gs_pace_mark_behind(p);
+        } else if (io->turns) {
+            /* A host-bound process seldom has two entries in flight, yet a
+             * holder taking the card must see that it still launches. */
+            stamp(p, io, GS_CARD_BACKLOG, now);
         }
         if (cap || io->prio != GS_PRIO_NORMAL) {
             store(&c->managed_ns, now);
