@@ -586,8 +586,9 @@ static unsigned long long uncapped_turn(struct gs_pace_io *io)
 /* Give the card up, if we hold it, and let our queue run dry: to the capped
  * process that has waited longest, or to nobody; with `window`, a capped
  * process (us too) leaves it to uncapped waiters for their turn
- * (uncapped_turn, after our queue) before taking it again. We pass it as we stop launching, before our queue is
- * dry: the next one's launches wait in its own queue while ours runs out,
+ * (uncapped_turn, after our queue) before taking it again. We pass it as we
+ * stop launching, before our queue is dry: the next one's launches wait in
+ * its own queue while ours runs out,
  * then the GPU turns to it at once (what it is charged starts there). */
 static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int window)
 {
@@ -618,10 +619,10 @@ static void give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, i
 /* A holder passes the card on when others wait. To uncapped waiters (they
  * take their turn together, uncapped_turn, then the holder takes the card back): once
  * the card time it was charged in this turn, with what it still has queued,
- * is cap / (100 - cap) times as long as it was away from the card last time
- * (their turn, the hand-overs, a neighbour's long kernel that had to run
- * out), so that its share of the rounds is its cap whatever the hand-overs
- * cost: 90 holds 9 times as long as it was away, 30 less than half. To
+ * is a quarter more than cap / (100 - cap) times as long as it was away
+ * from the card last time (their turn, the hand-overs, a neighbour's long
+ * kernel that had to run out; got_turn), so that its share of the rounds is
+ * at least its cap whatever the hand-overs cost, and its bucket decides. To
  * capped waiters: after GS_PACE_CAPPED_TURN_NS shared among the parties
  * waiting, or once one has waited that long; each pass costs the card a
  * context switch (0.2 ms on an H200), and their buckets, not the turns,
@@ -645,12 +646,12 @@ static int should_yield(struct gs_pacer *p, struct gs_pace_io *io, unsigned long
     return held + q >= turn / w.parties || now - w.oldest_ns + q >= turn;
 }
 
-/* Our turn begins. How long we hold it while uncapped processes wait:
- * cap / (100 - cap) times as long as we were away from the card since we
- * last gave it up (should_yield), at least GS_PACE_TURN_MIN_NS, at most
- * GS_PACE_LONG_TURN_NS; `drained_ns`, our wait for the others' queues, counts
- * as away too (a neighbour whose single kernel runs for milliseconds cannot
- * be drained sooner). */
+/* Our turn begins. How long we hold it while uncapped processes wait: a
+ * quarter more than cap / (100 - cap) times as long as we were away from the
+ * card since we last gave it up (should_yield), at least GS_PACE_TURN_MIN_NS,
+ * at most GS_PACE_LONG_TURN_NS; `drained_ns`, our wait for the others'
+ * queues, counts as away too (a neighbour whose single kernel runs for
+ * milliseconds cannot be drained sooner). */
 static void got_turn(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now,
                      unsigned long long drained_ns)
 {
