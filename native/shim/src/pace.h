@@ -13,9 +13,10 @@
  *
  * On a card shared with capped or prioritised tenants (a card file says so),
  * every process keeps at most about half a millisecond of work queued, and:
- * capped processes take turns holding the card, passing it on within
- * GS_PACE_TURN_NS when another waits; everyone stands aside for a guest (a
- * request that arrives after its process was idle: served at once) and for
+ * capped processes take turns holding the card, leaving uncapped waiters
+ * their share of a round (GS_PACE_ROUND_NS) and other capped ones turns of
+ * GS_PACE_CAPPED_TURN_NS; everyone stands aside for a guest (a process that
+ * earned first service by idling: a request, served at once) and for
  * higher-priority work; what a holder is charged is then its own work.
  */
 #ifndef GPUSLICE_PACE_H
