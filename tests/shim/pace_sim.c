@@ -27,7 +27,8 @@
  *   --no-turns: tenants share the card side by side (GPUSLICE_COMPUTE_TURNS=0)
  *   program: matmul (230 us kernels, 10 us launches), tiny (2 us kernels,
  *   10 us launches: CPU-bound), graph (570 us replays, 15 us launches),
- *   big (8 ms kernels), long (40 ms kernels, 20 us launches both), train (a
+ *   big (8 ms kernels), huge (13.7 ms: a 16384^2 fp16 matmul on an H200),
+ *   long (40 ms kernels, 20 us launches both), train (a
  *   training step of 300 kernels and a sync), eagerloop (an eager transformer's
  *   forward passes back to back, host-bound, a sync each); request tenants,
  *   whose latency runs from a request's arrival to its answer: request (two
@@ -318,14 +319,14 @@ static void io_pause(struct gs_pace_io *io)
 }
 
 static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge,
-                          unsigned long long launches, unsigned long long keep,
+                          unsigned long long launches, unsigned long long held,
                           unsigned long long *wait)
 {
     struct proc *p = of(io);
     struct gpuslice_bucket *b = &buckets[p->container];
     unsigned cap = bucket_cap[p->container];
     if (cap)
-        gs_bucket_refill(b, cap, (unsigned long long)T, keep);
+        gs_bucket_refill(b, cap, (unsigned long long)T, held);
     gs_bucket_charge(b, charge);
     if (T < NS)
         early_charged[p->container] += charge;
@@ -786,7 +787,7 @@ int main(int argc, char **argv)
         }
         if (parse_proc(argv[a], &procs[nprocs]) != 0) {
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
-                    "[:option]..., program matmul|tiny|graph|big|long|train|eagerloop|request|eager|"
+                    "[:option]..., program matmul|tiny|graph|big|huge|long|train|eagerloop|request|eager|"
                     "eagerl|graphreq|decode|cnn|forge|forgehigh, cap 0-100, container 0-%d, "
                     "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson)\n",
                     argv[a], MAX_PROCS - 1);

@@ -320,7 +320,7 @@ static unsigned io_cap(struct gs_pace_io *io)
 }
 
 static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge_ns,
-                          unsigned long long launches, unsigned long long keep_ns,
+                          unsigned long long launches, unsigned long long held_ns,
                           unsigned long long *wait)
 {
     *wait = 0;
@@ -330,7 +330,7 @@ static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge_ns,
     struct gpuslice_device *d = &r->devices[of(io)->dev];
     unsigned cap = d->core_limit > 100 ? 100 : d->core_limit;
     if (cap)
-        gs_bucket_refill(&d->compute, cap, gs_now_ns(), keep_ns);
+        gs_bucket_refill(&d->compute, cap, gs_now_ns(), held_ns);
     gs_bucket_charge(&d->compute, charge_ns);
     d->compute.launches += launches;
     *wait = gs_bucket_wait_ns(&d->compute, cap);

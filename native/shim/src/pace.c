@@ -126,7 +126,7 @@ void *gs_pace_idle(struct gs_pacer *p)
 /* ------------------------------------------------------------------ bucket */
 
 void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now,
-                      unsigned long long keep_ns)
+                      unsigned long long held_ns)
 {
     if (b->stamp_ns == 0 || now < b->stamp_ns) {
         /* A new bucket (or a clock we cannot trust): start with a small
@@ -139,6 +139,7 @@ void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long lon
     if (dt > 10ull * 1000000000ull)
         dt = 10ull * 1000000000ull;
     long long c = b->credit_ns + (long long)(dt * cap / 100);
+    unsigned long long keep_ns = held_ns * cap / 100; /* what it earned while held back */
     long long most = (long long)GS_PACE_BURST_NS +
                      (long long)(keep_ns < GS_PACE_BURST_NS ? keep_ns : GS_PACE_BURST_NS);
     if (c > most)
@@ -370,14 +371,12 @@ static void drain(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 }
 
 /* What others held us back (for their turns, guests, higher priorities) is
- * credit we keep beyond the burst, at our cap's rate: a capped process that
- * stood aside for a request of 40 ms catches up after it, within its window,
- * instead of losing what its bucket could not hold. */
+ * credit the bucket keeps beyond the burst (gs_bucket_refill): a capped
+ * process that stood aside for a request of 40 ms catches up after it,
+ * within its window, instead of losing what its bucket could not hold. */
 static unsigned settle(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long *wait)
 {
-    unsigned cap = io->cap(io);
-    unsigned long long keep = p->held_ns * cap / 100;
-    cap = io->settle(io, p->charge_ns, p->launches, keep, wait);
+    unsigned cap = io->settle(io, p->charge_ns, p->launches, p->held_ns, wait);
     p->charge_ns = 0;
     p->launches = 0;
     p->held_ns = 0;

@@ -150,11 +150,12 @@ struct gs_pace_io {
     void (*wait_word)(struct gs_pace_io *io, unsigned *word, unsigned seen, unsigned long long ns);
     void (*wake_word)(struct gs_pace_io *io, unsigned *word);
     void (*pause)(struct gs_pace_io *io); /* a few microseconds on the CPU, awake */
-    /* Move charge and launches into the bucket, refill it (keeping up to
-     * keep_ns more credit than GS_PACE_BURST_NS: gs_bucket_refill); returns
-     * the cap (percent, 0: none) and in *wait how long the container must sleep. */
+    /* Move charge and launches into the bucket, refill it (held_ns: how long
+     * others held the process back since the last settle, gs_bucket_refill);
+     * returns the cap (percent, 0: none) and in *wait how long the container
+     * must sleep. */
     unsigned (*settle)(struct gs_pace_io *io, unsigned long long charge_ns,
-                       unsigned long long launches, unsigned long long keep_ns,
+                       unsigned long long launches, unsigned long long held_ns,
                        unsigned long long *wait);
     void (*throttled)(struct gs_pace_io *io, unsigned long long ns);
     unsigned (*cap)(struct gs_pace_io *io);
@@ -188,12 +189,12 @@ void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long 
 void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io);
 
 /* The container's bucket (caller holds the region lock). */
-/* Refill at cap % of the time since the last refill, up to GS_PACE_BURST_NS,
- * or GS_PACE_BURST_NS + keep_ns (keep_ns at most GS_PACE_BURST_NS) for a
- * process that others held back meanwhile; credit kept above the burst is
- * never cut, only spent. */
+/* Refill at cap % of the time since the last refill, up to GS_PACE_BURST_NS;
+ * for a process that others held back for held_ns meanwhile, up to what it
+ * earned while held back more (at most another GS_PACE_BURST_NS). Credit kept
+ * above the burst is never cut, only spent. */
 void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now,
-                      unsigned long long keep_ns);
+                      unsigned long long held_ns);
 void gs_bucket_charge(struct gpuslice_bucket *b, unsigned long long ns);
 /* 0 if the container may run; else how long to sleep (ns) for the credit
  * to reach GS_PACE_RESUME_NS. */
