@@ -101,12 +101,20 @@ def build_shim(bench: str) -> None:
         sys.exit(f"{bench}: {SHIM} was not built")
 
 
-def prewarm(bench: str) -> str:
-    """Import torch once (a cold first import must not make the first tenant late); the device."""
-    code = ("import torch; print(torch.__version__, torch.version.cuda, "
-            "torch.cuda.get_device_name(0))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=600, env=clean_env())
+def prewarm(bench: str, programs: Sequence[str] = (), shapes: Sequence[str] = ()) -> str:
+    """Import torch once, set each program and request shape up once on the GPU; the device.
+
+    The first process to use a library's kernels reads them from a cold
+    disk (measured on the H200: a training step's first setup 12 s, later
+    ones 3-6 s); that must not happen in a tenant's setup lead, where it
+    would start late and run into the next scenario.
+    """
+    code = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import compute_prog; "
+            "compute_prog.warm_once(sys.argv[2].split(','), sys.argv[3].split(',')); "
+            "print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))")
+    res = subprocess.run([sys.executable, "-c", code, str(HERE), ",".join(programs),
+                          ",".join(shapes)], capture_output=True, text=True, timeout=600,
+                         env=clean_env())
     if res.returncode != 0:
         sys.exit(f"{bench}: torch with CUDA does not work here:\n" + res.stderr.strip()[-2000:])
     return res.stdout.strip().splitlines()[-1]
@@ -134,14 +142,26 @@ def last_line(text: str) -> str:
     return lines[-1][:160] if lines else "no output"
 
 
-def tenant_cpu(sc: Scenario, t: Tenant) -> Optional[int]:
-    """The CPU a measured tenant runs on: the last ones we may use, one per tenant."""
+CPU_BLOCK = 4  # CPUs a scenario may pin (its tenants); more than any scenario has
+
+
+def tenant_cpu(index: int, sc: Scenario, t: Tenant) -> Optional[int]:
+    """The CPU a measured tenant runs on: one per tenant, from the last ones we may use.
+
+    Consecutive scenarios take alternate blocks: a tenant setting up (CUDA
+    context, models, warm-ups) must not share a CPU with the run before it,
+    which it would slow (the previous run's latency) and which would make the
+    setup overrun its lead (measured: 5.5-12 s on one shared CPU, lead 3 s).
+    """
     cpus = sorted(os.sched_getaffinity(0))
     j = sc.tenants.index(t)
+    if len(cpus) > 2 * CPU_BLOCK + 1 and j < CPU_BLOCK:
+        return cpus[-1 - (index % 2) * CPU_BLOCK - j]
     return cpus[-1 - j] if len(cpus) > len(sc.tenants) + 1 else None
 
 
-def launch(sc: Scenario, t: Tenant, root: Path, seconds: int, setup_lead: float) -> None:
+def launch(index: int, sc: Scenario, t: Tenant, root: Path, seconds: int,
+           setup_lead: float) -> None:
     state = root / t.key / "state"
     state.mkdir(parents=True)
     cmd = [sys.executable, str(PROG), t.program, f"{sc.windows(seconds) + TAIL_S}",
@@ -150,7 +170,7 @@ def launch(sc: Scenario, t: Tenant, root: Path, seconds: int, setup_lead: float)
     if t.phases:
         (root / t.key / "phases.json").write_text(suite.to_json(t.phases))
         cmd += ["--phases", str(root / t.key / "phases.json")]
-    cpu = tenant_cpu(sc, t)
+    cpu = tenant_cpu(index, sc, t)
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     with open(root / t.key / "log", "w") as log:
@@ -201,7 +221,7 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, setup_l
             sc.card_dir = root / f"card-{i:02d}"
             sc.card_dir.mkdir()
             for t in sc.tenants:
-                launch(sc, t, root, seconds, setup_lead)
+                launch(i, sc, t, root, seconds, setup_lead)
                 launched.append(t)
             caps = ", ".join("none" if t.cap is None else str(t.cap) for t in sc.tenants)
             print(f"[{i + 1}/{len(plan)}] {sc.name}: {sc.tenants[0].program} (cap {caps}) "
