@@ -24,7 +24,8 @@ the GPU as little as possible while an earlier one is measured:
 
     launch .. START_AT-setup_lead   import torch, build the suite's weights (CPU only)
     .. START_AT-0.5                 CUDA context, tensors, graph capture, event pool
-                                    (requests: every shape warmed up, until START_AT)
+                                    (requests: every shape warmed up, until START_AT;
+                                    --setup-early: all this at once after the import)
     .. START_AT-0.1                 warm-up: the loop itself, then synchronize
     START_AT .. +SECONDS            the loop, a timing event after every unit
 
@@ -241,8 +242,12 @@ def main() -> None:
     ap.add_argument("--setup-lead", type=float, default=2.5,
                     help="begin CUDA setup this many seconds before START_AT")
     ap.add_argument("--warmup", type=float, default=0.4, help="seconds of warm-up loop")
+    ap.add_argument("--setup-early", action="store_true",
+                    help="set up at once after the imports (not --setup-lead before START_AT), "
+                         "then wait: only the warm-up loop runs just before START_AT")
     ap.add_argument("--cpu", type=int, default=None,
-                    help="run on this CPU alone from the setup on (not during the import)")
+                    help="run on this CPU alone from the setup on (with --setup-early: from "
+                         "the end of the setup on; never during the import)")
     ap.add_argument("--phases", type=Path,
                     help="requests: a JSON file of bench/suite.py phases (suite.to_json)")
     args = ap.parse_args()
@@ -257,15 +262,27 @@ def main() -> None:
     models = (workloads.Models(shapes) if prog == "requests" else
               workloads.Models([prog]) if prog in ("train", "eagerloop") else None)
 
-    sleep_until(args.start_at - args.setup_lead)
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
+    if not args.setup_early:
+        sleep_until(args.start_at - args.setup_lead)
+        if args.cpu is not None:
+            os.sched_setaffinity(0, {args.cpu})
     t_setup = time.monotonic()
     latency: List[float] = []
     requests: Dict[str, workloads.Request] = {}
+    steps: List[Tuple[str, float]] = []  # how long each part of the setup took, s
+    since = [t_setup]
+
+    def step(name: str) -> None:
+        now = time.monotonic()
+        steps.append((name, round(now - since[0], 4)))
+        since[0] = now
+    torch.zeros(1, device="cuda")
+    step("context")
     if prog == "requests":
         torch.set_grad_enabled(False)
-        requests = models.requests(shapes, torch.device("cuda"))  # allocated, warmed up
+        for shape in shapes:  # each allocated, warmed up
+            requests.update(models.requests([shape], torch.device("cuda")))
+            step(shape)
         # Every arrival drawn now, none while the clock runs.
         todo = [(i, ph.at + at, size) for i, ph in enumerate(phases)
                 for at, size in ph.requests()]
@@ -279,12 +296,16 @@ def main() -> None:
         events = new_events(int(RATE_GUESS[prog] * (args.seconds + args.warmup + 1.0)))
     # torch creates the CUDA event at its first record(): record every pooled
     # event once now, so that no event is created inside the measured loop.
+    step("unit" if prog != "requests" else "arrivals")
     for ev in events:
         ev.record()
     start = torch.cuda.Event(enable_timing=True)
     start.record()
     torch.cuda.synchronize()
+    step("events")
     t_setup_done = time.monotonic()
+    if args.setup_early and args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
 
     def loop(until: float) -> int:
         if prog == "latency":
@@ -292,7 +313,9 @@ def main() -> None:
         return run_loop(unit, events, until, AHEAD[prog], CHECK_EVERY[prog])
 
     warm_units = 0
-    t_warmup = t_setup  # requests: its setup ran every shape (what another run must not overlap)
+    # requests: its setup ran every shape (what another run must not overlap); set up
+    # early, it touches the GPU again only at START_AT.
+    t_warmup = t_setup
     if prog != "requests":  # requests warmed up each shape in setup; its first phase settles
         sleep_until(args.start_at - WARMUP_END_S - args.warmup)
         t_warmup = time.monotonic()
@@ -303,6 +326,8 @@ def main() -> None:
     sleep_until(args.start_at)
     start.record()
     t_start = time.monotonic()
+    if prog == "requests" and args.setup_early:
+        t_warmup = t_start
     served: Dict[str, list] = {}
     if prog == "requests":
         served = serve(requests, phases, todo, args.start_at,
@@ -334,6 +359,8 @@ def main() -> None:
         "import_s": T_IMPORTED - T_LAUNCH,
         "setup_monotonic": t_setup,
         "setup_s": t_setup_done - t_setup,
+        "setup_steps": steps,
+        "ready_monotonic": t_setup_done,
         "warmup_monotonic": t_warmup,
         "warmup_units": warm_units,
         "start_monotonic": t_start,

@@ -33,6 +33,13 @@ TAIL_S = 0.25  # tenants run this long past the last window, so it is full and p
 GAP_S = 0.25   # after a run's end, for its GPU queue to drain (compute_prog bounds it ~20 ms)
 WARMUP_S = 0.4  # compute_prog warms up from START_AT-0.5 to START_AT-0.1
 LATE_S = 0.05   # a tenant starting later than this is noted
+# Set up early, a tenant's GPU work before its start is its warm-up loop
+# (compute_prog: from START_AT - WARMUP_S - 0.1); the rest is margin.
+EARLY_LEAD_S = WARMUP_S + 0.1 + 0.3
+LATE_SETUP_LEAD_S = 2.5  # a scenario set up late: its tenants' lead, unless it names its own
+# The benches' lead: 43 processes' torch imports at once took 12.7-13.7 s on
+# the H200, a request tenant's setup 5-11 s alone (most of it loading kernels).
+LEAD_S = 45.0
 
 
 @dataclass
@@ -56,12 +63,19 @@ class Scenario:
     start_at: float = 0.0
     card_dir: Optional[Path] = None
     seconds: Optional[int] = None        # its 1 s windows, if not the bench's --seconds
-    setup_lead: Optional[float] = None   # its tenants' setup lead, if not the bench's
+    # Early: its tenants set up right after their imports, in the bench's lead,
+    # and only warm up before their start. Not early (an MPS client must
+    # connect to a daemon started later): they set up in their own lead.
+    early: bool = True
+    setup_lead: Optional[float] = None   # not early: its tenants' setup lead, if not the bench's
 
     def windows(self, seconds: int) -> int:
         return self.seconds if self.seconds is not None else seconds
 
     def lead(self, setup_lead: float) -> float:
+        """How long before its start its tenants touch the GPU (the gap after the run before)."""
+        if self.early:
+            return EARLY_LEAD_S
         return self.setup_lead if self.setup_lead is not None else setup_lead
 
 
@@ -167,6 +181,8 @@ def launch(index: int, sc: Scenario, t: Tenant, root: Path, seconds: int,
     cmd = [sys.executable, str(PROG), t.program, f"{sc.windows(seconds) + TAIL_S}",
            f"{sc.start_at:.6f}", str(root / t.key / "out.json"),
            "--setup-lead", f"{sc.lead(setup_lead)}", "--warmup", f"{WARMUP_S}"]
+    if sc.early:
+        cmd.append("--setup-early")
     if t.phases:
         (root / t.key / "phases.json").write_text(suite.to_json(t.phases))
         cmd += ["--phases", str(root / t.key / "phases.json")]
@@ -184,8 +200,8 @@ def nothing_works(tenants: List[Tenant]) -> bool:
     return len(done) >= 2 and all(t.proc.returncode != 0 for t in done)
 
 
-def schedule(plan: Sequence[Scenario], first_at: float, seconds: int, setup_lead: float,
-             gap: float = 0.0) -> float:
+def schedule(plan: Sequence[Scenario], first_at: float, seconds: int,
+             setup_lead: float = LATE_SETUP_LEAD_S, gap: float = 0.0) -> float:
     """Give each scenario its START_AT, one after another from first_at; the end of the last.
 
     A run ends TAIL_S after its windows; the next may touch the GPU GAP_S
@@ -201,13 +217,16 @@ def schedule(plan: Sequence[Scenario], first_at: float, seconds: int, setup_lead
     return at + gap
 
 
-def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, setup_lead: float,
-            bench: str, events: Sequence[Tuple[float, Callable[[], None]]] = ()) -> None:
+def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: str,
+            events: Sequence[Tuple[float, Callable[[], None]]] = (),
+            setup_lead: float = LATE_SETUP_LEAD_S) -> None:
     """Launch every tenant at once, `lead` s before the first START_AT; wait for all, read results.
 
-    All of them import torch before the first run starts, then sleep until
-    their own setup: a torch import beside a run would take CPU from it, and
-    a CPU-bound program (tiny) then measures the bench, not the limiter.
+    All of them import torch before the first run starts, and set up then
+    (early scenarios) or sleep until their own setup lead: a torch import or
+    a setup beside a run would take CPU and GPU from it (a CPU-bound program,
+    tiny, then measures the bench, not the limiter; a request tenant's setup
+    takes 5-11 s, measured on the H200, most of it loading kernels).
     `events`: (monotonic time, action) to run meanwhile, in order (starting
     and stopping an MPS daemon between runs, say).
     """
@@ -327,5 +346,6 @@ def plan_from_raw(raw: dict) -> List[Scenario]:
                           data=t["result"], error=t["error"])
                    for t in sc["tenants"]]
         plan.append(Scenario(sc["name"], tenants, sc.get("start_at", 0.0),
-                             seconds=sc.get("seconds"), setup_lead=sc.get("setup_lead")))
+                             seconds=sc.get("seconds"), early=sc.get("early", False),
+                             setup_lead=sc.get("setup_lead")))
     return plan

@@ -141,10 +141,18 @@ class Span:
     key: str        # unique tenant name
     scenario: str   # unique per scenario run: its tenants run together on purpose
     setup: float    # first CUDA call (context, allocations, graph capture, events)
-    warmup: float   # first warm-up unit
+    warmup: float   # first warm-up unit (a request tenant set up early: its start)
     start: float    # start event recorded: window 0 begins
     end: float      # GPU idle again (after the final synchronize)
     seconds: Optional[int] = None  # its measured windows, where not the bench's
+    ready: Optional[float] = None  # setup done, where known (else: its warm-up)
+
+
+def span_of(key: str, scenario: str, data: dict, seconds: Optional[int] = None) -> Span:
+    """A tenant's Span from its bench/compute_prog.py JSON."""
+    return Span(key, scenario, data["setup_monotonic"], data["warmup_monotonic"],
+                data["start_monotonic"], data["end_monotonic"], seconds,
+                data.get("ready_monotonic"))
 
 
 def interference(spans: Sequence[Span], seconds: int) -> Dict[str, Tuple[bool, List[str]]]:
@@ -165,7 +173,7 @@ def interference(spans: Sequence[Span], seconds: int) -> Dict[str, Tuple[bool, L
             if o.warmup < hi and o.end > lo:
                 valid = False
                 notes.append(f"{o.key} used the GPU during these windows")
-            elif o.setup < hi and o.warmup > lo:
+            elif o.setup < hi and (o.ready if o.ready is not None else o.warmup) > lo:
                 notes.append(f"{o.key} set up during these windows")
         partners = [o.start for o in spans if o.scenario == s.scenario]
         spread = max(partners) - min(partners)
