@@ -117,6 +117,13 @@ def arrival_times(kind: str, rate: float, seconds: float, seed: int) -> List[flo
     raise ValueError(f"unknown arrival {kind!r}: one of {', '.join(ARRIVALS)}")
 
 
+def largest_size(shape: str) -> int:
+    """The largest size request_sizes gives a shape (what a warm-up must run: a decode of more
+    tokens than its warm-up reached loaded new kernels, 1.7-4.4 s of its first requests on the
+    H200)."""
+    return DECODE_TOKENS[1] if shape == "decode" else 1
+
+
 def request_sizes(shape: str, n: int, seed: int) -> List[int]:
     """Each request's size: the tokens a decode request generates, 1 for every other shape."""
     if shape != "decode":

@@ -199,7 +199,7 @@ class Models:
             else:
                 raise ValueError(f"unknown request shape {name!r}")
             for _ in range(WARM):
-                out[name](8).cpu()
+                out[name](suite.largest_size(name)).cpu()
         return out
 
     @staticmethod

@@ -121,6 +121,18 @@ def test_overlap_with_another_scenario_is_invalid_and_setup_only_a_note():
     assert res["c"] == (True, [])
 
 
+def test_an_early_setup_long_before_a_run_is_no_note_on_it():
+    # Set up at 10-30 s, ran at 100 s: a run at 50 s sees neither.
+    early = ct.Span("e", "s1", 10.0, 100.0, 100.0, 106.3, ready=30.0)
+    run = span("r", "s0", 50.0)
+    assert ct.interference([run, early], 6)["r"] == (True, [])
+    # Its setup running into that run is a note; its measured run there is invalid.
+    late = ct.Span("e", "s1", 52.0, 100.0, 100.0, 106.3, ready=53.0)
+    assert ct.interference([run, late], 6)["r"] == (True, ["e set up during these windows"])
+    inside = ct.Span("e", "s1", 10.0, 54.0, 54.0, 60.3, ready=30.0)
+    assert ct.interference([run, inside], 6)["r"][0] is False
+
+
 def test_tenants_of_one_scenario_must_start_together():
     res = ct.interference([span("a", "pair", 100.0), span("b", "pair", 100.01)], 6)
     assert res["a"] == (True, []) and res["b"] == (True, [])

@@ -412,6 +412,30 @@ def test_every_request_shape_waits_no_longer_than_time_slicing(sim: Path, shape:
                     shape, arrival, latency_cap, caps, names[i], shares, claimed)
 
 
+@pytest.mark.parametrize("neighbour", ["big", "huge"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_request_shape_beside_long_kernels_waits_as_under_time_slicing(
+        sim: Path, shape: str, neighbour: str) -> None:
+    # Goal 1 beside a neighbour whose kernels run for 8 and 13.7 ms: a guest
+    # queues its request while the neighbour's kernel runs out, as with no
+    # shim (held to a short queue, each of its launches waited out a time
+    # slice of that kernel: an eager request's p99 was 41 ms against 7.7).
+    # What is left is a context switch of the hand-over (0.2 ms) and 1 %.
+    # Short of it: the GPU-bound eagerl, itself capped at 50, in Poisson
+    # bursts beside 13.7 ms kernels (its own bucket runs dry in a burst:
+    # 48 ms against 38; named in docs/compute-limit.md).
+    for arrival in ARRIVALS:
+        ref = simulate(sim, 6, f"l:{shape}:0:0{arrival}:noshim",
+                       f"n:{neighbour}:0:1:noshim")["l"].latency[1]
+        for latency_cap in (0, 50):
+            run = simulate(sim, 6, f"l:{shape}:{latency_cap}:0{arrival}", f"n:{neighbour}:50:1")
+            short = (shape, arrival, latency_cap, neighbour) == ("eagerl", ":poisson", 50, "huge")
+            limit = 1.3 * ref if short else 1.01 * ref + 0.2
+            assert run["l"].latency[1] <= limit, (shape, arrival, latency_cap,
+                                                  run["l"].latency, ref)
+            assert all(s <= 50 + TOLERANCE for s in settled(run["n"].cardtime)), run.procs
+
+
 @pytest.mark.parametrize("arrival", ARRIVALS)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_high_priority_requests_of_every_shape_wait_a_hand_over_at_most(

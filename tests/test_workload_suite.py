@@ -131,6 +131,31 @@ def test_each_part_fits_the_device_budget(part):
         assert sc.windows(0) >= suite.length(sc.tenants[0].phases)
 
 
+def test_tenants_set_up_early_but_mps_clients_in_a_lead_after_the_daemon():
+    args = cl.parse(["--part", "2"])
+    plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, True)
+    daemon_at, _ = cl.schedule(plain, under_mps, args.lead)
+    assert all(sc.early and sc.lead(99.0) == cr.EARLY_LEAD_S for sc in plain)
+    # An MPS client connects at its setup: the daemon must be up by then, and the lead
+    # covers L's setup (a context, the encoder, each shape) with room to spare.
+    need = cl.SETUP_CONTEXT_S + sum(cl.SETUP_SHAPE_S[s] for s in args.shapes)
+    for sc in under_mps:
+        assert not sc.early and sc.lead(0.0) > need
+        assert sc.start_at - sc.lead(0.0) > daemon_at
+
+
+def test_consecutive_scenarios_pin_disjoint_cpus(monkeypatch):
+    monkeypatch.setattr(cr.os, "sched_getaffinity", lambda pid: set(range(16)))
+    args = cl.parse(["--part", "1"])
+    plain, _ = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, False)
+    pinned = [{cr.tenant_cpu(i, sc, t) for t in sc.tenants} for i, sc in enumerate(plain)]
+    for i, (a, b) in enumerate(zip(pinned, pinned[1:])):
+        assert None not in a and not a & b, (plain[i].name, a, plain[i + 1].name, b)
+    # Too few CPUs for two blocks: one CPU a tenant, or none pinned.
+    monkeypatch.setattr(cr.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert cr.tenant_cpu(1, plain[0], plain[0].tenants[0]) == 3
+
+
 def test_both_parts_cover_every_shape_and_all_is_over_budget():
     shapes = set(cl.PARTS["1"][0]) | set(cl.PARTS["2"][0])
     assert shapes == set(suite.SHAPES)

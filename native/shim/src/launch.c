@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #define PER_THREAD_STREAM ((CUstream)0x2) /* CU_STREAM_PER_THREAD */
-#define POOL 16                           /* events kept per device: ring + reference + spare */
+#define POOL (GS_PACE_RING + 8)            /* events kept per device: ring + reference + spare */
 
 int gs_pace_mode = -1;
 

@@ -54,7 +54,7 @@
 #define GS_PACE_COURTESY_PCT 50ull      /* most of its time a process stands aside for guests and high */
 #define GS_PACE_COURTESY_NS 100000000ull /* saved-up courtesy: a long request served first */
 #define GS_PACE_MAX_PER_FENCE 4096u
-#define GS_PACE_RING 8
+#define GS_PACE_RING 16 /* fences in flight: a guest queues this many at most (a request, while a neighbour's long kernel runs out) */
 
 /* Priority classes, in order (io->prio). */
 enum { GS_PRIO_LOW, GS_PRIO_NORMAL, GS_PRIO_HIGH };
