@@ -18,7 +18,8 @@
 # never a python3 that PATH finds first (pyenv, a venv, /usr/local).
 BUILD_ENV = env -u PYTHONPATH -u PYTHONHOME -u VIRTUAL_ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+include version.mk
+VERSION := $(GPUSLICE_VERSION)
 BUILD := build/packages
 DIST := dist
 

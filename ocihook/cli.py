@@ -18,6 +18,23 @@ if TYPE_CHECKING:
     from ocihook import accountant
 
 
+def examples(*lines: str) -> str:
+    """A command's epilog: example command lines, kept as written (click
+    rewraps a paragraph unless a \\b line opens it). The man pages
+    (packaging/man/mkman.py) read them back from here."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    # Eager and read only when asked: importlib.metadata is not free at every start.
+    if not value or ctx.resilient_parsing:
+        return
+    from ocihook.version import version
+
+    click.echo(f"gpuslice version {version()}")
+    ctx.exit()
+
+
 class State:
     def __init__(self, config_path: Optional[str]) -> None:
         self.config_path = config_path
@@ -33,9 +50,14 @@ class State:
         return self._config
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=examples("gpuslice cdi generate",
+                             "podman run --rm --device gpuslice.io/gpu=0-4g IMAGE nvidia-smi",
+                             "gpuslice status"))
 @click.option("--config", "config_path", metavar="FILE",
               help=f"configuration file [default: ${config_mod.ENV_VAR} or {config_mod.DEFAULT_PATH}]")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Print gpuslice's version and exit.")
 @click.pass_context
 def cli(ctx: click.Context, config_path: Optional[str]) -> None:
     """Share NVIDIA GPUs between containers: memory slices and compute caps."""
@@ -44,13 +66,15 @@ def cli(ctx: click.Context, config_path: Optional[str]) -> None:
 
 # -- config -----------------------------------------------------------------
 
-@cli.group("config")
+@cli.group("config", epilog=examples("gpuslice config check /etc/gpuslice/config.yaml"))
 def config_group() -> None:
     """Show, check or apply the configuration."""
 
 
-@config_group.command("show")
-@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml")
+@config_group.command("show", epilog=examples("gpuslice config show",
+                                               "gpuslice --config ./node.yaml config show --format json"))
+@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml",
+              show_default=True, help="output format")
 @click.pass_obj
 def config_show(state: State, fmt: str) -> None:
     """Print the effective configuration (file values over defaults)."""
@@ -67,7 +91,8 @@ def config_show(state: State, fmt: str) -> None:
         click.echo(yamlout.dump(doc), nl=False)
 
 
-@config_group.command("apply")
+@config_group.command("apply", short_help="Record the file's admission policy in the accountant.",
+                      epilog=examples("gpuslice config apply"))
 @click.pass_obj
 def config_apply(state: State) -> None:
     """Record the file's admission policy in the accountant (placement,
@@ -88,7 +113,8 @@ def config_apply(state: State) -> None:
                f"{'recorded' if changed else 'already recorded'}: {policy_words(policy)}")
 
 
-@config_group.command("check")
+@config_group.command("check", short_help="Check a configuration FILE.",
+                      epilog=examples("gpuslice config check /etc/gpuslice/config.yaml"))
 @click.argument("file")  # what FILE is, config_mod.check_file says in its one line
 def config_check(file: str) -> None:
     """Check one configuration FILE; say what is wrong, or that it is valid."""
@@ -101,16 +127,19 @@ def config_check(file: str) -> None:
 
 # -- cdi --------------------------------------------------------------------
 
-@cli.group("cdi")
+@cli.group("cdi", epilog=examples("gpuslice cdi generate", "gpuslice cdi list"))
 def cdi_group() -> None:
     """Generate, list and validate CDI specs."""
 
 
-@cdi_group.command("generate")
+@cdi_group.command("generate", epilog=examples(
+    "gpuslice cdi generate",
+    "gpuslice cdi generate --check    # exit 1: the spec is stale",
+    "gpuslice cdi generate --format json -o - | jq '.devices[].name'"))
 @click.option("--driver-root", metavar="DIR", help="root of the driver's files [config: driver_root]")
 @click.option("--dev-root", metavar="DIR", help="root holding /dev/nvidia* [config: dev_root]")
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml",
-              show_default=True)
+              show_default=True, help="the spec's format")
 @click.option("--output", "-o", metavar="PATH",
               help="file to write, or - for stdout [default: SPEC_DIR/gpuslice.FORMAT]")
 @click.option("--dry-run", is_flag=True, help="discover and validate; write nothing")
@@ -127,7 +156,8 @@ def cdi_generate(state: State, driver_root: Optional[str], dev_root: Optional[st
         dry_run=dry_run, check_only=check_only, config_path=state.config_path)))
 
 
-@cdi_group.command("list")
+@cdi_group.command("list", epilog=examples("gpuslice cdi list",
+                                            "gpuslice cdi list --spec-dir /var/run/cdi"))
 @click.option("--spec-dir", "spec_dirs", multiple=True, metavar="DIR",
               help="folder to read (repeatable) [default: config spec_dir]")
 @click.pass_obj
@@ -144,7 +174,8 @@ def cdi_list(state: State, spec_dirs: List[str]) -> None:
             click.echo(qualified(spec.kind, dev.name))
 
 
-@cdi_group.command("validate")
+@cdi_group.command("validate", short_help="Check CDI spec FILES against the specification.",
+                   epilog=examples("gpuslice cdi validate /etc/cdi/*.yaml"))
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def cdi_validate(files: List[str]) -> None:
     """Check CDI spec FILES, ours or any vendor's, against the specification."""
@@ -166,7 +197,8 @@ def cdi_validate(files: List[str]) -> None:
 
 # -- setup ------------------------------------------------------------------
 
-@cli.group("setup")
+@cli.group("setup", short_help="Point Docker, containerd or Podman at gpuslice.",
+           epilog=examples("gpuslice setup docker --dry-run", "gpuslice setup docker"))
 def setup_group() -> None:
     """Point Docker, containerd or Podman at gpuslice (edits their configuration).
 
@@ -176,10 +208,12 @@ def setup_group() -> None:
     """
 
 
-@setup_group.command("docker")
+@setup_group.command("docker", short_help="Make Docker run gpuslice's devices (by its version).",
+                     epilog=examples("gpuslice setup docker --dry-run",
+                                     "gpuslice setup docker && systemctl restart docker"))
 @click.option("--daemon-json", metavar="PATH", default="/etc/docker/daemon.json",
               show_default=True, help="dockerd's configuration file")
-@click.option("--name", default="gpuslice", show_default=True,
+@click.option("--name", metavar="NAME", default="gpuslice", show_default=True,
               help="runtime name, for docker run --runtime NAME")
 @click.option("--real-runtime", metavar="PATH",
               help="the OCI runtime gpuslice-runtime runs [default: runc from PATH]")
@@ -198,10 +232,13 @@ def setup_docker(state: State, daemon_json: str, name: str, real_runtime: Option
                           docker_version))
 
 
-@setup_group.command("containerd")
+@setup_group.command("containerd",
+                     short_help="Make containerd run gpuslice's devices (by its version).",
+                     epilog=examples("gpuslice setup containerd --dry-run",
+                                     "gpuslice setup containerd && systemctl restart containerd"))
 @click.option("--config", "config_toml", metavar="PATH", default="/etc/containerd/config.toml",
               show_default=True, help="containerd's configuration file")
-@click.option("--name", default="gpuslice", show_default=True,
+@click.option("--name", metavar="NAME", default="gpuslice", show_default=True,
               help="runtime name, for CRI clients (containerd 1.6)")
 @click.option("--containerd-version", metavar="X.Y",
               help="the daemon's version [default: what containerd --version prints]")
@@ -217,7 +254,9 @@ def setup_containerd(state: State, config_toml: str, name: str,
     sys.exit(containerd.setup(state.config, config_toml, name, dry_run, containerd_version))
 
 
-@setup_group.command("podman")
+@setup_group.command("podman", epilog=examples(
+    "gpuslice setup podman --dry-run",
+    "gpuslice setup podman && podman run --rm --device gpuslice.io/gpu=0-4g IMAGE nvidia-smi"))
 @click.option("--containers-conf", metavar="PATH", default="/etc/containers/containers.conf",
               show_default=True, help="Podman's configuration file")
 @click.option("--dry-run", is_flag=True, help="print the diff; write nothing")
@@ -240,7 +279,8 @@ def _accountant(state: State) -> "accountant.Accountant":
         fail(str(e))
 
 
-@cli.command("status")
+@cli.command("status", short_help="Per card: what is reserved and used, and by whom.",
+             epilog=examples("gpuslice status", "gpuslice status --json | jq '.cards[0]'"))
 @click.option("--json", "as_json", is_flag=True, help="one JSON document, for scripts")
 @click.pass_obj
 def status_cmd(state: State, as_json: bool) -> None:
@@ -271,7 +311,8 @@ def _run_hook(cfg: "config_mod.Config", verb: str, *args: str) -> None:
     sys.exit(res.returncode)
 
 
-@cli.command("release")
+@cli.command("release", short_help="Give back what a container holds.",
+             epilog=examples("gpuslice release \"$(podman inspect --format '{{.Id}}' web)\""))
 @click.argument("container_id")
 @click.pass_obj
 def release_cmd(state: State, container_id: str) -> None:
@@ -279,14 +320,16 @@ def release_cmd(state: State, container_id: str) -> None:
     _run_hook(state.config, "release", "--id", container_id)
 
 
-@cli.command("gc")
+@cli.command("gc", epilog=examples("gpuslice gc"))
 @click.pass_obj
 def gc_cmd(state: State) -> None:
     """Reclaim what containers whose process is gone still hold."""
     _run_hook(state.config, "gc")
 
 
-@cli.command("resize")
+@cli.command("resize", short_help="Change the slice a running container holds.",
+             epilog=examples("gpuslice resize 3f2a9c --memory 6g",
+                             "gpuslice resize 3f2a9c --memory 8GiB --cores 50"))
 @click.argument("container")
 @click.option("--memory", metavar="SIZE", help="the slice's new memory (4GiB, 6144MiB, 8g)")
 @click.option("--cores", metavar="N", help="the new compute cap, percent (0: none)")
@@ -310,7 +353,9 @@ def resize_cmd(state: State, container: str, memory: Optional[str], cores: Optio
 
 # -- observing the node ----------------------------------------------------------
 
-@cli.command("exporter")
+@cli.command("exporter", short_help="Serve Prometheus metrics of the node.",
+             epilog=examples("gpuslice exporter", "gpuslice exporter --listen :10463",
+                             "curl -s http://127.0.0.1:10463/metrics | grep ^gpuslice_card"))
 @click.option("--listen", metavar="ADDR:PORT", default="127.0.0.1:10463", show_default=True,
               help="where to serve /metrics ([::1]:PORT for IPv6, :PORT for every address)")
 @click.pass_obj
@@ -330,7 +375,8 @@ def exporter_cmd(state: State, listen: str) -> None:
              "another address")
 
 
-@cli.command("top")
+@cli.command("top", short_help="Cards, containers and processes, live.",
+             epilog=examples("gpuslice top", "gpuslice top --once"))
 @click.option("--once", is_flag=True, help="print one frame (rates over one second) and exit")
 @click.pass_obj
 def top_cmd(state: State, once: bool) -> None:
@@ -351,12 +397,14 @@ def top_cmd(state: State, once: bool) -> None:
 
 # -- health -------------------------------------------------------------------
 
-@cli.group("health")
+@cli.group("health", epilog=examples("systemctl status gpuslice-health"))
 def health_group() -> None:
     """Watch the cards' health (NVML's events) for the accountant."""
 
 
-@health_group.command("watch")
+@health_group.command("watch", short_help="Take a card out of service when NVML reports a fault.",
+                      epilog=examples("gpuslice health watch",
+                                      "gpuslice health watch --ignore-xid 94 --for 60"))
 @click.option("--ignore-xid", "ignored", multiple=True, type=click.IntRange(0, 2**32 - 1),
               metavar="XID", help="an XID that leaves a card in service (repeatable; the "
               "applications' XIDs 13, 31, 43, 45, 68, 109 always do)")
@@ -385,12 +433,16 @@ def health_watch(state: State, ignored: List[int], seconds: Optional[float]) -> 
 
 # -- card -------------------------------------------------------------------
 
-@cli.group("card")
+@cli.group("card", short_help="Take a card out of service, or return it.",
+           epilog=examples("gpuslice card disable 1 --reason 'fan replaced, ticket 4711'",
+                           "gpuslice card enable 1"))
 def card_group() -> None:
     """Take a card out of service, or return it (running containers stay)."""
 
 
-@card_group.command("disable")
+@card_group.command("disable", epilog=examples(
+    "gpuslice card disable 1 --reason 'fan replaced, ticket 4711'",
+    "gpuslice card disable GPU-5f6e1c2a-1c4d-4b7e-9a5e-0d6c3f1e2b7a --reason 'ECC errors'"))
 @click.argument("card")
 @click.option("--reason", required=True, metavar="TEXT",
               help="why, in one line: the hook's refusals quote it")
@@ -408,7 +460,7 @@ def card_disable(state: State, card: str, reason: str) -> None:
         acct.close()
 
 
-@card_group.command("enable")
+@card_group.command("enable", epilog=examples("gpuslice card enable 1"))
 @click.argument("card")
 @click.pass_obj
 def card_enable(state: State, card: str) -> None:

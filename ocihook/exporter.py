@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ocihook import accountant, snapshot
 from ocihook.nvml_sample import Sampler
+from ocihook.version import version
 
 DEFAULT_PORT = 10463
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -53,15 +54,6 @@ def parse_listen(text: str) -> Tuple[str, int]:
     return addr, int(port)
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        return version("gpuslice")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 class NodeCollector(Collector):
     """Reads the node at every collect(); keeps NVML started and the event totals."""
 
@@ -71,7 +63,7 @@ class NodeCollector(Collector):
         self.sampler = sampler
         self.events = snapshot.EventCounters()
         self.acct: Optional[accountant.Accountant] = None
-        self.version = _version()
+        self.version = version()
         self.last_problems: Dict[str, str] = {}  # of the latest scrape, for the log
 
     def _accountant(self) -> Tuple[Optional[accountant.Accountant], Optional[str]]:

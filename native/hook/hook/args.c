@@ -26,6 +26,7 @@ static const char *const usages[] = {
     "[--priority high|normal|low] [--pid N [--pid-start T]] [--runtime NAME]",
     "gpuslice-hook resize --database DB --state-dir DIR --id CID --device NAME "
     "[--memory-mib N] [--cores N]",
+    "gpuslice-hook --help | --version",
 };
 
 static const char help_text[] =

@@ -32,6 +32,7 @@
 #include "statedir.h"
 #include "userns.h"
 #include "util.h"
+#include "version.h"
 
 /* What to do about a hook in a user namespace: a container's, an operator's. */
 #define FIX_CONTAINER "run the container as root (sudo podman run ..., or a rootful podman " \
@@ -361,6 +362,9 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || (i == 1 && strcmp(argv[i], "-h") == 0)) {
             gs_print_help();
+            return 0;
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("gpuslice-hook version %s\n", GPUSLICE_VERSION);
             return 0;
         }
     struct gs_args a;

@@ -103,9 +103,10 @@ void gs_rt_parse_globals(int *argc, char **argv, struct gs_rt_globals *g)
             g->log = v;
         else if (is(&f, "log-format"))
             g->log_format = v;
-        else if ((is(&f, "help") || is(&f, "h") || is(&f, "version") || is(&f, "v")) &&
-                 bool_set(&f))
-            g->help_or_version = 1;
+        else if ((is(&f, "help") || is(&f, "h")) && bool_set(&f))
+            g->help = 1;
+        else if ((is(&f, "version") || is(&f, "v")) && bool_set(&f))
+            g->version = 1;
     }
     if (i < n)
         g->command = w;

@@ -18,7 +18,8 @@ struct gs_rt_globals {
     int command;            /* argv index of the command (after the removal); 0: none */
     const char *log;        /* --log FILE, the last one; NULL if none */
     const char *log_format; /* --log-format, the last one; NULL if none */
-    int help_or_version;    /* --help/-h/--version/-v: runc prints and runs no command */
+    int help;               /* --help/-h: runc prints its help and runs no command */
+    int version;            /* --version/-v: runc prints its version, runs no command */
 };
 
 /*

@@ -41,6 +41,7 @@
 #include "json.h"
 #include "request.h"
 #include "util.h"
+#include "version.h"
 
 extern char **environ;
 
@@ -52,6 +53,15 @@ extern char **environ;
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 enum { EXIT_APPLY = 1, EXIT_OWN = 2 };
+
+/* Printed before the real runtime's --help, which says the rest. */
+#define USAGE                                                                              \
+    "usage: " PROGRAM " [--gpuslice-runtime PATH] [--gpuslice-cache-tool PATH] "           \
+    "[RUNTIME GLOBAL FLAGS] COMMAND [ARGS...]\n"                                            \
+    "       " PROGRAM " --help | --version\n"                                               \
+    "An OCI runtime wrapper: gpuslice's CDI devices applied to config.json at create and\n" \
+    "run, then every command run by the real runtime (--gpuslice-runtime, else\n"          \
+    "$GPUSLICE_RUNTIME_BINARY, else runc in PATH), whose help follows.\n\n"
 
 /* The global flags, for the log line an error also leaves. */
 static const struct gs_rt_globals *globals;
@@ -477,12 +487,21 @@ int main(int argc, char **argv)
     if (g.bad_option)
         die(EXIT_OWN, "%s needs a value (a path)", g.bad_option);
 
+    /* Ours first, then the real runtime's own: Docker's `info` reads the
+     * last line that says "version" (runc's), as with runc alone. */
+    if (g.version)
+        printf(PROGRAM " version %s\n", GPUSLICE_VERSION);
+    if (g.help)
+        fputs(USAGE, stdout);
+    if (fflush(stdout) != 0)
+        die(EXIT_OWN, "stdout: %s", strerror(errno));
+
     char runtime_buf[PATH_MAX];
     const char *runtime = real_runtime(g.runtime, runtime_buf, sizeof runtime_buf);
     argv[0] = (char *)runtime;
 
     const char *cmd = g.command ? argv[g.command] : NULL;
-    if (cmd && !g.help_or_version && (strcmp(cmd, "create") == 0 || strcmp(cmd, "run") == 0)) {
+    if (cmd && !g.help && !g.version && (strcmp(cmd, "create") == 0 || strcmp(cmd, "run") == 0)) {
         struct gs_rt_create c;
         gs_rt_parse_create(argc, argv, g.command + 1, &c);
         /* --help, or not exactly one container id: runc creates nothing. */
