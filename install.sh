@@ -37,6 +37,7 @@ if [ "$with_tests" = 1 ]; then
   # `gpuslice top` in tests/test_exporter.py and test_top.py. gpuslice-nomad-device
   # needs gRPC, protobuf and msgpack; its tests build HashiCorp's go-plugin
   # client (tests/nomad_client) offline from Debian's Go packages, with protoc.
+  # man-db and groff-base render the man pages in tests/test_manpages.py.
   # --no-install-recommends is enough: podman's
   # recommends serve rootless use and images, which the tests do not need.
   apt-get install -y -q --no-install-recommends \
@@ -50,7 +51,7 @@ if [ "$with_tests" = 1 ]; then
     python3-grpcio python3-protobuf python3-msgpack protobuf-compiler golang-go \
     golang-github-hashicorp-go-plugin-dev golang-google-grpc-dev golang-goprotobuf-dev \
     golang-github-zclconf-go-cty-dev \
-    rpm lintian rpmlint </dev/null
+    rpm lintian rpmlint man-db groff-base </dev/null
 fi
 
 pip_args=(-q)
@@ -73,6 +74,10 @@ if [ "$with_tests" = 1 ]; then
 else
   python3 -m pip install "${pip_args[@]}" . </dev/null  # builds and ships the shim
 fi
+
+# The man pages (man gpuslice, man gpuslice-resize, ...) where man looks for
+# locally installed ones.
+install -D -m 0644 -t /usr/local/share/man/man8 packaging/man/*.8
 
 gpuslice=$(python3 -c 'import os, sysconfig; print(os.path.join(sysconfig.get_path("scripts"), "gpuslice"))')
 mkdir -p /etc/gpuslice

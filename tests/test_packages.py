@@ -54,7 +54,7 @@ UNITS = ("gpuslice-cdi-refresh.path", "gpuslice-cdi-refresh.service", "gpuslice-
 # What the packages must both hold, after normalisation (see _normal).
 KEY_FILES = {
     "/usr/bin/gpuslice", HOOK, RUNTIME, "/usr/bin/gpuslice-cdi-cache", SHIM,
-    "/usr/bin/gpuslice-nomad-device", "/usr/share/man/man8/gpuslice-nomad-device.8.gz",
+    "/usr/bin/gpuslice-nomad-device",
     "SITE/ocihook/nomad/proto/device.proto", "SITE/ocihook/nomad/proto/device_pb2.py",
     "/usr/libexec/gpuslice/nvidia-driver-present", "/etc/gpuslice/config.yaml",
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.service",
@@ -62,8 +62,8 @@ KEY_FILES = {
     "/usr/lib/systemd/system/gpuslice-exporter.service",
     "/usr/lib/systemd/system/gpuslice-health.service",
     "/usr/lib/tmpfiles.d/gpuslice.conf", HOOKS_D + "/gpuslice-poststop.json",
-    "/usr/share/man/man8/gpuslice.8.gz", "/usr/share/man/man8/gpuslice-hook.8.gz",
-    "/usr/share/man/man8/gpuslice-runtime.8.gz", "/usr/share/man/man8/gpuslice-cdi-cache.8.gz",
+    # Every man page (tests/test_manpages.py checks them).
+    *(f"/usr/share/man/man8/{page.name}.gz" for page in (REPO / "packaging" / "man").glob("*.8")),
     "SITE/ocihook/cli.py", "SITE/cdi/nvml.py",
     *(f"SITE/ocihook/native/{h}" for h in ("region.h", "cardfile.h", "statedir.h", "statedb.h")),
 }
