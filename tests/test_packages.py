@@ -67,11 +67,13 @@ KEY_FILES = {
     "SITE/ocihook/cli.py", "SITE/cdi/nvml.py",
     *(f"SITE/ocihook/native/{h}" for h in ("region.h", "cardfile.h", "statedir.h", "statedb.h")),
 }
-# Not compared: documentation, the Python metadata (dist-info from pybuild,
-# egg-info from setup.py install), byte code, build-id links, and the rpm's
-# systemd preset (Debian enables units with deb-systemd-helper instead), the
-# deb's lintian overrides.
-NOT_COMPARED = re.compile(r"^/usr/share/doc/|^SITE/gpuslice-[^/]*\.(dist|egg)-info/|/__pycache__/"
+# Not compared: documentation, the license (the rpm's %license file; the deb
+# has it in /usr/share/doc/gpuslice/copyright), the Python metadata (dist-info
+# from pybuild, egg-info from setup.py install), byte code, build-id links,
+# and the rpm's systemd preset (Debian enables units with deb-systemd-helper
+# instead), the deb's lintian overrides.
+NOT_COMPARED = re.compile(r"^/usr/share/(doc|licenses)/|^SITE/gpuslice-[^/]*\.(dist|egg)-info/"
+                          r"|/__pycache__/"
                           r"|^/usr/lib/\.build-id/|^/usr/lib/systemd/system-preset/"
                           r"|^/usr/share/lintian/overrides/")
 # Everything the package or its use may leave, moved aside first.
@@ -481,7 +483,15 @@ def _install_use_remove_purge(packages: Packages, listing: Dict[str, str], dirs_
     shown = json.loads(res.stdout)
     assert (shown["shim_path"], shown["hook_path"], shown["runtime_path"]) == (SHIM, HOOK, RUNTIME)
     installed.run("gpuslice", "config", "check", "/etc/gpuslice/config.yaml")
+    # One version, pyproject.toml's, in each installed program; runc's follows the runtime's.
+    version = re.findall(r'^version = "(.+)"$', (REPO / "pyproject.toml").read_text(), re.M)[0]
+    for program in ("gpuslice", HOOK, RUNTIME):
+        out = installed.run(program, "--version").stdout
+        assert out.startswith("%s version %s\n" % (os.path.basename(program), version)), out
     assert "runc version" in installed.run(RUNTIME, "--version").stdout
+    # man finds the packaged pages (install.sh's in /usr/local are hidden here).
+    assert installed.run("man", "-w", "gpuslice-resize").stdout == \
+        "/usr/share/man/man8/gpuslice-resize.8.gz\n"
     assert installed.run("/usr/libexec/gpuslice/nvidia-driver-present",
                          check=False).returncode == (0 if _nvml_on_host() else 1)
 
