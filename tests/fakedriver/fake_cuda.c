@@ -48,6 +48,14 @@
  *    every mode is treated as the global one, so an event query or a
  *    synchronisation anywhere during a capture invalidates it, and
  *    cuStreamEndCapture returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+ *  - Graphs (cuGraphCreate, memory alloc/free, empty and child nodes;
+ *    capture turns launches, cuMemAllocAsync and cuMemFreeAsync into nodes):
+ *    an alloc node holds an address only. An executable graph gets its
+ *    memory (each node rounded to 2 MiB) when uploaded or launched, from the
+ *    device's graph pool: idle memory first, the rest from the card. A
+ *    destroyed one leaves its memory idle in the pool; cuDeviceGraphMemTrim
+ *    gives back all of it and unmaps live graphs (none runs meanwhile), which
+ *    map again at their next launch. cuDeviceGetGraphMemAttribute reports it.
  *  - With $GPUSLICE_FAKE_PROCS set, the usage per card is published at
  *    every change for the fake NVML's process lists (fakeprocs.h).
  *  - With $FAKECUDA_LAUNCH_BLOCK=PATH (read at cuInit), the first launch of
@@ -115,15 +123,6 @@ typedef struct {
     int flags;
 } CUmemAccessDesc;
 
-/* The leading fields of CUmemPoolProps; only these are read (the caller's
- * struct is larger: security attributes, maxSize, usage, reserved bytes). */
-typedef struct {
-    int allocType;
-    int handleTypes;
-    CUmemLocation location;
-} fake_CUmemPoolProps_prefix;
-typedef fake_CUmemPoolProps_prefix CUmemPoolProps;
-
 /* CUlaunchConfig as cuLaunchKernelEx takes it. */
 typedef struct {
     unsigned int gridDimX, gridDimY, gridDimZ;
@@ -171,9 +170,11 @@ struct ctx {
     uint64_t last_ns; /* when all work queued in the context completes */
 };
 
+struct fgraph;
 struct stream {
     bool alive;
     bool capturing; /* between cuStreamBeginCapture and cuStreamEndCapture */
+    struct fgraph *graph; /* what the capture builds */
     struct ctx *ctx;
     uint64_t done_ns; /* when its last queued work completes */
 };
@@ -191,6 +192,36 @@ struct pool {
     uint64_t reserved, used, threshold, reserved_high, used_high;
     int reuse[4];
     unsigned outstanding; /* allocations not yet freed */
+};
+
+/* Graphs: nodes in a fixed array (a node handle is its address). Memory
+ * alloc nodes get their address at creation; their memory is made resident
+ * only when an executable graph is uploaded or launched (mapped), from the
+ * device's graph memory pool, which keeps it until cuDeviceGraphMemTrim. */
+#define MAX_GRAPHS 256
+#define MAX_NODES 64
+#define MAX_EXECS 256
+enum { GN_KERNEL = 0, GN_EMPTY = 2 };
+struct gnode {
+    int type; /* CUgraphNodeType */
+    int dev;  /* alloc nodes */
+    uint64_t bytes;
+    CUdeviceptr dptr;      /* alloc and free nodes */
+    struct fgraph *child;  /* child graph nodes: a clone, owned */
+};
+struct fgraph {
+    bool alive;
+    unsigned n;
+    struct gnode nodes[MAX_NODES];
+};
+struct fexec {
+    bool alive, mapped;
+    uint64_t bytes[FAKEGPUS_MAX_GPUS]; /* what its alloc nodes take, per device */
+};
+/* Per device: the graph memory pool. reserved = mapped to live executable
+ * graphs + idle (left by destroyed ones, reusable, given back at trim). */
+struct graphpool {
+    uint64_t reserved, idle, reserved_high, used_high;
 };
 
 enum kind {
@@ -246,6 +277,9 @@ static void unsafe_during_capture(void)
 static struct event g_events[MAX_EVENTS];
 static unsigned g_next_event;
 static struct pool g_pools[MAX_POOLS];
+static struct fgraph g_graphs[MAX_GRAPHS];
+static struct fexec g_execs[MAX_EXECS];
+static struct graphpool g_gpools[FAKEGPUS_MAX_GPUS];
 static struct alloc *g_buckets[NBUCKETS];
 static struct alloc g_all = {.prev = &g_all, .next = &g_all};
 static struct mapping *g_maps;
@@ -575,6 +609,140 @@ static void free_any(struct alloc *a)
         }
     }
     drop_entry(a);
+}
+
+
+/* ----------------------------------------------------------------- graphs */
+
+static struct fgraph *graph_new(void)
+{
+    for (int i = 0; i < MAX_GRAPHS; i++)
+        if (!g_graphs[i].alive) {
+            memset(&g_graphs[i], 0, sizeof g_graphs[i]);
+            g_graphs[i].alive = true;
+            return &g_graphs[i];
+        }
+    return NULL;
+}
+
+static void graph_free(struct fgraph *g)
+{
+    for (unsigned i = 0; i < g->n; i++)
+        if (g->nodes[i].child)
+            graph_free(g->nodes[i].child);
+    g->alive = false;
+}
+
+static struct fgraph *graph_of(CUgraph h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_graphs;
+    if (p < base || p >= base + sizeof(g_graphs) || (p - base) % sizeof(struct fgraph))
+        return NULL;
+    struct fgraph *g = (struct fgraph *)h;
+    return g->alive ? g : NULL;
+}
+
+static struct gnode *node_of(CUgraphNode h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_graphs;
+    if (p < base || p >= base + sizeof(g_graphs))
+        return NULL;
+    struct fgraph *g = &g_graphs[(p - base) / sizeof(struct fgraph)];
+    uintptr_t first = (uintptr_t)&g->nodes[0];
+    if (!g->alive || p < first || (p - first) % sizeof(struct gnode) ||
+        (p - first) / sizeof(struct gnode) >= g->n)
+        return NULL;
+    return (struct gnode *)h;
+}
+
+static struct gnode *graph_add(struct fgraph *g, int type)
+{
+    if (g->n >= MAX_NODES)
+        return NULL;
+    struct gnode *n = &g->nodes[g->n++];
+    memset(n, 0, sizeof *n);
+    n->type = type;
+    return n;
+}
+
+/* An alloc node: its address now, its memory when the graph runs. */
+static CUresult graph_add_alloc(struct fgraph *g, int dev, uint64_t bytes, CUgraphNode *ph,
+                                CUdeviceptr *dptr)
+{
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr va;
+    CUresult rc = va_alloc(dev, round_up(bytes, GRANULARITY), GRANULARITY, &va);
+    if (rc)
+        return rc;
+    struct gnode *n = graph_add(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    n->dev = dev;
+    n->bytes = bytes;
+    n->dptr = *dptr = va;
+    if (ph)
+        *ph = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+
+static void graph_bytes(const struct fgraph *g, uint64_t *bytes)
+{
+    for (unsigned i = 0; i < g->n; i++) {
+        const struct gnode *n = &g->nodes[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            bytes[n->dev] += round_up(n->bytes, GRANULARITY);
+        else if (n->child)
+            graph_bytes(n->child, bytes);
+    }
+}
+
+static struct fexec *exec_of(CUgraphExec h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_execs;
+    if (p < base || p >= base + sizeof(g_execs) || (p - base) % sizeof(struct fexec))
+        return NULL;
+    struct fexec *e = (struct fexec *)h;
+    return e->alive ? e : NULL;
+}
+
+/* What the graph pool of `dev` has mapped to live executable graphs. */
+static uint64_t gpool_used(int dev)
+{
+    uint64_t used = 0;
+    for (int i = 0; i < MAX_EXECS; i++)
+        if (g_execs[i].alive && g_execs[i].mapped)
+            used += g_execs[i].bytes[dev];
+    return used;
+}
+
+/* Upload or launch: the exec's alloc nodes get memory, idle pool memory
+ * first, the rest from the card. Nothing changes if it does not fit. */
+static CUresult exec_map(struct fexec *e)
+{
+    if (e->mapped)
+        return CUDA_SUCCESS;
+    uint64_t grow[FAKEGPUS_MAX_GPUS] = {0};
+    for (int d = 0; d < g_ndev; d++) {
+        struct graphpool *gp = &g_gpools[d];
+        grow[d] = e->bytes[d] > gp->idle ? e->bytes[d] - gp->idle : 0;
+        if (grow[d] && charge(d, grow[d]) != CUDA_SUCCESS) {
+            while (d-- > 0)
+                uncharge(d, grow[d]);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    e->mapped = true;
+    for (int d = 0; d < g_ndev; d++) {
+        struct graphpool *gp = &g_gpools[d];
+        gp->idle -= e->bytes[d] - grow[d];
+        gp->reserved += grow[d];
+        gp->reserved_high = max_u64(gp->reserved_high, gp->reserved);
+        gp->used_high = max_u64(gp->used_high, gpool_used(d));
+    }
+    return CUDA_SUCCESS;
 }
 
 /* -------------------------------------------------------------- contexts */
@@ -1508,6 +1676,10 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool h, boo
     struct pool *p = from_pool ? pool_of(h) : &g_pools[c->dev];
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
+    bool ok;
+    struct stream *s = stream_of(stream, &ok);
+    if (s && s->capturing) /* a memory alloc node: memory when the graph runs */
+        return graph_add_alloc(s->graph, p->dev, bytes, NULL, dptr);
     return pool_alloc(p, bytes, dptr);
 }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -1532,9 +1704,16 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
 static CUresult free_async(CUdeviceptr p, CUstream stream)
 {
     bool ok;
-    stream_of(stream, &ok);
+    struct stream *s = stream_of(stream, &ok);
     if (!ok)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (s && s->capturing) { /* a memory free node */
+        struct gnode *n = graph_add(s->graph, CU_GRAPH_NODE_TYPE_MEM_FREE);
+        if (!n)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        n->dptr = p;
+        return CUDA_SUCCESS;
+    }
     return mem_free(p);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -1591,6 +1770,8 @@ static CUresult begin_capture(CUstream h)
         return ok ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_ERROR_INVALID_HANDLE;
     if (s->capturing)
         return CUDA_ERROR_ILLEGAL_STATE;
+    if (!(s->graph = graph_new()))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     s->capturing = true;
     if (g_capturing++ == 0)
         g_capture_invalidated = false;
@@ -1612,7 +1793,12 @@ static CUresult end_capture(CUstream h, CUgraph *graph)
         return CUDA_ERROR_ILLEGAL_STATE;
     s->capturing = false;
     g_capturing--;
-    *graph = (CUgraph)(uintptr_t)0x6000;
+    *graph = (CUgraph)s->graph;
+    if (g_capture_invalidated) {
+        graph_free(s->graph);
+        *graph = NULL;
+    }
+    s->graph = NULL;
     return g_capture_invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
@@ -1795,6 +1981,7 @@ static CUresult launch(CUstream stream)
     struct stream *st = stream_of(stream, &ok);
     if (st && st->capturing) {
         g_captured++; /* into the graph: runs at cuGraphLaunch, not now */
+        graph_add(st->graph, GN_KERNEL);
         return CUDA_SUCCESS;
     }
     uint64_t start = max_u64(now_ns(), *done);
@@ -1863,17 +2050,381 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDi
     block_first_launch();
     LOCKED(launch(hStream));
 }
+/* A graph launch: an executable graph of ours gets its memory first (a
+ * handle we did not make is launched as a plain kernel, as tests of the
+ * pacer do with NULL). */
+static CUresult graph_launch(CUgraphExec h, CUstream stream)
+{
+    struct fexec *e = exec_of(h);
+    struct ctx *c;
+    uint64_t *done;
+    CUresult rc = stream_timeline(stream, &c, &done);
+    if (rc == CUDA_SUCCESS && e)
+        rc = exec_map(e);
+    return rc ? rc : launch(stream);
+}
 EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    (void)hGraphExec;
     block_first_launch();
-    LOCKED(launch(hStream));
+    LOCKED(graph_launch(hGraphExec, hStream));
 }
 EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    (void)hGraphExec;
     block_first_launch();
-    LOCKED(launch(hStream));
+    LOCKED(graph_launch(hGraphExec, hStream));
+}
+
+
+/* ------------------------------------------------------- graph building */
+
+static CUresult graph_create(CUgraph *ph, unsigned flags)
+{
+    if (!ph || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fgraph *g = graph_new();
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *ph = (CUgraph)g;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    LOCKED(graph_create(phGraph, flags));
+}
+
+static CUresult graph_destroy(CUgraph h)
+{
+    struct fgraph *g = graph_of(h);
+    if (!g)
+        return CUDA_ERROR_INVALID_VALUE;
+    graph_free(g);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphDestroy(CUgraph hGraph) { LOCKED(graph_destroy(hGraph)); }
+
+static CUresult add_alloc_node(CUgraphNode *ph, CUgraph h, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    struct fgraph *g = graph_of(h);
+    if (!g || !ph || !p || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    return graph_add_alloc(g, p->poolProps.location.id, p->bytesize, ph, &p->dptr);
+}
+EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                       const CUgraphNode *dependencies, size_t numDependencies,
+                                       CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+{
+    (void)dependencies, (void)numDependencies; /* order is not modelled */
+    LOCKED(add_alloc_node(phGraphNode, hGraph, nodeParams));
+}
+
+static CUresult add_node(CUgraphNode *ph, CUgraph h, int type, CUdeviceptr dptr, CUgraph child)
+{
+    struct fgraph *g = graph_of(h), *c = NULL;
+    if (!g || !ph || (type == CU_GRAPH_NODE_TYPE_GRAPH && !graph_of(child)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH) { /* the child is cloned, as the driver does */
+        if (!(c = graph_new()))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        *c = *graph_of(child);
+        for (unsigned i = 0; i < c->n; i++)
+            c->nodes[i].child = NULL; /* one level deep is all the tests need */
+    }
+    struct gnode *n = graph_add(g, type);
+    if (!n) {
+        if (c)
+            graph_free(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    n->dptr = dptr;
+    n->child = c;
+    *ph = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      CUdeviceptr dptr)
+{
+    (void)dependencies, (void)numDependencies;
+    LOCKED(add_node(phGraphNode, hGraph, CU_GRAPH_NODE_TYPE_MEM_FREE, dptr, NULL));
+}
+EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                    const CUgraphNode *dependencies, size_t numDependencies)
+{
+    (void)dependencies, (void)numDependencies;
+    LOCKED(add_node(phGraphNode, hGraph, GN_EMPTY, 0, NULL));
+}
+EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies,
+                                         size_t numDependencies, CUgraph childGraph)
+{
+    (void)dependencies, (void)numDependencies;
+    LOCKED(add_node(phGraphNode, hGraph, CU_GRAPH_NODE_TYPE_GRAPH, 0, childGraph));
+}
+
+static CUresult child_graph(CUgraphNode h, CUgraph *out)
+{
+    struct gnode *n = node_of(h);
+    if (!n || !out || n->type != CU_GRAPH_NODE_TYPE_GRAPH)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = (CUgraph)n->child;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    LOCKED(child_graph(hNode, phGraph));
+}
+
+static CUresult get_nodes(CUgraph h, CUgraphNode *nodes, size_t *num)
+{
+    struct fgraph *g = graph_of(h);
+    if (!g || !num)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (nodes) {
+        for (size_t i = 0; i < *num; i++)
+            nodes[i] = i < g->n ? (CUgraphNode)&g->nodes[i] : NULL;
+        if (*num > g->n)
+            *num = g->n;
+    } else {
+        *num = g->n;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    LOCKED(get_nodes(hGraph, nodes, numNodes));
+}
+
+static CUresult node_type(CUgraphNode h, int *type)
+{
+    struct gnode *n = node_of(h);
+    if (!n || !type)
+        return CUDA_ERROR_INVALID_VALUE;
+    *type = n->type;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, int *type) { LOCKED(node_type(hNode, type)); }
+
+static CUresult alloc_node_params(CUgraphNode h, CUDA_MEM_ALLOC_NODE_PARAMS *out)
+{
+    struct gnode *n = node_of(h);
+    if (!n || !out || n->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(out, 0, sizeof *out);
+    out->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    out->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    out->poolProps.location.id = n->dev;
+    out->bytesize = n->bytes;
+    out->dptr = n->dptr;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode,
+                                             CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    LOCKED(alloc_node_params(hNode, params_out));
+}
+
+/* ---------------------------------------------------- executable graphs */
+
+static CUresult instantiate(CUgraphExec *ph, CUgraph h, unsigned long long flags,
+                            CUstream upload)
+{
+    struct fgraph *g = graph_of(h);
+    if (!g || !ph)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < MAX_EXECS; i++) {
+        struct fexec *e = &g_execs[i];
+        if (e->alive)
+            continue;
+        memset(e, 0, sizeof *e);
+        graph_bytes(g, e->bytes);
+        e->alive = true;
+        if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
+            bool ok;
+            stream_of(upload, &ok);
+            CUresult rc = ok ? exec_map(e) : CUDA_ERROR_INVALID_HANDLE;
+            if (rc) {
+                e->alive = false;
+                return rc;
+            }
+        }
+        *ph = (CUgraphExec)e;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                            unsigned long long flags)
+{
+    LOCKED(instantiate(phGraphExec, hGraph, flags & ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, NULL));
+}
+/* The CUDA 10/11 form (cuGraphInstantiate and _v2 export it). */
+EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                      CUgraphNode *phErrorNode, char *logBuffer,
+                                      size_t bufferSize)
+{
+    (void)phErrorNode, (void)logBuffer, (void)bufferSize;
+    LOCKED(instantiate(phGraphExec, hGraph, 0, NULL));
+}
+EXPORT CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                   CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize)
+{
+    (void)phErrorNode, (void)logBuffer, (void)bufferSize;
+    LOCKED(instantiate(phGraphExec, hGraph, 0, NULL));
+}
+static CUresult instantiate_params(CUgraphExec *ph, CUgraph h, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = instantiate(ph, h, p->flags, p->hUploadStream);
+    p->result_out = rc == CUDA_SUCCESS ? 0 : 1; /* CUDA_GRAPH_INSTANTIATE_SUCCESS / _ERROR */
+    p->hErrNode_out = NULL;
+    return rc;
+}
+EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    LOCKED(instantiate_params(phGraphExec, hGraph, params));
+}
+EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                  CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    LOCKED(instantiate_params(phGraphExec, hGraph, params));
+}
+
+static CUresult exec_destroy(CUgraphExec h)
+{
+    struct fexec *e = exec_of(h);
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (e->mapped) /* stays in the pool, idle, until trimmed */
+        for (int d = 0; d < g_ndev; d++)
+            g_gpools[d].idle += e->bytes[d];
+    e->alive = false;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) { LOCKED(exec_destroy(hGraphExec)); }
+
+static CUresult upload(CUgraphExec h, CUstream stream)
+{
+    struct fexec *e = exec_of(h);
+    bool ok;
+    stream_of(stream, &ok);
+    if (!e || !ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    return exec_map(e);
+}
+EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+{
+    LOCKED(upload(hGraphExec, hStream));
+}
+EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    LOCKED(upload(hGraphExec, hStream));
+}
+
+/* The exec takes the new graph's alloc nodes; a mapped one maps the growth
+ * at once (the fake's choice: what a shim must expect of a driver). */
+static CUresult exec_update(CUgraphExec h, CUgraph hg)
+{
+    struct fexec *e = exec_of(h);
+    struct fgraph *g = graph_of(hg);
+    if (!e || !g)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fexec next = {.alive = true};
+    graph_bytes(g, next.bytes);
+    if (e->mapped) {
+        for (int d = 0; d < g_ndev; d++) {
+            uint64_t grow = next.bytes[d] > e->bytes[d] ? next.bytes[d] - e->bytes[d] : 0;
+            if (grow && charge(d, grow) != CUDA_SUCCESS) {
+                while (d-- > 0) {
+                    grow = next.bytes[d] > e->bytes[d] ? next.bytes[d] - e->bytes[d] : 0;
+                    uncharge(d, grow);
+                    g_gpools[d].reserved -= grow;
+                }
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            g_gpools[d].reserved += grow;
+            if (e->bytes[d] > next.bytes[d])
+                g_gpools[d].idle += e->bytes[d] - next.bytes[d];
+        }
+        next.mapped = true;
+    }
+    *e = next;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, void *resultInfo)
+{
+    (void)resultInfo;
+    LOCKED(exec_update(hGraphExec, hGraph));
+}
+EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph,
+                                  CUgraphNode *hErrorNode_out, int *updateResult_out)
+{
+    if (hErrorNode_out)
+        *hErrorNode_out = NULL;
+    if (updateResult_out)
+        *updateResult_out = 0;
+    LOCKED(exec_update(hGraphExec, hGraph));
+}
+
+/* Trim: the idle memory goes, and the mappings of every executable graph
+ * (none runs while the fake's lock is held); they map again at launch. */
+static CUresult graph_trim(CUdevice dev)
+{
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct graphpool *gp = &g_gpools[dev];
+    uncharge(dev, gp->reserved);
+    gp->reserved = gp->idle = 0;
+    for (int i = 0; i < MAX_EXECS; i++) {
+        struct fexec *e = &g_execs[i];
+        if (!e->alive || !e->mapped)
+            continue;
+        for (int d = 0; d < g_ndev; d++)
+            if (d != dev && e->bytes[d]) /* still mapped elsewhere: kept there as idle */
+                g_gpools[d].idle += e->bytes[d];
+        e->mapped = false;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) { LOCKED(graph_trim(device)); }
+
+static CUresult graph_mem_attr(CUdevice dev, int attr, void *value, bool set)
+{
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct graphpool *gp = &g_gpools[dev];
+    uint64_t *v = value;
+    if (set) { /* only the high marks, and only back to the current value */
+        if (*v != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)
+            gp->used_high = gpool_used(dev);
+        else if (attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+            gp->reserved_high = gp->reserved;
+        else
+            return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
+    }
+    switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *v = gpool_used(dev); break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *v = gp->used_high; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: *v = gp->reserved; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: *v = gp->reserved_high; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, int attr, void *value)
+{
+    LOCKED(graph_mem_attr(device, attr, value, false));
+}
+EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, int attr, void *value)
+{
+    LOCKED(graph_mem_attr(device, attr, value, true));
 }
 
 /* --------------------------------------------------------------- events */
@@ -2197,6 +2748,30 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel, N)   \
     X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel_ptsz, P) \
     X(cuGraphLaunch, 10000, cuGraphLaunch, N)                          \
+    X(cuGraphCreate, 10000, cuGraphCreate, N)                          \
+    X(cuGraphDestroy, 10000, cuGraphDestroy, N)                        \
+    X(cuGraphAddMemAllocNode, 11040, cuGraphAddMemAllocNode, N)        \
+    X(cuGraphAddMemFreeNode, 11040, cuGraphAddMemFreeNode, N)          \
+    X(cuGraphAddEmptyNode, 10000, cuGraphAddEmptyNode, N)              \
+    X(cuGraphAddChildGraphNode, 10000, cuGraphAddChildGraphNode, N)    \
+    X(cuGraphChildGraphNodeGetGraph, 10000, cuGraphChildGraphNodeGetGraph, N) \
+    X(cuGraphGetNodes, 10000, cuGraphGetNodes, N)                      \
+    X(cuGraphNodeGetType, 10000, cuGraphNodeGetType, N)                \
+    X(cuGraphMemAllocNodeGetParams, 11040, cuGraphMemAllocNodeGetParams, N) \
+    X(cuGraphInstantiate, 10000, cuGraphInstantiate, N)                \
+    X(cuGraphInstantiate, 11000, cuGraphInstantiate_v2, N)             \
+    X(cuGraphInstantiate, 12000, cuGraphInstantiateWithFlags, N)       \
+    X(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags, N) \
+    X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams, N) \
+    X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams_ptsz, P) \
+    X(cuGraphExecDestroy, 10000, cuGraphExecDestroy, N)                \
+    X(cuGraphUpload, 11010, cuGraphUpload, N)                          \
+    X(cuGraphUpload, 11010, cuGraphUpload_ptsz, P)                     \
+    X(cuGraphExecUpdate, 10020, cuGraphExecUpdate, N)                  \
+    X(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2, N)               \
+    X(cuDeviceGraphMemTrim, 11040, cuDeviceGraphMemTrim, N)            \
+    X(cuDeviceGetGraphMemAttribute, 11040, cuDeviceGetGraphMemAttribute, N) \
+    X(cuDeviceSetGraphMemAttribute, 11040, cuDeviceSetGraphMemAttribute, N) \
     X(cuGraphLaunch, 10000, cuGraphLaunch_ptsz, P)                     \
     X(cuGetErrorString, 6000, cuGetErrorString, N)                     \
     X(cuGetErrorName, 6000, cuGetErrorName, N)                         \
