@@ -452,6 +452,113 @@ def test_a_forked_child_learns_its_own_driver_pid(shim: Shim, tmp_path: Path) ->
     assert [int(r[1]) for r in rows if r[0] == "fork"] == [0]
 
 
+# ------------------------------------------------------- graph memory nodes
+#
+# The fake card has 140 GiB: every refusal below is the shim's. The context
+# is charged what the fake driver holds (300 MiB), so "resident", what the
+# fake driver holds on the card, is what NVML would show from outside.
+
+INSTANTIATIONS = ["ginst", "ginst-params", "ginst-upload", "ginst-legacy"]
+
+
+def graph_shim(shim: Shim, tmp_path: Path) -> Shim:
+    return procs_shim(shim, tmp_path)
+
+
+def residents(rows: List[List[str]]) -> List[int]:
+    got = [int(r[2]) for r in rows if r[0] == "resident"]
+    assert got and all(int(r[1]) == 0 for r in rows if r[0] == "resident"), rows
+    return got
+
+
+@pytest.mark.parametrize("via", VIAS)
+@pytest.mark.parametrize("inst", INSTANTIATIONS)
+def test_graph_alloc_nodes_are_capped(shim: Shim, tmp_path: Path, via: str, inst: str) -> None:
+    # 300 MiB context + 300 MiB: a 256 MiB graph fits, a second does not.
+    rows = results(graph_shim(shim, tmp_path).run(
+        via, "init", "pctx", "0", "alloc", "300M", "gnode", "0", "256M", "gfree", inst,
+        "glaunch", "glaunch", "resident", "0", "gnew", "gnode", "0", "256M", inst,
+        "resident", "0", "info"))
+    assert rc_of(rows, inst, 0) == 0 and rc_of(rows, "glaunch", 1) == 0
+    assert rc_of(rows, inst, 1) == OOM
+    assert residents(rows) == [856 * MIB, 856 * MIB]  # the launch made it resident
+    assert value_of(rows, "info") == [0, GIB - 856 * MIB, GIB]
+
+
+@pytest.mark.parametrize("keep", ["0", "1"])
+def test_captured_async_allocations_are_charged_at_instantiation(shim: Shim, tmp_path: Path,
+                                                                 keep: str) -> None:
+    # Captured, cuMemAllocAsync makes a node, not memory: never refused then.
+    rows = results(graph_shim(shim, tmp_path).run(
+        "gpa-pt", "init", "pctx", "0", "alloc", "300M", "gcapture", "512M", keep, "ginst",
+        "gnew", "gcapture", "256M", keep, "ginst", "glaunch", "resident", "0", "info"))
+    assert [int(r[1]) for r in rows if r[0] == "gcapture"] == [0, 0]
+    assert [int(r[1]) for r in rows if r[0] == "ginst"] == [OOM, 0]
+    assert rc_of(rows, "glaunch") == 0
+    assert residents(rows) == [856 * MIB]
+    assert value_of(rows, "info") == [0, GIB - 856 * MIB, GIB]
+
+
+def test_alloc_nodes_of_child_graphs_count(shim: Shim, tmp_path: Path) -> None:
+    rows = results(graph_shim(shim, tmp_path).run(
+        "direct", "init", "pctx", "0", "gnode", "0", "256M", "gchild", "ginst", "glaunch",
+        "gnew", "gnode", "0", "512M", "gchild", "gchild", "ginst", "resident", "0"))
+    assert [int(r[1]) for r in rows if r[0] == "ginst"] == [0, OOM]
+    assert residents(rows) == [556 * MIB]
+
+
+def test_graph_update_charges_what_it_adds(shim: Shim, tmp_path: Path) -> None:
+    rows = results(graph_shim(shim, tmp_path).run(
+        "gpa", "init", "pctx", "0", "alloc", "300M", "gnode", "0", "128M", "ginst", "glaunch",
+        "gnew", "gnode", "0", "256M", "gupdate", "resident", "0",
+        "gnew", "gnode", "0", "512M", "gupdate", "resident", "0", "glaunch", "info"))
+    assert [int(r[1]) for r in rows if r[0] == "gupdate"] == [0, OOM]
+    assert residents(rows) == [856 * MIB, 856 * MIB]
+    assert value_of(rows, "info") == [0, GIB - 856 * MIB, GIB]
+
+
+def test_graph_memory_is_released_at_trim_not_at_destroy(shim: Shim, tmp_path: Path) -> None:
+    rows = results(graph_shim(shim, tmp_path).run(
+        "direct", "init", "pctx", "0", "alloc", "300M", "gnode", "0", "256M", "ginst",
+        "glaunch", "gexecdestroy", "resident", "0", "info", "gtrim", "0", "resident", "0",
+        "info"))
+    assert residents(rows) == [856 * MIB, 600 * MIB]  # the pool kept it until the trim
+    assert value_of(rows, "info", 0) == [0, GIB - 856 * MIB, GIB]
+    assert value_of(rows, "info", 1) == [0, GIB - 600 * MIB, GIB]
+
+
+def test_an_allocation_that_needs_it_trims_what_destroyed_graphs_left(shim: Shim,
+                                                                      tmp_path: Path) -> None:
+    rows = results(graph_shim(shim, tmp_path).run(
+        "direct", "init", "pctx", "0", "alloc", "300M", "gnode", "0", "256M", "ginst",
+        "glaunch", "gexecdestroy", "alloc", "300M", "resident", "0", "greserved", "0"))
+    assert rc_of(rows, "alloc", 1) == 0
+    assert residents(rows) == [900 * MIB]
+    assert value_of(rows, "greserved") == [0, 0]
+
+
+def test_a_trimmed_live_graph_keeps_its_charge_for_its_next_launch(shim: Shim,
+                                                                     tmp_path: Path) -> None:
+    # The trim unmaps the live graph; its next launch maps it again, so the
+    # room must still be its: without that the last launch would take the
+    # card's 1,056 MiB, past the cap.
+    rows = results(graph_shim(shim, tmp_path).run(
+        "direct", "init", "pctx", "0", "alloc", "300M", "gnode", "0", "256M", "ginst",
+        "glaunch", "gtrim", "0", "resident", "0", "alloc", "200M", "glaunch", "resident", "0"))
+    assert rc_of(rows, "alloc", 1) == OOM
+    assert rc_of(rows, "glaunch", 1) == 0
+    assert residents(rows) == [600 * MIB, 856 * MIB]
+
+
+def test_graph_memory_on_an_uncapped_device_passes_through(shim: Shim, tmp_path: Path) -> None:
+    s = graph_shim(shim, tmp_path).with_env(GPUSLICE_MEMORY_LIMIT_1=None)
+    rows = results(s.run("direct", "init", "pctx", "1", "gnode", "1", "3G", "ginst", "glaunch",
+                         "resident", "1"))
+    assert rc_of(rows, "ginst") == 0 and rc_of(rows, "glaunch") == 0
+    assert residents(rows) == [300 * MIB + 3 * GIB]
+    assert all(p.used[1][3] == 0 for p in s.region().procs)
+
+
 # --------------------------------------------------------- process lifetime
 
 

@@ -633,6 +633,24 @@ static void graph_free(struct fgraph *g)
     g->alive = false;
 }
 
+/* A deep copy (child graphs too); NULL when the table is full. */
+static struct fgraph *graph_clone(const struct fgraph *src)
+{
+    struct fgraph *c = graph_new();
+    if (!c)
+        return NULL;
+    *c = *src;
+    for (unsigned i = 0; i < c->n; i++)
+        c->nodes[i].child = NULL; /* src's, until cloned */
+    for (unsigned i = 0; i < c->n; i++) {
+        if (src->nodes[i].child && !(c->nodes[i].child = graph_clone(src->nodes[i].child))) {
+            graph_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
 static struct fgraph *graph_of(CUgraph h)
 {
     uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_graphs;
@@ -2123,13 +2141,8 @@ static CUresult add_node(CUgraphNode *ph, CUgraph h, int type, CUdeviceptr dptr,
     struct fgraph *g = graph_of(h), *c = NULL;
     if (!g || !ph || (type == CU_GRAPH_NODE_TYPE_GRAPH && !graph_of(child)))
         return CUDA_ERROR_INVALID_VALUE;
-    if (type == CU_GRAPH_NODE_TYPE_GRAPH) { /* the child is cloned, as the driver does */
-        if (!(c = graph_new()))
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        *c = *graph_of(child);
-        for (unsigned i = 0; i < c->n; i++)
-            c->nodes[i].child = NULL; /* one level deep is all the tests need */
-    }
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH && !(c = graph_clone(graph_of(child))))
+        return CUDA_ERROR_OUT_OF_MEMORY; /* the child is cloned, as the driver does */
     struct gnode *n = graph_add(g, type);
     if (!n) {
         if (c)

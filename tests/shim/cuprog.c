@@ -65,7 +65,21 @@
     X(cuGraphLaunch, (CUgraphExec, CUstream))                                                 \
     X(cuStreamCreate, (CUstream *, unsigned))                                                 \
     X(cuStreamBeginCapture_v2, (CUstream, int))                                               \
-    X(cuStreamEndCapture, (CUstream, void **))
+    X(cuStreamEndCapture, (CUstream, void **))                                                \
+    X(cuGraphCreate, (CUgraph *, unsigned))                                                   \
+    X(cuGraphDestroy, (CUgraph))                                                              \
+    X(cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,           \
+                               CUDA_MEM_ALLOC_NODE_PARAMS *))                                 \
+    X(cuGraphAddMemFreeNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,            \
+                              CUdeviceptr))                                                   \
+    X(cuGraphAddChildGraphNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph)) \
+    X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))              \
+    X(cuGraphInstantiateWithParams, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *)) \
+    X(cuGraphExecUpdate_v2, (CUgraphExec, CUgraph, void *))                                   \
+    X(cuGraphExecDestroy, (CUgraphExec))                                                      \
+    X(cuGraphUpload, (CUgraphExec, CUstream))                                                 \
+    X(cuDeviceGraphMemTrim, (CUdevice))                                                       \
+    X(cuDeviceGetGraphMemAttribute, (CUdevice, int, void *))
 
 #define DECL(name, params) extern CUresult name params;
 FUNCS(DECL)
@@ -217,6 +231,37 @@ static void *others_main(void *arg)
     pthread_cond_broadcast(&others_cv);
     pthread_mutex_unlock(&others_mu);
     return NULL;
+}
+
+/* Graphs: the one being built, and the executable ones (a stack). */
+static CUgraph graph;
+static CUgraphExec gexecs[64];
+static int ngexecs;
+static CUdeviceptr last_graph_ptr;
+static CUstream gstream;
+
+static CUresult graph_ready(void)
+{
+    return graph ? CUDA_SUCCESS : api.cuGraphCreate(&graph, 0);
+}
+
+static CUresult graph_stream(void)
+{
+    return gstream ? CUDA_SUCCESS : api.cuStreamCreate(&gstream, 0);
+}
+
+/* The CUDA 11 instantiation, found the way the program's VIA finds things. */
+static CUresult instantiate_legacy(const char *via, CUgraphExec *ph, CUgraph g)
+{
+    typedef CUresult (*fn_t)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+    void *p = NULL;
+    if (!strncmp(via, "gpa", 3)) /* the linked one: api's may be the _v2 form */
+        cuGetProcAddress("cuGraphInstantiate", &p, 11000, 0);
+    else if (!strcmp(via, "dlsym"))
+        p = dlsym(dlopen("libcuda.so.1", RTLD_NOW), "cuGraphInstantiate_v2");
+    else
+        p = dlsym(RTLD_DEFAULT, "cuGraphInstantiate_v2");
+    return p ? ((fn_t)p)(ph, g, NULL, NULL, 0) : CUDA_ERROR_NOT_FOUND;
 }
 
 static CUDA_ARRAY3D_DESCRIPTOR desc3(size_t w, size_t h, size_t d)
@@ -476,6 +521,110 @@ int main(int argc, char **argv)
             unsigned long long (*captured)(void) =
                 (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "fakecuda_captured_count");
             printf("capture %d %llu\n", r, captured ? captured() : 0ull);
+            continue;
+        } else if (!strcmp(op, "gnode")) {
+            /* gnode DEV SIZE: a memory alloc node in the graph being built. */
+            CUDA_MEM_ALLOC_NODE_PARAMS p;
+            memset(&p, 0, sizeof p);
+            p.poolProps.allocType = 1; /* pinned */
+            p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            p.poolProps.location.id = atoi(ARG());
+            p.bytesize = size_arg(ARG());
+            CUgraphNode n;
+            r = graph_ready();
+            if (r == CUDA_SUCCESS)
+                r = api.cuGraphAddMemAllocNode(&n, graph, NULL, 0, &p);
+            if (r == CUDA_SUCCESS)
+                last_graph_ptr = p.dptr;
+        } else if (!strcmp(op, "gfree")) {
+            /* gfree: a free node for the last alloc node's memory. */
+            CUgraphNode n;
+            r = graph_ready();
+            if (r == CUDA_SUCCESS)
+                r = api.cuGraphAddMemFreeNode(&n, graph, NULL, 0, last_graph_ptr);
+        } else if (!strcmp(op, "gchild")) {
+            /* gchild: the graph being built becomes a child of a new one. */
+            CUgraph parent = NULL;
+            CUgraphNode n;
+            r = graph_ready();
+            if (r == CUDA_SUCCESS)
+                r = api.cuGraphCreate(&parent, 0);
+            if (r == CUDA_SUCCESS)
+                r = api.cuGraphAddChildGraphNode(&n, parent, NULL, 0, graph);
+            if (r == CUDA_SUCCESS) {
+                api.cuGraphDestroy(graph);
+                graph = parent;
+            }
+        } else if (!strcmp(op, "gcapture")) {
+            /* gcapture SIZE KEEP: cuMemAllocAsync of SIZE captured on a new
+             * stream (KEEP 0: freed in the graph too); the result is the
+             * graph being built. */
+            unsigned long long n = size_arg(ARG());
+            int keep = atoi(ARG());
+            CUstream cs = NULL;
+            CUdeviceptr p = 0;
+            r = api.cuStreamCreate(&cs, 0);
+            if (r == CUDA_SUCCESS)
+                r = api.cuStreamBeginCapture_v2(cs, 0);
+            if (r == CUDA_SUCCESS)
+                r = api.cuMemAllocAsync(&p, n, cs);
+            if (r == CUDA_SUCCESS && !keep)
+                r = api.cuMemFreeAsync(p, cs);
+            if (r == CUDA_SUCCESS)
+                r = api.cuStreamEndCapture(cs, (void **)&graph);
+        } else if (!strcmp(op, "gnew")) {
+            r = graph ? api.cuGraphDestroy(graph) : CUDA_SUCCESS;
+            graph = NULL;
+        } else if (!strcmp(op, "ginst") || !strcmp(op, "ginst-params") ||
+                   !strcmp(op, "ginst-upload") || !strcmp(op, "ginst-legacy")) {
+            /* The graph being built, instantiated by one of the entry points. */
+            CUgraphExec e = NULL;
+            CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+            memset(&ip, 0, sizeof ip);
+            r = graph_ready();
+            if (r == CUDA_SUCCESS && !strcmp(op, "ginst")) {
+                r = api.cuGraphInstantiateWithFlags(&e, graph, 0);
+            } else if (r == CUDA_SUCCESS && !strcmp(op, "ginst-legacy")) {
+                r = instantiate_legacy(argv[1], &e, graph);
+            } else if (r == CUDA_SUCCESS) {
+                if (!strcmp(op, "ginst-upload")) {
+                    r = graph_stream();
+                    ip.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+                    ip.hUploadStream = gstream;
+                }
+                if (r == CUDA_SUCCESS)
+                    r = api.cuGraphInstantiateWithParams(&e, graph, &ip);
+            }
+            if (r == CUDA_SUCCESS)
+                gexecs[ngexecs++] = e;
+        } else if (!strcmp(op, "gupdate")) {
+            r = ngexecs ? api.cuGraphExecUpdate_v2(gexecs[ngexecs - 1], graph, NULL)
+                        : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "glaunch")) {
+            r = ngexecs ? api.cuGraphLaunch(gexecs[ngexecs - 1], NULL) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "gupload")) {
+            r = graph_stream();
+            if (r == CUDA_SUCCESS)
+                r = ngexecs ? api.cuGraphUpload(gexecs[ngexecs - 1], gstream)
+                            : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "gexecdestroy")) {
+            r = ngexecs ? api.cuGraphExecDestroy(gexecs[--ngexecs]) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "gtrim")) {
+            r = api.cuDeviceGraphMemTrim(atoi(ARG()));
+        } else if (!strcmp(op, "greserved")) {
+            /* greserved DEV: the device's graph memory, as the driver says. */
+            cuuint64_t v = 0;
+            r = api.cuDeviceGetGraphMemAttribute(atoi(ARG()),
+                                                 CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v);
+            printf("greserved %d %llu\n", r, (unsigned long long)v);
+            continue;
+        } else if (!strcmp(op, "resident")) {
+            /* resident DEV: what the fake driver holds on the card. */
+            int (*used)(int, unsigned long long *) =
+                (int (*)(int, unsigned long long *))dlsym(RTLD_DEFAULT, "fakecuda_used_bytes");
+            unsigned long long v = 0;
+            int rc = used ? used(atoi(ARG()), &v) : -1;
+            printf("resident %d %llu\n", rc, v);
             continue;
         } else if (!strcmp(op, "nvprocs")) {
             /* nvprocs DEV: NVML's compute processes on DEV, as a program sees

@@ -163,6 +163,9 @@ static int settle(int dev, int up_only)
     unsigned long long held;
     if (gs_ctx_cost_read(dev, &held) != 0)
         return 0;
+    /* Graph memory is charged before the driver maps it (graphs.c): that
+     * part is not in the driver's figure, and must not shrink the context. */
+    unsigned long long ahead = gs_graph_ahead(dev);
     struct gpuslice_region *r = gs_region();
     if (gs_region_lock(r) != 0)
         return 0;
@@ -174,6 +177,7 @@ static int settle(int dev, int up_only)
     gs_region_unlock(r);
     if (slot < 0 || gs_mem_ops_others_open() || gs_mem_ops_started() != started)
         return 0;
+    tracked = tracked > ahead ? tracked - ahead : 0;
     /* What we track but the driver does not hold (managed memory not yet
      * resident) leaves the context at 0: the charge never falls below the
      * driver's figure. */

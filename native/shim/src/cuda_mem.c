@@ -249,6 +249,16 @@ static CUresult alloc_stream_ordered(int fn, CUdeviceptr *dptr, size_t bytes,
         (!pool && (!HAS_REAL(cuDeviceGetMemPool) ||
                    REAL(cuDeviceGetMemPool)(&pool, dev) != CUDA_SUCCESS)))
         return CALL_REAL(); /* no context, uncapped, or no pool to read: the driver decides */
+    /* Into a stream being captured it makes a graph's memory alloc node,
+     * nothing resident: charged when the graph is instantiated (graphs.c). */
+    int capturing = 0;
+    int ptsz = fn == GS_FN_cuMemAllocAsync_ptsz || fn == GS_FN_cuMemAllocFromPoolAsync_ptsz;
+    CUresult cr = ptsz && HAS_REAL(cuStreamIsCapturing_ptsz)
+                      ? REAL(cuStreamIsCapturing_ptsz)(s, &capturing)
+                      : HAS_REAL(cuStreamIsCapturing) ? REAL(cuStreamIsCapturing)(s, &capturing)
+                                                      : CUDA_ERROR_NOT_FOUND;
+    if (cr == CUDA_SUCCESS && capturing)
+        return CALL_REAL();
     gs_device_note(dev);
     unsigned long long provisional = 0;
     gs_mem_op_begin();

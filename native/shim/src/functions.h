@@ -100,6 +100,29 @@
     HOOK(CUDA, cuMemPoolDestroy, CUresult, (CUmemoryPool pool))                               \
     REAL(CUDA, cuDeviceGetMemPool, CUresult, (CUmemoryPool *pool, CUdevice dev))              \
     REAL(CUDA, cuMemPoolGetAttribute, CUresult, (CUmemoryPool pool, int attr, void *value))   \
+    /* graph memory nodes: charged at instantiation (graphs.c) */                            \
+    HOOK(CUDA, cuGraphInstantiate, CUresult,                                                  \
+         (CUgraphExec *ph, CUgraph g, CUgraphNode *err, char *log, size_t len))               \
+    HOOK(CUDA, cuGraphInstantiate_v2, CUresult,                                               \
+         (CUgraphExec *ph, CUgraph g, CUgraphNode *err, char *log, size_t len))               \
+    HOOK(CUDA, cuGraphInstantiateWithFlags, CUresult,                                         \
+         (CUgraphExec *ph, CUgraph g, unsigned long long flags))                              \
+    HOOK(CUDA, cuGraphInstantiateWithParams, CUresult,                                        \
+         (CUgraphExec *ph, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *params))                 \
+    HOOK(CUDA, cuGraphInstantiateWithParams_ptsz, CUresult,                                   \
+         (CUgraphExec *ph, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *params))                 \
+    HOOK(CUDA, cuGraphExecUpdate, CUresult,                                                   \
+         (CUgraphExec exec, CUgraph g, CUgraphNode *err, int *result))                        \
+    HOOK(CUDA, cuGraphExecUpdate_v2, CUresult, (CUgraphExec exec, CUgraph g, void *resultInfo)) \
+    HOOK(CUDA, cuGraphExecDestroy, CUresult, (CUgraphExec exec))                              \
+    HOOK(CUDA, cuDeviceGraphMemTrim, CUresult, (CUdevice dev))                                \
+    REAL(CUDA, cuGraphGetNodes, CUresult, (CUgraph g, CUgraphNode *nodes, size_t *n))         \
+    REAL(CUDA, cuGraphNodeGetType, CUresult, (CUgraphNode node, int *type))                   \
+    REAL(CUDA, cuGraphMemAllocNodeGetParams, CUresult,                                        \
+         (CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *params))                              \
+    REAL(CUDA, cuGraphChildGraphNodeGetGraph, CUresult, (CUgraphNode node, CUgraph *child))   \
+    REAL(CUDA, cuDeviceGetGraphMemAttribute, CUresult, (CUdevice dev, int attr, void *value)) \
+    REAL(CUDA, cuStreamIsCapturing_ptsz, CUresult, (CUstream hStream, int *captureStatus))  \
     /* arrays */                                                                              \
     HOOK(CUDA, cuArrayCreate_v2, CUresult,                                                    \
          (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc))                               \
