@@ -294,6 +294,17 @@ def test_vmm_and_pools_capped(shim: Shim, via: str) -> None:
     assert value_of(rows, "info", 2) == [0, GIB, GIB]
 
 
+def test_a_released_handle_stays_charged_while_mapped(shim: Shim, tmp_path: Path) -> None:
+    """cuMemCreate, cuMemMap, cuMemRelease at once: the driver keeps the
+    memory until the unmap, and so does the charge."""
+    rows = results(procs_shim(shim, tmp_path).run(
+        "gpa", "init", "pctx", "0", "vmm", "0", "512M", "vmmmap", "512M", "vmmforget",
+        "vmm", "0", "512M", "resident", "0", "vmmunmap", "vmm", "0", "512M", "resident", "0"))
+    assert [int(r[1]) for r in rows if r[0] == "vmm"] == [0, OOM, 0]
+    assert rc_of(rows, "vmmforget") == 0 and rc_of(rows, "vmmunmap") == 0
+    assert [int(r[2]) for r in rows if r[0] == "resident"] == [812 * MIB, 812 * MIB]
+
+
 def test_memory_a_pool_keeps_is_charged(shim: Shim) -> None:
     """A pool that keeps what it frees (CuPy's async pool does) still counts:
     without this, async-free then cudaMalloc would hold more than the cap."""

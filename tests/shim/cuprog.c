@@ -43,6 +43,9 @@
     X(cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,      \
                     unsigned long long))                                                      \
     X(cuMemRelease, (CUmemGenericAllocationHandle))                                           \
+    X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))  \
+    X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
+    X(cuMemUnmap, (CUdeviceptr, size_t))                                                      \
     X(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))                                     \
     X(cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))               \
     X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                                \
@@ -132,6 +135,9 @@ static CUdeviceptr ptrs[MAXP];
 static int nptrs;
 static CUmemGenericAllocationHandle vmms[64];
 static int nvmm;
+static CUdeviceptr vmaps[64];
+static size_t vmap_size[64];
+static int nvmaps;
 static CUarray arrays[64];
 static int narrays;
 static CUmipmappedArray mips[64];
@@ -385,6 +391,23 @@ int main(int argc, char **argv)
             r = api.cuMemCreate(&vmms[nvmm], size_arg(ARG()), &prop, 0);
             if (r == CUDA_SUCCESS)
                 nvmm++;
+        } else if (!strcmp(op, "vmmmap")) {
+            /* vmmmap SIZE: the last handle mapped at a new address. */
+            size_t n = size_arg(ARG());
+            r = nvmm ? api.cuMemAddressReserve(&vmaps[nvmaps], n, 0, 0, 0)
+                     : CUDA_ERROR_INVALID_VALUE;
+            if (r == CUDA_SUCCESS)
+                r = api.cuMemMap(vmaps[nvmaps], n, 0, vmms[nvmm - 1], 0);
+            if (r == CUDA_SUCCESS)
+                vmap_size[nvmaps++] = n;
+        } else if (!strcmp(op, "vmmunmap")) {
+            r = nvmaps ? api.cuMemUnmap(vmaps[nvmaps - 1], vmap_size[nvmaps - 1])
+                       : CUDA_ERROR_INVALID_VALUE;
+            if (r == CUDA_SUCCESS)
+                nvmaps--;
+        } else if (!strcmp(op, "vmmforget")) {
+            /* The last handle released but kept mapped: the VMM idiom. */
+            r = nvmm ? api.cuMemRelease(vmms[--nvmm]) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "vmmrel")) {
             r = nvmm ? api.cuMemRelease(vmms[--nvmm]) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "array")) {

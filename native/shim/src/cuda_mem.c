@@ -211,15 +211,68 @@ GS_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 
 GS_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    /* Uncharged at release: the driver frees the memory once the last
-     * mapping goes, which a well-behaved program does right before. */
+    /* The driver frees the memory once the handle is released and its last
+     * mapping is gone; releasing right after mapping is the usual idiom.
+     * A handle released while mapped stays charged (and known by its value:
+     * the driver's object lives on with the mapping, so the value cannot be
+     * handed out again) until cuMemUnmap takes its last mapping. */
     ENTER(cuMemRelease);
     if (gs_cfg.disabled)
         return REAL(cuMemRelease)(handle);
     struct gs_alloc a;
     int found = forget(GS_NS_VMM, handle, &a);
     CUresult r = REAL(cuMemRelease)(handle);
+    if (found && r == CUDA_SUCCESS && a.maps) {
+        a.released = 1;
+        gs_ptrmap_put(GS_NS_VMM, handle, &a);
+        gs_mem_op_end();
+        return r;
+    }
     forgotten(found, r, GS_NS_VMM, handle, &a);
+    return r;
+}
+
+GS_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                         CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    /* No memory of its own (the handle's was charged at cuMemCreate): only
+     * remembered, so that a released handle stays charged while mapped. */
+    ENTER(cuMemMap);
+    CUresult r = REAL(cuMemMap)(ptr, size, offset, handle, flags);
+    struct gs_alloc a;
+    if (r != CUDA_SUCCESS || gs_cfg.disabled || !gs_ptrmap_take(GS_NS_VMM, handle, &a))
+        return r;
+    a.maps++;
+    gs_ptrmap_put(GS_NS_VMM, handle, &a);
+    struct gs_alloc m = {.dev = a.dev, .kind = a.kind, .bytes = size, .handle = handle};
+    if (gs_ptrmap_put(GS_NS_VMAP, ptr, &m) != 0)
+        GS_LOG(GS_LOG_WARN, "out of memory tracking a mapping; its handle stays charged");
+    return r;
+}
+
+GS_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    ENTER(cuMemUnmap);
+    if (gs_cfg.disabled)
+        return REAL(cuMemUnmap)(ptr, size);
+    gs_mem_op_begin();
+    CUresult r = REAL(cuMemUnmap)(ptr, size);
+    /* The range may hold several mappings, one after another. */
+    for (CUdeviceptr va = ptr; r == CUDA_SUCCESS && va - ptr < size;) {
+        struct gs_alloc m, a;
+        if (!gs_ptrmap_take(GS_NS_VMAP, va, &m) || !m.bytes)
+            break;
+        va += m.bytes;
+        if (!gs_ptrmap_take(GS_NS_VMM, m.handle, &a))
+            continue;
+        if (a.maps)
+            a.maps--;
+        if (a.released && !a.maps)
+            gs_uncharge(a.dev, a.kind, a.bytes); /* the driver freed it now */
+        else
+            gs_ptrmap_put(GS_NS_VMM, m.handle, &a);
+    }
+    gs_mem_op_end();
     return r;
 }
 

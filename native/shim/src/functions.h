@@ -86,6 +86,10 @@
          (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, \
           unsigned long long flags))                                                          \
     HOOK(CUDA, cuMemRelease, CUresult, (CUmemGenericAllocationHandle handle))                 \
+    HOOK(CUDA, cuMemMap, CUresult,                                                            \
+         (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,   \
+          unsigned long long flags))                                                          \
+    HOOK(CUDA, cuMemUnmap, CUresult, (CUdeviceptr ptr, size_t size))                          \
     /* stream-ordered allocations (pools) */                                                  \
     HOOK(CUDA, cuMemAllocAsync, CUresult, (CUdeviceptr *dptr, size_t bytesize, CUstream s))   \
     HOOK(CUDA, cuMemAllocAsync_ptsz, CUresult,                                                \

@@ -230,12 +230,18 @@ static inline unsigned long long gs_used(int dev)
 
 /* -------------------------------------------------------------- ptrmap.c */
 
-enum { GS_NS_PTR = 1, GS_NS_VMM, GS_NS_ARRAY, GS_NS_MIPMAP, GS_NS_CTX };
+enum { GS_NS_PTR = 1, GS_NS_VMM, GS_NS_ARRAY, GS_NS_MIPMAP, GS_NS_CTX, GS_NS_VMAP };
 struct gs_alloc {
     int dev;
     int kind;
     unsigned long long bytes;
     CUmemoryPool pool; /* stream-ordered allocations: the pool they came from */
+    /* VMM handles: how many mappings use it, and whether it was released
+     * (the driver frees it with the last mapping). Mappings (GS_NS_VMAP,
+     * keyed by address): the handle they map, bytes = their size. */
+    unsigned int maps;
+    int released;
+    CUmemGenericAllocationHandle handle;
 };
 int gs_ptrmap_put(int ns, uint64_t key, const struct gs_alloc *a); /* 0, -1: no memory */
 int gs_ptrmap_take(int ns, uint64_t key, struct gs_alloc *out);    /* 1 found, 0 not */
