@@ -1189,6 +1189,7 @@ EXPORTS = [
     "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphExecDestroy",
     "cuGraphUpload", "cuGraphUpload_ptsz", "cuGraphExecUpdate", "cuGraphExecUpdate_v2",
     "cuDeviceGraphMemTrim", "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
+    "cuGreenCtxCreate", "cuGreenCtxDestroy", "cuCtxSetLimit", "cuCtxGetLimit",
 ]
 
 
@@ -1328,3 +1329,32 @@ out["bad"] = [cu.cuGraphLaunch(c_void_p(0x1234), None), cu.cuGraphExecDestroy(c_
     # A graph handle the fake did not make launches as a plain kernel (the
     # pacer's tests launch NULL); the rest are refused.
     assert out["bad"] == [0, INVALID_VALUE, INVALID_VALUE, INVALID_DEVICE, INVALID_VALUE]
+
+
+def test_green_contexts_and_limits(fake_env) -> None:
+    """A green context costs a context; raised limits hold memory at once."""
+    body = r"""
+init(); c = primary()
+base = used(0)
+g = c_void_p()
+out["green"] = [cu.cuGreenCtxCreate(byref(g), None, 0, 1), used(0) - base]
+cur = c_void_p(); cu.cuCtxGetCurrent(byref(cur)); out["current_kept"] = cur.value == c.value
+out["green_destroy"] = [cu.cuGreenCtxDestroy(g), used(0) - base]
+v = c_size_t()
+out["defaults"] = [cu.cuCtxGetLimit(byref(v), 2), v.value]
+out["heap"] = [cu.cuCtxSetLimit(2, c_size_t(264 * MiB)), used(0) - base]
+out["stack"] = [cu.cuCtxSetLimit(0, c_size_t(1024 + 512)), used(0) - base]
+out["too_big"] = [cu.cuCtxSetLimit(2, c_size_t(4096 * MiB)), used(0) - base]
+out["back"] = [cu.cuCtxSetLimit(2, c_size_t(8 * MiB)), cu.cuCtxSetLimit(0, c_size_t(1024)),
+               used(0) - base]
+out["other"] = cu.cuCtxSetLimit(6, c_size_t(1))
+"""
+    out = run_py(fake_env(gpus=small_gpus(1)), body)
+    assert out["green"] == [0, CTX] and out["current_kept"]
+    assert out["green_destroy"] == [0, 0]
+    assert out["defaults"] == [0, 8 * MIB]
+    assert out["heap"] == [0, 256 * MIB]
+    assert out["stack"] == [0, 256 * MIB + 512 * 132 * 2048]
+    assert out["too_big"] == [OOM, 256 * MIB + 512 * 132 * 2048]
+    assert out["back"] == [0, 0, 0]
+    assert out["other"] == INVALID_VALUE

@@ -369,6 +369,35 @@ def test_context_reservation(shim: Shim) -> None:
     assert value_of(rows, "fill") == [OOM, 3 * 256 * MIB]
 
 
+@pytest.mark.parametrize("via", ["direct", "dlsym", "gpa"])
+def test_green_and_legacy_contexts_are_contexts(shim: Shim, via: str) -> None:
+    s = shim.with_env(GPUSLICE_CONTEXT_RESERVE="256MiB")
+    p = s.start(via, "init", "green", "0", "hold")  # a green context is not made current
+    rows = results(wait_held(p))
+    assert rc_of(rows, "green") == 0
+    (proc,) = s.region().procs
+    assert proc.used[0][0] == 256 * MIB
+    release(p)
+    rows = results(s.run(via, "init", "green", "0", "greendestroy", "ctx1", "0",
+                         "fill", "64M", "freeall", "ctx1destroy", "pctx", "0", "info"))
+    assert rc_of(rows, "greendestroy") == 0 and rc_of(rows, "ctx1") == 0
+    assert value_of(rows, "fill") == [OOM, GIB - 256 * MIB]
+    assert rc_of(rows, "ctx1destroy") == 0
+    assert value_of(rows, "info") == [0, GIB - 256 * MIB, GIB]  # the primary's only
+
+
+def test_limits_that_reserve_memory_are_capped(shim: Shim, tmp_path: Path) -> None:
+    # 300 MiB context + 300 MiB: a 264 MiB heap (256 more than the default)
+    # fits, a stack of 1 KiB more per resident thread (264 MiB) does not.
+    rows = results(procs_shim(shim, tmp_path).run(
+        "gpa", "init", "pctx", "0", "alloc", "300M", "limit", "heap", "264M",
+        "limit", "stack", "2048", "limit", "printf", "100M", "resident", "0", "info"))
+    assert [int(r[1]) for r in rows if r[0] == "limit"] == [0, OOM, 0]
+    used = 300 * MIB + 300 * MIB + 256 * MIB + 99 * MIB
+    assert [int(r[2]) for r in rows if r[0] == "resident"] == [used]
+    assert value_of(rows, "info") == [0, GIB - used, GIB]
+
+
 def fake_driver_pid(pid: int) -> int:
     """The pid the fake driver reports for a process of ours (tests/fakedriver/fakeprocs.h)."""
     ino = os.stat("/proc/self/ns/pid").st_ino

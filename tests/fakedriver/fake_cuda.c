@@ -168,6 +168,8 @@ struct ctx {
     unsigned gen;  /* bumped at every destroy, so stale current ones die */
     uint64_t done_ns; /* the default stream's timeline */
     uint64_t last_ns; /* when all work queued in the context completes */
+    size_t limits[3];     /* stack, printf FIFO, malloc heap (CUlimit 0-2) */
+    uint64_t limit_bytes; /* what limits above their defaults hold */
 };
 
 struct fgraph;
@@ -778,7 +780,8 @@ static void ctx_teardown(struct ctx *c)
     for (int i = 0; i < MAX_EVENTS; i++)
         if (g_events[i].alive && g_events[i].ctx == c)
             g_events[i].alive = false;
-    uncharge(c->dev, g_cards[c->dev].ctx_bytes);
+    uncharge(c->dev, g_cards[c->dev].ctx_bytes + c->limit_bytes);
+    c->limit_bytes = 0;
     c->alive = false;
     c->refs = 0;
     c->gen++;
@@ -813,6 +816,7 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
     c->dev = dev;
     c->refs = 1;
     c->done_ns = c->last_ns = 0;
+    c->limit_bytes = 0;
     set_cur(c);
     *pctx = (CUcontext)c;
     return CUDA_SUCCESS;
@@ -1177,6 +1181,66 @@ static CUresult ctx_destroy(CUcontext h)
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { LOCKED(ctx_destroy(ctx)); }
+
+/* A green context: a context of its own (the fake gives it all the SMs),
+ * not made current. */
+static CUresult green_create(CUgreenCtx *ph, CUdevice dev)
+{
+    struct ctx *was = cur_ctx();
+    CUcontext c;
+    CUresult rc = ctx_create(&c, dev);
+    set_cur(was);
+    if (rc == CUDA_SUCCESS)
+        *ph = (CUgreenCtx)c;
+    return rc;
+}
+EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                 unsigned int flags)
+{
+    (void)desc, (void)flags;
+    LOCKED(phCtx ? green_create(phCtx, dev) : CUDA_ERROR_INVALID_VALUE);
+}
+EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) { LOCKED(ctx_destroy((CUcontext)hCtx)); }
+
+/* Limits: above their defaults, the stack (for every resident thread: 132
+ * SMs x 2048), the printf FIFO and the malloc heap hold memory at once. */
+static const size_t limit_default[3] = {1024, 1 << 20, 8 << 20};
+static uint64_t limit_cost(const size_t *v)
+{
+    uint64_t b = 0;
+    for (int i = 0; i < 3; i++)
+        if (v[i] > limit_default[i])
+            b += (v[i] - limit_default[i]) * (i == 0 ? 132ull * 2048 : 1);
+    return b;
+}
+static CUresult ctx_limit(int limit, size_t *value, bool set)
+{
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (limit < 0 || limit > 2 || !value)
+        return CUDA_ERROR_INVALID_VALUE; /* only those that hold memory */
+    size_t *cur = c->limits;
+    for (int i = 0; i < 3; i++)
+        if (!cur[i])
+            cur[i] = limit_default[i];
+    if (!set) {
+        *value = cur[limit];
+        return CUDA_SUCCESS;
+    }
+    size_t next[3] = {cur[0], cur[1], cur[2]};
+    next[limit] = *value;
+    uint64_t cost = limit_cost(next);
+    if (cost > c->limit_bytes && charge(c->dev, cost - c->limit_bytes) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (cost < c->limit_bytes)
+        uncharge(c->dev, c->limit_bytes - cost);
+    c->limit_bytes = cost;
+    cur[limit] = *value;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxSetLimit(int limit, size_t value) { LOCKED(ctx_limit(limit, &value, true)); }
+EXPORT CUresult cuCtxGetLimit(size_t *pvalue, int limit) { LOCKED(ctx_limit(limit, pvalue, false)); }
 EXPORT CUresult cuCtxDestroy(CUcontext ctx) { LOCKED(ctx_destroy(ctx)); }
 
 static CUresult ctx_set_current(CUcontext h)
@@ -2698,6 +2762,10 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuCtxDestroy, 2000, cuCtxDestroy, N)                             \
     X(cuCtxDestroy, 4000, cuCtxDestroy_v2, N)                          \
     X(cuCtxSetCurrent, 4000, cuCtxSetCurrent, N)                       \
+    X(cuGreenCtxCreate, 12040, cuGreenCtxCreate, N)                    \
+    X(cuGreenCtxDestroy, 12040, cuGreenCtxDestroy, N)                  \
+    X(cuCtxSetLimit, 3010, cuCtxSetLimit, N)                           \
+    X(cuCtxGetLimit, 3010, cuCtxGetLimit, N)                           \
     X(cuCtxGetCurrent, 4000, cuCtxGetCurrent, N)                       \
     X(cuCtxGetDevice, 2000, cuCtxGetDevice, N)                         \
     X(cuCtxSynchronize, 2000, cuCtxSynchronize, N)                     \

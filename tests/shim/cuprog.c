@@ -34,6 +34,9 @@
     X(cuCtxSetCurrent, (CUcontext))                                                           \
     X(cuCtxCreate_v2, (CUcontext *, unsigned, CUdevice))                                      \
     X(cuCtxDestroy_v2, (CUcontext))                                                           \
+    X(cuGreenCtxCreate, (CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned))                \
+    X(cuGreenCtxDestroy, (CUgreenCtx))                                                        \
+    X(cuCtxSetLimit, (int, size_t))                                                           \
     X(cuMemGetInfo_v2, (size_t *, size_t *))                                                  \
     X(cuDeviceTotalMem_v2, (size_t *, CUdevice))                                              \
     X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                                                 \
@@ -101,10 +104,13 @@ static void *by_gpa(const char *name, int v2, cuuint64_t flags)
         base[strlen("cuGetProcAddress")] = '\0';
     void *p = NULL;
     CUdriverProcAddressQueryResult st;
-    if (v2)
-        cuGetProcAddress_v2(base, &p, 12000, flags, &st);
-    else
-        cuGetProcAddress(base, &p, 12000, flags);
+    /* Functions newer than 12.0 (green contexts) with the version that has them. */
+    for (int version = 12000; !p && version <= 13000; version += 1000) {
+        if (v2)
+            cuGetProcAddress_v2(base, &p, version, flags, &st);
+        else
+            cuGetProcAddress(base, &p, version, flags);
+    }
     return p;
 }
 
@@ -143,6 +149,8 @@ static int narrays;
 static CUmipmappedArray mips[64];
 static int nmips;
 static CUcontext ctxs[16];
+static CUgreenCtx greens[16];
+static int ngreens;
 static CUmemoryPool mypool;
 static int nctx;
 
@@ -298,6 +306,34 @@ int main(int argc, char **argv)
             r = api.cuCtxCreate_v2(&ctxs[nctx], 0, atoi(ARG()));
             if (r == CUDA_SUCCESS)
                 nctx++;
+        } else if (!strcmp(op, "green")) {
+            /* green DEV: a green context (cuGreenCtxCreate). */
+            CUgreenCtx g;
+            r = api.cuGreenCtxCreate(&g, NULL, atoi(ARG()), 1 /* CU_GREEN_CTX_DEFAULT_STREAM */);
+            if (r == CUDA_SUCCESS)
+                greens[ngreens++] = g;
+        } else if (!strcmp(op, "greendestroy")) {
+            r = ngreens ? api.cuGreenCtxDestroy(greens[--ngreens]) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "ctx1") || !strcmp(op, "ctx1destroy")) {
+            /* The CUDA 2.0 forms, cuCtxCreate and cuCtxDestroy, found by
+             * name as an old program's loader would. */
+            typedef CUresult (*create_t)(CUcontext *, unsigned, CUdevice);
+            typedef CUresult (*destroy_t)(CUcontext);
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            void *fn = dlsym(h, !strcmp(op, "ctx1") ? "cuCtxCreate" : "cuCtxDestroy");
+            if (!fn)
+                r = CUDA_ERROR_NOT_FOUND;
+            else if (!strcmp(op, "ctx1"))
+                r = ((create_t)fn)(&ctxs[nctx], 0, atoi(ARG()));
+            else
+                r = nctx ? ((destroy_t)fn)(ctxs[--nctx]) : CUDA_ERROR_INVALID_VALUE;
+            if (r == CUDA_SUCCESS && !strcmp(op, "ctx1"))
+                nctx++;
+        } else if (!strcmp(op, "limit")) {
+            /* limit stack|printf|heap BYTES: cuCtxSetLimit. */
+            const char *which = ARG();
+            int l = !strcmp(which, "stack") ? 0 : !strcmp(which, "printf") ? 1 : 2;
+            r = api.cuCtxSetLimit(l, size_arg(ARG()));
         } else if (!strcmp(op, "ctxdestroy")) {
             r = nctx ? api.cuCtxDestroy_v2(ctxs[--nctx]) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "alloc")) {

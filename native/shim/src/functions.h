@@ -62,7 +62,16 @@
           CUdevice dev))                                                                      \
     HOOK(CUDA, cuCtxCreate_v4, CUresult,                                                      \
          (CUcontext *pctx, void *ctxCreateParams, unsigned int flags, CUdevice dev))          \
+    HOOK(CUDA, cuCtxCreate, CUresult, (CUcontext *pctx, unsigned int flags, CUdevice dev))    \
     HOOK(CUDA, cuCtxDestroy_v2, CUresult, (CUcontext ctx))                                    \
+    HOOK(CUDA, cuCtxDestroy, CUresult, (CUcontext ctx))                                       \
+    HOOK(CUDA, cuGreenCtxCreate, CUresult,                                                    \
+         (CUgreenCtx *pctx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags))        \
+    HOOK(CUDA, cuGreenCtxDestroy, CUresult, (CUgreenCtx ctx))                                 \
+    /* limits that reserve device memory in every context */                                 \
+    HOOK(CUDA, cuCtxSetLimit, CUresult, (int limit, size_t value))                            \
+    REAL(CUDA, cuCtxGetLimit, CUresult, (size_t *value, int limit))                           \
+    REAL(CUDA, cuDeviceGetAttribute, CUresult, (int *value, int attrib, CUdevice dev))        \
     HOOK(CUDA, cuDevicePrimaryCtxRetain, CUresult, (CUcontext *pctx, CUdevice dev))           \
     HOOK(CUDA, cuDevicePrimaryCtxRelease, CUresult, (CUdevice dev))                           \
     HOOK(CUDA, cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice dev))                        \

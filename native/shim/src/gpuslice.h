@@ -267,6 +267,11 @@ void gs_ctx_settle_due(int dev);
  * ends (gs_ctx_op_ended, from gs_mem_op_end). */
 int gs_ctx_headroom(int dev, unsigned long long bytes);
 void gs_ctx_op_ended(void);
+/* Memory the context is about to take (a raised limit): charged to it now,
+ * checked against the cap (GS_DENIED), settled when the operation ends;
+ * gs_ctx_shrink gives it back if the driver refused. */
+int gs_ctx_grow(int dev, unsigned long long bytes);
+void gs_ctx_shrink(int dev, unsigned long long bytes);
 void gs_ctx_fork_parent(void);
 void gs_ctx_fork_child(void);
 
