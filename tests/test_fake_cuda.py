@@ -1190,6 +1190,7 @@ EXPORTS = [
     "cuGraphUpload", "cuGraphUpload_ptsz", "cuGraphExecUpdate", "cuGraphExecUpdate_v2",
     "cuDeviceGraphMemTrim", "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
     "cuGreenCtxCreate", "cuGreenCtxDestroy", "cuCtxSetLimit", "cuCtxGetLimit",
+    "cuArrayCreate", "cuArray3DCreate", "cuMemAllocPitch",
 ]
 
 

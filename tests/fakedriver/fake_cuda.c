@@ -2002,6 +2002,26 @@ EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *
                                desc->Format, desc->NumChannels, 1)
                 : CUDA_ERROR_INVALID_VALUE);
 }
+EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+    LOCKED(desc ? array_create((void **)pHandle, K_ARRAY, desc->Width, desc->Height, 0,
+                               desc->Format, desc->NumChannels, 1)
+                : CUDA_ERROR_INVALID_VALUE);
+}
+EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+    LOCKED(desc ? array_create((void **)pHandle, K_ARRAY, desc->Width, desc->Height, desc->Depth,
+                               desc->Format, desc->NumChannels, 1)
+                : CUDA_ERROR_INVALID_VALUE);
+}
+/* The 32-bit pointer form: not usable on a 64-bit driver, as cuMemAlloc. */
+EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
+                                unsigned int WidthInBytes, unsigned int Height,
+                                unsigned int ElementSizeBytes)
+{
+    (void)dptr, (void)pPitch, (void)WidthInBytes, (void)Height, (void)ElementSizeBytes;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
 EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
     LOCKED(desc ? array_create((void **)pHandle, K_ARRAY, desc->Width, desc->Height, desc->Depth,
@@ -2817,8 +2837,11 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuEventSynchronize, 2000, cuEventSynchronize, N)                 \
     X(cuEventElapsedTime, 2000, cuEventElapsedTime, N)                 \
     X(cuEventElapsedTime, 12080, cuEventElapsedTime_v2, N)             \
+    X(cuArrayCreate, 2000, cuArrayCreate, N)                           \
     X(cuArrayCreate, 3020, cuArrayCreate_v2, N)                        \
+    X(cuArray3DCreate, 2000, cuArray3DCreate, N)                       \
     X(cuArray3DCreate, 3020, cuArray3DCreate_v2, N)                    \
+    X(cuMemAllocPitch, 2000, cuMemAllocPitch, N)                       \
     X(cuArrayDestroy, 2000, cuArrayDestroy, N)                         \
     X(cuMipmappedArrayCreate, 5000, cuMipmappedArrayCreate, N)         \
     X(cuMipmappedArrayDestroy, 5000, cuMipmappedArrayDestroy, N)       \

@@ -458,6 +458,32 @@ int main(int argc, char **argv)
             r = api.cuArray3DCreate_v2(&arrays[narrays], &d);
             if (r == CUDA_SUCCESS)
                 narrays++;
+        } else if (!strcmp(op, "array1") || !strcmp(op, "array3d1") || !strcmp(op, "pitch1")) {
+            /* The CUDA 2.0 forms, found by name as an old program's loader would. */
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            unsigned w = (unsigned)size_arg(ARG()), hh = (unsigned)size_arg(ARG());
+            if (!strcmp(op, "array1")) {
+                CUDA_ARRAY_DESCRIPTOR_v1 d = {w, hh, CU_AD_FORMAT_FLOAT, 4};
+                CUresult (*fn)(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *) =
+                    (CUresult (*)(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *))dlsym(h, "cuArrayCreate");
+                r = fn ? fn(&arrays[narrays], &d) : CUDA_ERROR_NOT_FOUND;
+            } else if (!strcmp(op, "array3d1")) {
+                CUDA_ARRAY3D_DESCRIPTOR_v1 d = {w, hh, (unsigned)size_arg(ARG()),
+                                                CU_AD_FORMAT_FLOAT, 4, 0};
+                CUresult (*fn)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *) =
+                    (CUresult (*)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *))dlsym(
+                        h, "cuArray3DCreate");
+                r = fn ? fn(&arrays[narrays], &d) : CUDA_ERROR_NOT_FOUND;
+            } else {
+                CUdeviceptr_v1 p32 = 0;
+                unsigned pitch32 = 0;
+                CUresult (*fn)(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsigned) =
+                    (CUresult (*)(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsigned))dlsym(
+                        h, "cuMemAllocPitch");
+                r = fn ? fn(&p32, &pitch32, w, hh, 4) : CUDA_ERROR_NOT_FOUND;
+            }
+            if (r == CUDA_SUCCESS && strcmp(op, "pitch1") != 0)
+                narrays++;
         } else if (!strcmp(op, "arrdestroy")) {
             r = narrays ? api.cuArrayDestroy(arrays[--narrays]) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "mipmap")) {

@@ -126,35 +126,66 @@ static unsigned long long mul_sat(unsigned long long a, unsigned long long b)
     return __builtin_mul_overflow(a, b, &p) ? ULLONG_MAX : p;
 }
 
-GS_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t width,
-                                   size_t height, unsigned int elem)
+/* The real pitched allocation, either form: the pointer and the pitch. */
+static CUresult call_pitch(int v1, void *dptr, void *pPitch, size_t width, size_t height,
+                           unsigned int elem, unsigned long long *ptr, unsigned long long *pitch)
 {
-    ENTER(cuMemAllocPitch_v2);
+    CUresult r = v1 ? REAL(cuMemAllocPitch)(dptr, pPitch, (unsigned int)width,
+                                            (unsigned int)height, elem)
+                    : REAL(cuMemAllocPitch_v2)(dptr, pPitch, width, height, elem);
+    if (r == CUDA_SUCCESS) {
+        *ptr = v1 ? *(CUdeviceptr_v1 *)dptr : *(CUdeviceptr *)dptr;
+        *pitch = v1 ? *(unsigned int *)pPitch : *(size_t *)pPitch;
+    }
+    return r;
+}
+
+static CUresult alloc_pitch(int v1, void *dptr, void *pPitch, size_t width, size_t height,
+                            unsigned int elem)
+{
+    unsigned long long ptr = 0, pitch = 0;
     if (gs_cfg.disabled)
-        return REAL(cuMemAllocPitch_v2)(dptr, pPitch, width, height, elem);
+        return call_pitch(v1, dptr, pPitch, width, height, elem, &ptr, &pitch);
     /* The pitch is only known afterwards: charge an upper bound first (the
      * driver aligns rows to at most 512 bytes), then settle on pitch*height. */
     unsigned long long bound = mul_sat(((unsigned long long)width + 511) & ~511ull, height);
     int dev = -1, c = begin(GPUSLICE_KIND_ALLOC, bound, &dev);
     if (c == GS_DENIED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = REAL(cuMemAllocPitch_v2)(dptr, pPitch, width, height, elem);
+    CUresult r = call_pitch(v1, dptr, pPitch, width, height, elem, &ptr, &pitch);
     if (c != GS_CHARGED || r != CUDA_SUCCESS) {
         finish(c, r, GS_NS_PTR, 0, dev, GPUSLICE_KIND_ALLOC, bound);
         return r;
     }
-    unsigned long long actual = mul_sat(*pPitch, height);
+    unsigned long long actual = mul_sat(pitch, height);
     if (actual < bound) {
         gs_uncharge(dev, GPUSLICE_KIND_ALLOC, bound - actual);
     } else if (actual > bound &&
                gs_charge_settling(dev, GPUSLICE_KIND_ALLOC, actual - bound) == GS_DENIED) {
-        REAL(cuMemFree_v2)(*dptr);
+        if (v1)
+            REAL(cuMemFree)((CUdeviceptr_v1)ptr);
+        else
+            REAL(cuMemFree_v2)(ptr);
         gs_uncharge(dev, GPUSLICE_KIND_ALLOC, bound);
         gs_mem_op_end();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    finish(c, r, GS_NS_PTR, *dptr, dev, GPUSLICE_KIND_ALLOC, actual);
+    finish(c, r, GS_NS_PTR, ptr, dev, GPUSLICE_KIND_ALLOC, actual);
     return r;
+}
+
+GS_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t width,
+                                   size_t height, unsigned int elem)
+{
+    ENTER(cuMemAllocPitch_v2);
+    return alloc_pitch(0, dptr, pPitch, width, height, elem);
+}
+
+GS_API CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int width,
+                                unsigned int height, unsigned int elem)
+{
+    ENTER(cuMemAllocPitch);
+    return alloc_pitch(1, dptr, pPitch, width, height, elem);
 }
 
 GS_API CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -485,6 +516,36 @@ GS_API CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPT
     unsigned long long bytes = array_bytes(desc->Width, desc->Height, desc->Depth,
                                            desc->Format, desc->NumChannels);
     return array_create(pHandle, bytes, call_3d, desc);
+}
+
+static CUresult call_2d_v1(CUarray *h, const void *desc)
+{
+    return REAL(cuArrayCreate)(h, desc);
+}
+
+static CUresult call_3d_v1(CUarray *h, const void *desc)
+{
+    return REAL(cuArray3DCreate)(h, desc);
+}
+
+GS_API CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+    ENTER(cuArrayCreate);
+    if (gs_cfg.disabled || !desc || !pHandle)
+        return REAL(cuArrayCreate)(pHandle, desc);
+    unsigned long long bytes =
+        array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels);
+    return array_create(pHandle, bytes, call_2d_v1, desc);
+}
+
+GS_API CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+    ENTER(cuArray3DCreate);
+    if (gs_cfg.disabled || !desc || !pHandle)
+        return REAL(cuArray3DCreate)(pHandle, desc);
+    unsigned long long bytes = array_bytes(desc->Width, desc->Height, desc->Depth,
+                                           desc->Format, desc->NumChannels);
+    return array_create(pHandle, bytes, call_3d_v1, desc);
 }
 
 GS_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,

@@ -86,6 +86,9 @@
     HOOK(CUDA, cuMemAllocPitch_v2, CUresult,                                                  \
          (CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,              \
           unsigned int ElementSizeBytes))                                                     \
+    HOOK(CUDA, cuMemAllocPitch, CUresult,                                                     \
+         (CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,              \
+          unsigned int Height, unsigned int ElementSizeBytes))                                \
     HOOK(CUDA, cuMemAllocManaged, CUresult,                                                   \
          (CUdeviceptr *dptr, size_t bytesize, unsigned int flags))                            \
     HOOK(CUDA, cuMemFree, CUresult, (CUdeviceptr_v1 dptr))                                    \
@@ -141,6 +144,10 @@
          (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc))                               \
     HOOK(CUDA, cuArray3DCreate_v2, CUresult,                                                  \
          (CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc))                             \
+    HOOK(CUDA, cuArrayCreate, CUresult,                                                       \
+         (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc))                            \
+    HOOK(CUDA, cuArray3DCreate, CUresult,                                                     \
+         (CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc))                          \
     HOOK(CUDA, cuMipmappedArrayCreate, CUresult,                                              \
          (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,                     \
           unsigned int numMipmapLevels))                                                      \

@@ -91,6 +91,23 @@ typedef struct {
     unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
 
+/* The CUDA 2.0 descriptors (cuArrayCreate, cuArray3DCreate without _v2). */
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    int Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR_v1;
+
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    unsigned int Depth;
+    int Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR_v1;
+
 /* CUarray_format values and their element sizes in bytes. */
 enum {
     CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
