@@ -1190,7 +1190,8 @@ EXPORTS = [
     "cuGraphUpload", "cuGraphUpload_ptsz", "cuGraphExecUpdate", "cuGraphExecUpdate_v2",
     "cuDeviceGraphMemTrim", "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
     "cuGreenCtxCreate", "cuGreenCtxDestroy", "cuCtxSetLimit", "cuCtxGetLimit",
-    "cuArrayCreate", "cuArray3DCreate", "cuMemAllocPitch",
+    "cuArrayCreate", "cuArray3DCreate", "cuMemAllocPitch", "cuGLCtxCreate_v2",
+    "cuVDPAUCtxCreate_v2",
 ]
 
 

@@ -398,6 +398,16 @@ def test_green_and_legacy_contexts_are_contexts(shim: Shim, via: str) -> None:
     assert value_of(rows, "info") == [0, GIB - 256 * MIB, GIB]  # the primary's only
 
 
+@pytest.mark.parametrize("kind", ["glctx", "vdpauctx"])
+def test_interop_contexts_are_contexts(shim: Shim, kind: str) -> None:
+    s = shim.with_env(GPUSLICE_CONTEXT_RESERVE="256MiB")
+    rows = results(s.run("dlsym", "init", kind, "0", "fill", "64M", "freeall", "ctxdestroy",
+                         "pctx", "0", "info"))
+    assert rc_of(rows, kind) == 0 and rc_of(rows, "ctxdestroy") == 0
+    assert value_of(rows, "fill") == [OOM, GIB - 256 * MIB]
+    assert value_of(rows, "info") == [0, GIB - 256 * MIB, GIB]
+
+
 def test_limits_that_reserve_memory_are_capped(shim: Shim, tmp_path: Path) -> None:
     # 300 MiB context + 300 MiB: a 264 MiB heap (256 more than the default)
     # fits, a stack of 1 KiB more per resident thread (264 MiB) does not.

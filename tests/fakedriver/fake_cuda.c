@@ -1182,6 +1182,19 @@ static CUresult ctx_destroy(CUcontext h)
 }
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { LOCKED(ctx_destroy(ctx)); }
 
+/* Interop contexts: plain contexts here (no OpenGL or VDPAU behind them). */
+EXPORT CUresult cuGLCtxCreate_v2(CUcontext *pCtx, unsigned int Flags, CUdevice device)
+{
+    (void)Flags;
+    LOCKED(ctx_create(pCtx, device));
+}
+EXPORT CUresult cuVDPAUCtxCreate_v2(CUcontext *pCtx, unsigned int flags, CUdevice device,
+                                    unsigned int vdpDevice, void *vdpGetProcAddress)
+{
+    (void)flags, (void)vdpDevice, (void)vdpGetProcAddress;
+    LOCKED(ctx_create(pCtx, device));
+}
+
 /* A green context: a context of its own (the fake gives it all the SMs),
  * not made current. */
 static CUresult green_create(CUgreenCtx *ph, CUdevice dev)
@@ -2783,6 +2796,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuCtxDestroy, 4000, cuCtxDestroy_v2, N)                          \
     X(cuCtxSetCurrent, 4000, cuCtxSetCurrent, N)                       \
     X(cuGreenCtxCreate, 12040, cuGreenCtxCreate, N)                    \
+    X(cuGLCtxCreate, 3020, cuGLCtxCreate_v2, N)                        \
+    X(cuVDPAUCtxCreate, 3020, cuVDPAUCtxCreate_v2, N)                  \
     X(cuGreenCtxDestroy, 12040, cuGreenCtxDestroy, N)                  \
     X(cuCtxSetLimit, 3010, cuCtxSetLimit, N)                           \
     X(cuCtxGetLimit, 3010, cuCtxGetLimit, N)                           \

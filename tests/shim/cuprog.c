@@ -329,6 +329,20 @@ int main(int argc, char **argv)
                 r = nctx ? ((destroy_t)fn)(ctxs[--nctx]) : CUDA_ERROR_INVALID_VALUE;
             if (r == CUDA_SUCCESS && !strcmp(op, "ctx1"))
                 nctx++;
+        } else if (!strcmp(op, "glctx") || !strcmp(op, "vdpauctx")) {
+            /* glctx|vdpauctx DEV: an interop context, found by name. */
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            int dev = atoi(ARG());
+            void *fn = dlsym(h, !strcmp(op, "glctx") ? "cuGLCtxCreate_v2" : "cuVDPAUCtxCreate_v2");
+            if (!fn)
+                r = CUDA_ERROR_NOT_FOUND;
+            else if (!strcmp(op, "glctx"))
+                r = ((CUresult (*)(CUcontext *, unsigned, CUdevice))fn)(&ctxs[nctx], 0, dev);
+            else
+                r = ((CUresult (*)(CUcontext *, unsigned, CUdevice, unsigned, void *))fn)(
+                    &ctxs[nctx], 0, dev, 0, NULL);
+            if (r == CUDA_SUCCESS)
+                nctx++;
         } else if (!strcmp(op, "limit")) {
             /* limit stack|printf|heap BYTES: cuCtxSetLimit. */
             const char *which = ARG();

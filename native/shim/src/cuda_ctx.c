@@ -401,6 +401,29 @@ GS_API CUresult cuGreenCtxDestroy(CUgreenCtx ctx)
     CTX_DESTROY(cuGreenCtxDestroy, ctx);
 }
 
+/* Contexts made for OpenGL and VDPAU interop (deprecated, still exported). */
+GS_API CUresult cuGLCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CTX_CREATE(cuGLCtxCreate, (pctx, flags, dev));
+}
+
+GS_API CUresult cuGLCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CTX_CREATE(cuGLCtxCreate_v2, (pctx, flags, dev));
+}
+
+GS_API CUresult cuVDPAUCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev,
+                                 unsigned int vdp, void *getProc)
+{
+    CTX_CREATE(cuVDPAUCtxCreate, (pctx, flags, dev, vdp, getProc));
+}
+
+GS_API CUresult cuVDPAUCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev,
+                                    unsigned int vdp, void *getProc)
+{
+    CTX_CREATE(cuVDPAUCtxCreate_v2, (pctx, flags, dev, vdp, getProc));
+}
+
 /* What raising a limit reserves in the context: the stack for every thread
  * the device keeps resident, the printf FIFO and the malloc heap once. */
 static unsigned long long limit_growth(int dev, int limit, size_t value)

@@ -68,6 +68,14 @@
     HOOK(CUDA, cuGreenCtxCreate, CUresult,                                                    \
          (CUgreenCtx *pctx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags))        \
     HOOK(CUDA, cuGreenCtxDestroy, CUresult, (CUgreenCtx ctx))                                 \
+    /* graphics interop contexts (OpenGL, VDPAU): contexts all the same */                   \
+    HOOK(CUDA, cuGLCtxCreate, CUresult, (CUcontext *pctx, unsigned int flags, CUdevice dev))  \
+    HOOK(CUDA, cuGLCtxCreate_v2, CUresult,                                                    \
+         (CUcontext *pctx, unsigned int flags, CUdevice dev))                                 \
+    HOOK(CUDA, cuVDPAUCtxCreate, CUresult,                                                    \
+         (CUcontext *pctx, unsigned int flags, CUdevice dev, unsigned int vdp, void *getProc)) \
+    HOOK(CUDA, cuVDPAUCtxCreate_v2, CUresult,                                                 \
+         (CUcontext *pctx, unsigned int flags, CUdevice dev, unsigned int vdp, void *getProc)) \
     /* limits that reserve device memory in every context */                                 \
     HOOK(CUDA, cuCtxSetLimit, CUresult, (int limit, size_t value))                            \
     REAL(CUDA, cuCtxGetLimit, CUresult, (size_t *value, int limit))                           \
