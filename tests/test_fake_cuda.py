@@ -1191,7 +1191,9 @@ EXPORTS = [
     "cuDeviceGraphMemTrim", "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
     "cuGreenCtxCreate", "cuGreenCtxDestroy", "cuCtxSetLimit", "cuCtxGetLimit",
     "cuArrayCreate", "cuArray3DCreate", "cuMemAllocPitch", "cuGLCtxCreate_v2",
-    "cuVDPAUCtxCreate_v2",
+    "cuVDPAUCtxCreate_v2", "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx",
+    "cuModuleLoadFatBinary", "cuModuleUnload", "cuLibraryLoadData", "cuLibraryLoadFromFile",
+    "cuLibraryUnload",
 ]
 
 
@@ -1360,3 +1362,28 @@ out["other"] = cu.cuCtxSetLimit(6, c_size_t(1))
     assert out["too_big"] == [OOM, 256 * MIB + 512 * 132 * 2048]
     assert out["back"] == [0, 0, 0]
     assert out["other"] == INVALID_VALUE
+
+
+def test_modules_hold_their_globals(fake_env, tmp_path: Path) -> None:
+    """A fake image "globals=N" holds N bytes from its load to its unload."""
+    path = tmp_path / "mod"
+    path.write_text("globals=%d" % (5 * MIB))
+    body = r"""
+init(); primary()
+base = used(0)
+m, l, f = c_void_p(), c_void_p(), c_void_p()
+out["data"] = [cu.cuModuleLoadData(byref(m), b"globals=3145728"), used(0) - base]
+out["lib"] = [cu.cuLibraryLoadData(byref(l), b"globals=1048576", None, None, 0, None, None, 0),
+              used(0) - base]
+out["file"] = [cu.cuModuleLoad(byref(f), PATH.encode()), used(0) - base]
+out["big"] = cu.cuModuleLoadData(byref(c_void_p()), b"globals=4294967296")
+out["bad"] = cu.cuModuleLoadData(byref(c_void_p()), b"\x7fELF")
+out["unload"] = [cu.cuModuleUnload(m), cu.cuLibraryUnload(l), cu.cuModuleUnload(f),
+                 used(0) - base, cu.cuModuleUnload(m)]
+""".replace("PATH", repr(str(path)))
+    out = run_py(fake_env(gpus=small_gpus(1)), body)
+    assert out["data"] == [0, 3 * MIB]
+    assert out["lib"] == [0, 4 * MIB]
+    assert out["file"] == [0, 9 * MIB]
+    assert out["big"] == OOM and out["bad"] == INVALID_VALUE
+    assert out["unload"] == [0, 0, 0, 0, INVALID_HANDLE]

@@ -408,6 +408,19 @@ def test_interop_contexts_are_contexts(shim: Shim, kind: str) -> None:
     assert value_of(rows, "info") == [0, GIB - 256 * MIB, GIB]
 
 
+@pytest.mark.parametrize("op", ["module", "library"])
+def test_a_module_whose_globals_pass_the_cap_is_unloaded_and_refused(shim: Shim, tmp_path: Path,
+                                                                   op: str) -> None:
+    # 300 MiB context + 300 MiB: 256 MiB of globals fit, 512 MiB more do not.
+    rows = results(procs_shim(shim, tmp_path).run(
+        "dlsym", "init", "pctx", "0", "alloc", "300M", op, f"globals={256 * MIB}",
+        op, f"globals={512 * MIB}", "resident", "0", "info", "alloc", "100M"))
+    assert [int(r[1]) for r in rows if r[0] == op] == [0, OOM]
+    assert [int(r[2]) for r in rows if r[0] == "resident"] == [856 * MIB]  # undone
+    assert value_of(rows, "info") == [0, GIB - 856 * MIB, GIB]
+    assert rc_of(rows, "alloc", 1) == 0
+
+
 def test_limits_that_reserve_memory_are_capped(shim: Shim, tmp_path: Path) -> None:
     # 300 MiB context + 300 MiB: a 264 MiB heap (256 more than the default)
     # fits, a stack of 1 KiB more per resident thread (264 MiB) does not.

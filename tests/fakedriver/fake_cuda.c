@@ -228,7 +228,7 @@ struct graphpool {
 
 enum kind {
     K_ALLOC = 1, K_PITCH, K_MANAGED, K_POOL, K_RESERVE, /* keyed by address */
-    K_ARRAY, K_MIPMAP, K_VMM,                           /* keyed by handle */
+    K_ARRAY, K_MIPMAP, K_VMM, K_MODULE,                 /* keyed by handle */
 };
 #define KM(k) (1u << (k))
 #define KM_FREEABLE (KM(K_ALLOC) | KM(K_PITCH) | KM(K_MANAGED) | KM(K_POOL))
@@ -2064,6 +2064,96 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     LOCKED(array_destroy(hMipmappedArray, K_MIPMAP));
 }
 
+/* ---------------------------------------------------- modules, libraries */
+
+/* A fake image is the text "globals=<bytes>": what its globals take on the
+ * device, held from the load (eager, into the current context) until the
+ * unload or the context's end. Anything else is not an image. */
+static CUresult module_load(void **handle, const char *image)
+{
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    char *end;
+    if (!handle || !image || strncmp(image, "globals=", 8) != 0)
+        return CUDA_ERROR_INVALID_VALUE; /* CUDA_ERROR_INVALID_IMAGE in the real one */
+    unsigned long long bytes = strtoull(image + 8, &end, 10);
+    CUresult rc = charge(c->dev, bytes);
+    if (rc)
+        return rc;
+    unsigned long long key = g_next_handle;
+    g_next_handle += 0x10;
+    struct alloc *a = add_entry(key, K_MODULE, c->dev, bytes);
+    if (!a) {
+        uncharge(c->dev, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->charged = bytes;
+    a->ctx = c;
+    *handle = (void *)(uintptr_t)key;
+    return CUDA_SUCCESS;
+}
+
+static CUresult module_load_file(void **handle, const char *path)
+{
+    char text[64] = {0};
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f)
+        return CUDA_ERROR_NOT_FOUND; /* CUDA_ERROR_FILE_NOT_FOUND in the real one */
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return module_load(handle, text);
+}
+
+static CUresult module_unload(const void *h)
+{
+    struct alloc *a = find((uintptr_t)h, KM(K_MODULE));
+    if (!a)
+        return CUDA_ERROR_INVALID_HANDLE;
+    drop_entry(a);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    LOCKED(module_load_file((void **)module, fname));
+}
+EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    LOCKED(module_load((void **)module, image));
+}
+EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                   int *options, void **optionValues)
+{
+    (void)numOptions, (void)options, (void)optionValues;
+    LOCKED(module_load((void **)module, image));
+}
+EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    LOCKED(module_load((void **)module, fatCubin));
+}
+EXPORT CUresult cuModuleUnload(CUmodule hmod) { LOCKED(module_unload(hmod)); }
+EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, int *jitOptions,
+                                  void **jitOptionsValues, unsigned int numJitOptions,
+                                  int *libraryOptions, void **libraryOptionValues,
+                                  unsigned int numLibraryOptions)
+{
+    (void)jitOptions, (void)jitOptionsValues, (void)numJitOptions, (void)libraryOptions;
+    (void)libraryOptionValues, (void)numLibraryOptions;
+    LOCKED(module_load((void **)library, code));
+}
+EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, int *jitOptions,
+                                      void **jitOptionsValues, unsigned int numJitOptions,
+                                      int *libraryOptions, void **libraryOptionValues,
+                                      unsigned int numLibraryOptions)
+{
+    (void)jitOptions, (void)jitOptionsValues, (void)numJitOptions, (void)libraryOptions;
+    (void)libraryOptionValues, (void)numLibraryOptions;
+    LOCKED(module_load_file((void **)library, fileName));
+}
+EXPORT CUresult cuLibraryUnload(CUlibrary library) { LOCKED(module_unload(library)); }
+
 /* ------------------------------------------------------------- launches */
 
 /* FAKECUDA_LAUNCH_BLOCK: the process's first launch waits, outside g_mu,
@@ -2852,6 +2942,14 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuEventSynchronize, 2000, cuEventSynchronize, N)                 \
     X(cuEventElapsedTime, 2000, cuEventElapsedTime, N)                 \
     X(cuEventElapsedTime, 12080, cuEventElapsedTime_v2, N)             \
+    X(cuModuleLoad, 2000, cuModuleLoad, N)                             \
+    X(cuModuleLoadData, 2000, cuModuleLoadData, N)                     \
+    X(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx, N)                 \
+    X(cuModuleLoadFatBinary, 2000, cuModuleLoadFatBinary, N)           \
+    X(cuModuleUnload, 2000, cuModuleUnload, N)                         \
+    X(cuLibraryLoadData, 12000, cuLibraryLoadData, N)                  \
+    X(cuLibraryLoadFromFile, 12000, cuLibraryLoadFromFile, N)          \
+    X(cuLibraryUnload, 12000, cuLibraryUnload, N)                      \
     X(cuArrayCreate, 2000, cuArrayCreate, N)                           \
     X(cuArrayCreate, 3020, cuArrayCreate_v2, N)                        \
     X(cuArray3DCreate, 2000, cuArray3DCreate, N)                       \

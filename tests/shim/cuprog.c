@@ -150,6 +150,8 @@ static CUmipmappedArray mips[64];
 static int nmips;
 static CUcontext ctxs[16];
 static CUgreenCtx greens[16];
+static CUmodule mods[16];
+static int nmods;
 static int ngreens;
 static CUmemoryPool mypool;
 static int nctx;
@@ -343,6 +345,33 @@ int main(int argc, char **argv)
                     &ctxs[nctx], 0, dev, 0, NULL);
             if (r == CUDA_SUCCESS)
                 nctx++;
+        } else if (!strcmp(op, "module") || !strcmp(op, "library") ||
+                   !strcmp(op, "modunload")) {
+            /* module|library IMAGE: cuModuleLoadData / cuLibraryLoadData of
+             * IMAGE's text (the fake's "globals=N", or PTX on a real card),
+             * found by name; modunload: the last module. */
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            if (!strcmp(op, "modunload")) {
+                void *fn = dlsym(h, "cuModuleUnload");
+                r = fn && nmods ? ((CUresult (*)(CUmodule))fn)(mods[--nmods])
+                                : CUDA_ERROR_INVALID_VALUE;
+            } else {
+                const char *image = ARG();
+                if (!strcmp(op, "module")) {
+                    void *fn = dlsym(h, "cuModuleLoadData");
+                    r = fn ? ((CUresult (*)(CUmodule *, const void *))fn)(&mods[nmods], image)
+                           : CUDA_ERROR_NOT_FOUND;
+                    if (r == CUDA_SUCCESS)
+                        nmods++;
+                } else {
+                    CUlibrary lib;
+                    void *fn = dlsym(h, "cuLibraryLoadData");
+                    r = fn ? ((CUresult (*)(CUlibrary *, const void *, int *, void **, unsigned,
+                                            int *, void **, unsigned))fn)(&lib, image, NULL, NULL,
+                                                                          0, NULL, NULL, 0)
+                           : CUDA_ERROR_NOT_FOUND;
+                }
+            }
         } else if (!strcmp(op, "limit")) {
             /* limit stack|printf|heap BYTES: cuCtxSetLimit. */
             const char *which = ARG();

@@ -424,6 +424,72 @@ GS_API CUresult cuVDPAUCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevic
     CTX_CREATE(cuVDPAUCtxCreate_v2, (pctx, flags, dev, vdp, getProc));
 }
 
+/* A module's code, constants and globals go to the context's memory, of a
+ * size only the driver knows (a __device__ array can be gigabytes). So a
+ * load is checked right after: the context is settled on the driver's
+ * figure, and a load that took the container past its cap is undone and
+ * refused. Without the driver's figure (no NVML) the fixed charge stays. */
+static int load_over_cap(int dev)
+{
+    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_limit(dev) || !gs_driver_pid())
+        return 0;
+    gs_ctx_settle(dev);
+    return gs_used(dev) > gs_limit(dev);
+}
+
+#define MODULE_LOAD(fn, unload, handle, call)                                                 \
+    gs_cuda_ready();                                                                          \
+    if (!HAS_REAL(fn))                                                                        \
+        return CUDA_ERROR_NOT_FOUND;                                                          \
+    if (gs_cfg.disabled)                                                                      \
+        return REAL(fn) call;                                                                 \
+    int dev = gs_current_device();                                                            \
+    CUresult r = REAL(fn) call;                                                               \
+    if (r == CUDA_SUCCESS && load_over_cap(dev) && HAS_REAL(unload)) {                        \
+        GS_LOG(GS_LOG_INFO, "device %d: a module load took the cap; unloaded", dev);          \
+        REAL(unload)(*(handle));                                                              \
+        gs_ctx_settle(dev);                                                                   \
+        return CUDA_ERROR_OUT_OF_MEMORY;                                                      \
+    }                                                                                         \
+    return r
+
+GS_API CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    MODULE_LOAD(cuModuleLoad, cuModuleUnload, module, (module, fname));
+}
+
+GS_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    MODULE_LOAD(cuModuleLoadData, cuModuleUnload, module, (module, image));
+}
+
+GS_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n,
+                                   int *options, void **values)
+{
+    MODULE_LOAD(cuModuleLoadDataEx, cuModuleUnload, module, (module, image, n, options, values));
+}
+
+GS_API CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    MODULE_LOAD(cuModuleLoadFatBinary, cuModuleUnload, module, (module, fatCubin));
+}
+
+GS_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, int *jitOptions,
+                                  void **jitValues, unsigned int numJit, int *libOptions,
+                                  void **libValues, unsigned int numLib)
+{
+    MODULE_LOAD(cuLibraryLoadData, cuLibraryUnload, library,
+                (library, code, jitOptions, jitValues, numJit, libOptions, libValues, numLib));
+}
+
+GS_API CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, int *jitOptions,
+                                      void **jitValues, unsigned int numJit, int *libOptions,
+                                      void **libValues, unsigned int numLib)
+{
+    MODULE_LOAD(cuLibraryLoadFromFile, cuLibraryUnload, library,
+                (library, fileName, jitOptions, jitValues, numJit, libOptions, libValues, numLib));
+}
+
 /* What raising a limit reserves in the context: the stack for every thread
  * the device keeps resident, the printf FIFO and the malloc heap once. */
 static unsigned long long limit_growth(int dev, int limit, size_t value)

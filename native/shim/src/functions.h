@@ -76,6 +76,20 @@
          (CUcontext *pctx, unsigned int flags, CUdevice dev, unsigned int vdp, void *getProc)) \
     HOOK(CUDA, cuVDPAUCtxCreate_v2, CUresult,                                                 \
          (CUcontext *pctx, unsigned int flags, CUdevice dev, unsigned int vdp, void *getProc)) \
+    /* module and library loads: their globals, checked right after */                      \
+    HOOK(CUDA, cuModuleLoad, CUresult, (CUmodule *module, const char *fname))                \
+    HOOK(CUDA, cuModuleLoadData, CUresult, (CUmodule *module, const void *image))            \
+    HOOK(CUDA, cuModuleLoadDataEx, CUresult,                                                  \
+         (CUmodule *module, const void *image, unsigned int n, int *options, void **values))  \
+    HOOK(CUDA, cuModuleLoadFatBinary, CUresult, (CUmodule *module, const void *fatCubin))    \
+    REAL(CUDA, cuModuleUnload, CUresult, (CUmodule module))                                   \
+    HOOK(CUDA, cuLibraryLoadData, CUresult,                                                   \
+         (CUlibrary *library, const void *code, int *jitOptions, void **jitValues,            \
+          unsigned int numJit, int *libOptions, void **libValues, unsigned int numLib))       \
+    HOOK(CUDA, cuLibraryLoadFromFile, CUresult,                                               \
+         (CUlibrary *library, const char *fileName, int *jitOptions, void **jitValues,        \
+          unsigned int numJit, int *libOptions, void **libValues, unsigned int numLib))       \
+    REAL(CUDA, cuLibraryUnload, CUresult, (CUlibrary library))                                \
     /* limits that reserve device memory in every context */                                 \
     HOOK(CUDA, cuCtxSetLimit, CUresult, (int limit, size_t value))                            \
     REAL(CUDA, cuCtxGetLimit, CUresult, (size_t *value, int limit))                           \

@@ -142,6 +142,8 @@ enum {
 
 /* ------------------------------------------------------ graphs, pools */
 
+typedef struct CUmod_st *CUmodule;
+typedef struct CUlib_st *CUlibrary;
 typedef struct CUgreenCtx_st *CUgreenCtx;
 typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
 /* CUlimit values that reserve device memory for every context. */
