@@ -254,6 +254,7 @@ static CUgraph graph;
 static CUgraphExec gexecs[64];
 static int ngexecs;
 static CUdeviceptr last_graph_ptr;
+static CUgraphNode last_alloc_node; /* a free node is ordered after it */
 static CUstream gstream;
 
 static CUresult graph_ready(void)
@@ -323,10 +324,11 @@ int main(int argc, char **argv)
             typedef CUresult (*destroy_t)(CUcontext);
             void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
             void *fn = dlsym(h, !strcmp(op, "ctx1") ? "cuCtxCreate" : "cuCtxDestroy");
+            int dev = !strcmp(op, "ctx1") ? atoi(ARG()) : 0;
             if (!fn)
                 r = CUDA_ERROR_NOT_FOUND;
             else if (!strcmp(op, "ctx1"))
-                r = ((create_t)fn)(&ctxs[nctx], 0, atoi(ARG()));
+                r = ((create_t)fn)(&ctxs[nctx], 0, dev);
             else
                 r = nctx ? ((destroy_t)fn)(ctxs[--nctx]) : CUDA_ERROR_INVALID_VALUE;
             if (r == CUDA_SUCCESS && !strcmp(op, "ctx1"))
@@ -372,6 +374,13 @@ int main(int argc, char **argv)
                            : CUDA_ERROR_NOT_FOUND;
                 }
             }
+        } else if (!strcmp(op, "hostalloc")) {
+            /* hostalloc SIZE: pinned host memory mapped into the card's
+             * address space (cuMemHostAlloc, DEVICEMAP), found by name. */
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            void *fn = dlsym(h, "cuMemHostAlloc"), *p = NULL;
+            size_t n = size_arg(ARG());
+            r = fn ? ((CUresult (*)(void **, size_t, unsigned))fn)(&p, n, 2) : CUDA_ERROR_NOT_FOUND;
         } else if (!strcmp(op, "limit")) {
             /* limit stack|printf|heap BYTES: cuCtxSetLimit. */
             const char *which = ARG();
@@ -662,14 +671,17 @@ int main(int argc, char **argv)
             r = graph_ready();
             if (r == CUDA_SUCCESS)
                 r = api.cuGraphAddMemAllocNode(&n, graph, NULL, 0, &p);
-            if (r == CUDA_SUCCESS)
+            if (r == CUDA_SUCCESS) {
                 last_graph_ptr = p.dptr;
+                last_alloc_node = n;
+            }
         } else if (!strcmp(op, "gfree")) {
             /* gfree: a free node for the last alloc node's memory. */
             CUgraphNode n;
             r = graph_ready();
             if (r == CUDA_SUCCESS)
-                r = api.cuGraphAddMemFreeNode(&n, graph, NULL, 0, last_graph_ptr);
+                r = api.cuGraphAddMemFreeNode(&n, graph, last_alloc_node ? &last_alloc_node : NULL,
+                                              last_alloc_node ? 1 : 0, last_graph_ptr);
         } else if (!strcmp(op, "gchild")) {
             /* gchild: the graph being built becomes a child of a new one. */
             CUgraph parent = NULL;
@@ -703,6 +715,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(op, "gnew")) {
             r = graph ? api.cuGraphDestroy(graph) : CUDA_SUCCESS;
             graph = NULL;
+            last_alloc_node = NULL;
         } else if (!strcmp(op, "ginst") || !strcmp(op, "ginst-params") ||
                    !strcmp(op, "ginst-upload") || !strcmp(op, "ginst-legacy")) {
             /* The graph being built, instantiated by one of the entry points. */
