@@ -543,6 +543,26 @@ static CUresult new_alloc(int kind, int dev, uint64_t size, uint64_t charged, st
     return CUDA_SUCCESS;
 }
 
+/* A new object of the context's, known by a handle, holding `bytes` of its
+ * device until destroyed or the context ends (arrays, modules). */
+static CUresult handle_entry(void **handle, int kind, struct ctx *c, uint64_t bytes)
+{
+    CUresult rc = charge(c->dev, bytes);
+    if (rc)
+        return rc;
+    unsigned long long key = g_next_handle;
+    g_next_handle += 0x10;
+    struct alloc *a = add_entry(key, kind, c->dev, bytes);
+    if (!a) {
+        uncharge(c->dev, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->charged = bytes;
+    a->ctx = c;
+    *handle = (void *)(uintptr_t)key;
+    return CUDA_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ pools */
 
 static void pool_shrink_to(struct pool *p, uint64_t keep)
@@ -1993,20 +2013,7 @@ static CUresult array_create(void **handle, int kind, size_t w, size_t h, size_t
         if (!level_bytes(lw, lh, ld, ch, elem, &b) || __builtin_add_overflow(total, b, &total))
             return CUDA_ERROR_INVALID_VALUE;
     }
-    CUresult rc = charge(c->dev, total);
-    if (rc)
-        return rc;
-    unsigned long long key = g_next_handle;
-    g_next_handle += 0x10;
-    struct alloc *a = add_entry(key, kind, c->dev, total);
-    if (!a) {
-        uncharge(c->dev, total);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    a->charged = total;
-    a->ctx = c;
-    *handle = (void *)(uintptr_t)key;
-    return CUDA_SUCCESS;
+    return handle_entry(handle, kind, c, total);
 }
 
 EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
@@ -2077,21 +2084,7 @@ static CUresult module_load(void **handle, const char *image)
     char *end;
     if (!handle || !image || strncmp(image, "globals=", 8) != 0)
         return CUDA_ERROR_INVALID_VALUE; /* CUDA_ERROR_INVALID_IMAGE in the real one */
-    unsigned long long bytes = strtoull(image + 8, &end, 10);
-    CUresult rc = charge(c->dev, bytes);
-    if (rc)
-        return rc;
-    unsigned long long key = g_next_handle;
-    g_next_handle += 0x10;
-    struct alloc *a = add_entry(key, K_MODULE, c->dev, bytes);
-    if (!a) {
-        uncharge(c->dev, bytes);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    a->charged = bytes;
-    a->ctx = c;
-    *handle = (void *)(uintptr_t)key;
-    return CUDA_SUCCESS;
+    return handle_entry(handle, K_MODULE, c, strtoull(image + 8, &end, 10));
 }
 
 static CUresult module_load_file(void **handle, const char *path)

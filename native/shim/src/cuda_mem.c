@@ -488,65 +488,27 @@ static CUresult array_create(CUarray *pHandle, unsigned long long bytes, CUresul
     return r;
 }
 
-static CUresult call_2d(CUarray *h, const void *desc)
-{
-    return REAL(cuArrayCreate_v2)(h, desc);
-}
+/* One wrapper per exported form (the CUDA 2.0 ones take 32-bit sizes); the
+ * call_ helper calls the real one with its own descriptor type. */
+#define ARRAY_WRAPPER(fn, desc_t, depth)                                                      \
+    static CUresult call_##fn(CUarray *h, const void *desc)                                   \
+    {                                                                                         \
+        return REAL(fn)(h, desc);                                                             \
+    }                                                                                         \
+    GS_API CUresult fn(CUarray *pHandle, const desc_t *desc)                                  \
+    {                                                                                         \
+        ENTER(fn);                                                                            \
+        if (gs_cfg.disabled || !desc || !pHandle)                                             \
+            return REAL(fn)(pHandle, desc);                                                   \
+        unsigned long long bytes = array_bytes(desc->Width, desc->Height, (depth),            \
+                                               desc->Format, desc->NumChannels);              \
+        return array_create(pHandle, bytes, call_##fn, desc);                                 \
+    }
 
-static CUresult call_3d(CUarray *h, const void *desc)
-{
-    return REAL(cuArray3DCreate_v2)(h, desc);
-}
-
-GS_API CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
-{
-    ENTER(cuArrayCreate_v2);
-    if (gs_cfg.disabled || !desc || !pHandle)
-        return REAL(cuArrayCreate_v2)(pHandle, desc);
-    unsigned long long bytes =
-        array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels);
-    return array_create(pHandle, bytes, call_2d, desc);
-}
-
-GS_API CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
-{
-    ENTER(cuArray3DCreate_v2);
-    if (gs_cfg.disabled || !desc || !pHandle)
-        return REAL(cuArray3DCreate_v2)(pHandle, desc);
-    unsigned long long bytes = array_bytes(desc->Width, desc->Height, desc->Depth,
-                                           desc->Format, desc->NumChannels);
-    return array_create(pHandle, bytes, call_3d, desc);
-}
-
-static CUresult call_2d_v1(CUarray *h, const void *desc)
-{
-    return REAL(cuArrayCreate)(h, desc);
-}
-
-static CUresult call_3d_v1(CUarray *h, const void *desc)
-{
-    return REAL(cuArray3DCreate)(h, desc);
-}
-
-GS_API CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
-{
-    ENTER(cuArrayCreate);
-    if (gs_cfg.disabled || !desc || !pHandle)
-        return REAL(cuArrayCreate)(pHandle, desc);
-    unsigned long long bytes =
-        array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels);
-    return array_create(pHandle, bytes, call_2d_v1, desc);
-}
-
-GS_API CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
-{
-    ENTER(cuArray3DCreate);
-    if (gs_cfg.disabled || !desc || !pHandle)
-        return REAL(cuArray3DCreate)(pHandle, desc);
-    unsigned long long bytes = array_bytes(desc->Width, desc->Height, desc->Depth,
-                                           desc->Format, desc->NumChannels);
-    return array_create(pHandle, bytes, call_3d_v1, desc);
-}
+ARRAY_WRAPPER(cuArrayCreate_v2, CUDA_ARRAY_DESCRIPTOR, 1)
+ARRAY_WRAPPER(cuArray3DCreate_v2, CUDA_ARRAY3D_DESCRIPTOR, desc->Depth)
+ARRAY_WRAPPER(cuArrayCreate, CUDA_ARRAY_DESCRIPTOR_v1, 1)
+ARRAY_WRAPPER(cuArray3DCreate, CUDA_ARRAY3D_DESCRIPTOR_v1, desc->Depth)
 
 GS_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
                                        const CUDA_ARRAY3D_DESCRIPTOR *desc,
