@@ -625,6 +625,15 @@ def test_a_trimmed_live_graph_keeps_its_charge_for_its_next_launch(shim: Shim,
     assert residents(rows) == [600 * MIB, 856 * MIB]
 
 
+def test_graphs_instantiated_from_many_threads_at_once_share_the_cap(shim: Shim,
+                                                                     tmp_path: Path) -> None:
+    # 1 GiB less the 300 MiB context: room for five 128 MiB graphs of 16.
+    rows = results(graph_shim(shim, tmp_path).run("direct", "init", "pctx", "0",
+                                                  "gthreads", "16", "128M", "resident", "0"))
+    assert value_of(rows, "gthreads") == [0, 5, 11]
+    assert residents(rows) == [300 * MIB + 5 * 128 * MIB]
+
+
 def test_graph_memory_on_an_uncapped_device_passes_through(shim: Shim, tmp_path: Path) -> None:
     s = graph_shim(shim, tmp_path).with_env(GPUSLICE_MEMORY_LIMIT_1=None)
     rows = results(s.run("direct", "init", "pctx", "1", "gnode", "1", "3G", "ginst", "glaunch",

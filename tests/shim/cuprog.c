@@ -202,6 +202,44 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+/* gthreads: N threads each instantiate and launch a graph of one alloc node
+ * (and its free), all at once. */
+static unsigned long long graph_thread_bytes;
+static int graph_granted, graph_refused, graph_errors;
+
+static void *graph_thread_main(void *arg)
+{
+    (void)arg;
+    pthread_barrier_wait(&barrier);
+    CUgraph g = NULL;
+    CUgraphNode n, f;
+    CUgraphExec e = NULL;
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.poolProps.allocType = 1;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.bytesize = graph_thread_bytes;
+    CUresult r = pctx(0);
+    if (r == CUDA_SUCCESS)
+        r = api.cuGraphCreate(&g, 0);
+    if (r == CUDA_SUCCESS)
+        r = api.cuGraphAddMemAllocNode(&n, g, NULL, 0, &p);
+    if (r == CUDA_SUCCESS)
+        r = api.cuGraphAddMemFreeNode(&f, g, &n, 1, p.dptr);
+    CUresult i = r == CUDA_SUCCESS ? api.cuGraphInstantiateWithFlags(&e, g, 0) : r;
+    if (i == CUDA_SUCCESS)
+        i = api.cuGraphLaunch(e, NULL);
+    pthread_mutex_lock(&thread_mu);
+    if (i == CUDA_SUCCESS)
+        graph_granted++;
+    else if (i == CUDA_ERROR_OUT_OF_MEMORY)
+        graph_refused++;
+    else
+        graph_errors++;
+    pthread_mutex_unlock(&thread_mu);
+    return NULL; /* the graphs stay instantiated: their charge with them */
+}
+
 /* tlaunch: threads that launch, each into a stream of its own (as an
  * inference server's do). Returns the first failure, or 0. */
 static void *launcher_main(void *arg)
@@ -567,6 +605,19 @@ int main(int argc, char **argv)
                 struct timespec ts = {0, 1000000};
                 nanosleep(&ts, NULL);
             }
+            continue;
+        } else if (!strcmp(op, "gthreads")) {
+            /* gthreads N SIZE: prints errors, granted, refused. */
+            int n = atoi(ARG());
+            graph_thread_bytes = size_arg(ARG());
+            pthread_t t[256];
+            n = n > 256 ? 256 : n;
+            pthread_barrier_init(&barrier, NULL, (unsigned)n);
+            for (int k = 0; k < n; k++)
+                pthread_create(&t[k], NULL, graph_thread_main, NULL);
+            for (int k = 0; k < n; k++)
+                pthread_join(t[k], NULL);
+            printf("gthreads %d %d %d\n", graph_errors, graph_granted, graph_refused);
             continue;
         } else if (!strcmp(op, "threads")) {
             int n = atoi(ARG());
