@@ -1182,6 +1182,18 @@ EXPORTS = [
     "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGetErrorString", "cuGetErrorName",
     "cuGetProcAddress", "cuGetProcAddress_v2", "fakecuda_used_bytes", "fakecuda_launch_count",
     "fakecuda_captured_count",
+    "cuGraphCreate", "cuGraphDestroy", "cuGraphAddMemAllocNode", "cuGraphAddMemFreeNode",
+    "cuGraphAddEmptyNode", "cuGraphAddChildGraphNode", "cuGraphChildGraphNodeGetGraph",
+    "cuGraphGetNodes", "cuGraphNodeGetType", "cuGraphMemAllocNodeGetParams",
+    "cuGraphInstantiate", "cuGraphInstantiate_v2", "cuGraphInstantiateWithFlags",
+    "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphExecDestroy",
+    "cuGraphUpload", "cuGraphUpload_ptsz", "cuGraphExecUpdate", "cuGraphExecUpdate_v2",
+    "cuDeviceGraphMemTrim", "cuDeviceGetGraphMemAttribute", "cuDeviceSetGraphMemAttribute",
+    "cuGreenCtxCreate", "cuGreenCtxDestroy", "cuCtxSetLimit", "cuCtxGetLimit",
+    "cuArrayCreate", "cuArray3DCreate", "cuMemAllocPitch", "cuGLCtxCreate_v2",
+    "cuVDPAUCtxCreate_v2", "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx",
+    "cuModuleLoadFatBinary", "cuModuleUnload", "cuLibraryLoadData", "cuLibraryLoadFromFile",
+    "cuLibraryUnload",
 ]
 
 
@@ -1217,3 +1229,161 @@ out["fresh"] = cu.cuStreamEndCapture(s, byref(g))
     assert out["launch"] == [0, 0, 2, 0]  # counted apart: nothing ran
     assert out["end"] == [0, 401] and out["after"] == 0
     assert out["invalidated"] == 901 and out["fresh"] == 0
+
+
+def test_graph_memory_nodes(fake_env) -> None:
+    """Alloc nodes hold an address; an executable graph gets memory at upload
+    or launch, from the device's graph pool, which keeps it after the graph
+    is destroyed until a trim; a trim unmaps live graphs too (they map again)."""
+    body = r"""
+init(); primary()
+base = used(0)
+class AllocParams(ctypes.Structure):  # CUDA_MEM_ALLOC_NODE_PARAMS
+    _fields_ = [("poolProps", PoolProps), ("accessDescs", c_void_p),
+                ("accessDescCount", c_size_t), ("bytesize", c_size_t), ("dptr", c_ulonglong)]
+class InstParams(ctypes.Structure):  # CUDA_GRAPH_INSTANTIATE_PARAMS
+    _fields_ = [("flags", c_ulonglong), ("hUploadStream", c_void_p), ("hErrNode_out", c_void_p),
+                ("result_out", c_int)]
+RESERVED_CUR, RESERVED_HIGH, USED_CUR = 2, 3, 0
+def gattr(attr):
+    v = c_ulonglong(7)
+    assert cu.cuDeviceGetGraphMemAttribute(0, attr, byref(v)) == 0
+    return v.value
+def state():
+    return [used(0) - base, gattr(RESERVED_CUR), gattr(USED_CUR)]
+g, n, child, parent = c_void_p(), c_void_p(), c_void_p(), c_void_p()
+assert cu.cuGraphCreate(byref(g), 0) == 0
+p = AllocParams(poolProps=PoolProps(allocType=1, loc_type=1, loc_id=0), bytesize=3 * MiB)
+out["node"] = [cu.cuGraphAddMemAllocNode(byref(n), g, None, 0, byref(p)), p.dptr != 0] + state()
+count, ty, back = c_size_t(0), c_int(-1), AllocParams()
+cu.cuGraphGetNodes(g, None, byref(count))
+nodes = (c_void_p * 4)()
+count4 = c_size_t(4)
+out["nodes"] = [count.value, cu.cuGraphGetNodes(g, nodes, byref(count4)), count4.value,
+                nodes[1] is None, cu.cuGraphNodeGetType(c_void_p(nodes[0]), byref(ty)), ty.value,
+                cu.cuGraphMemAllocNodeGetParams(c_void_p(nodes[0]), byref(back)), back.bytesize,
+                back.poolProps.loc_id, back.dptr == p.dptr]
+e, e2, s = c_void_p(), c_void_p(), c_void_p()
+cu.cuStreamCreate(byref(s), 0)
+out["inst"] = [cu.cuGraphInstantiateWithFlags(byref(e), g, c_ulonglong(0))] + state()
+out["launch"] = [cu.cuGraphLaunch(e, None)] + state()  # 2 MiB steps
+out["relaunch"] = [cu.cuGraphLaunch(e, s)] + state()
+ip = InstParams(flags=2, hUploadStream=s)  # upload at instantiation
+out["upload_inst"] = [cu.cuGraphInstantiateWithParams(byref(e2), g, byref(ip)),
+                      ip.result_out] + state()
+out["destroy"] = [cu.cuGraphExecDestroy(e2)] + state()  # kept, idle
+e3 = c_void_p()
+cu.cuGraphInstantiate_v2(byref(e3), g, None, None, c_size_t(0))
+out["reuse"] = [cu.cuGraphUpload(e3, s)] + state()  # the idle memory serves it
+cu.cuGraphExecDestroy(e3)
+out["trim"] = [cu.cuDeviceGraphMemTrim(0)] + state()  # e unmapped too
+out["high"] = [gattr(RESERVED_HIGH), cu.cuDeviceSetGraphMemAttribute(0, RESERVED_HIGH,
+               byref(c_ulonglong(0))), gattr(RESERVED_HIGH)]
+out["remap"] = [cu.cuGraphLaunch(e, None)] + state()
+# A child graph's alloc nodes count; an update takes the new graph's.
+cu.cuGraphCreate(byref(parent), 0)
+out["child"] = [cu.cuGraphAddChildGraphNode(byref(n), parent, None, 0, g),
+                cu.cuGraphNodeGetType(n, byref(ty)), ty.value,
+                cu.cuGraphChildGraphNodeGetGraph(n, byref(child)), child.value != g.value]
+p2 = AllocParams(poolProps=PoolProps(allocType=1, loc_type=1, loc_id=0), bytesize=5 * MiB)
+cu.cuGraphAddMemAllocNode(byref(n), parent, None, 0, byref(p2))
+out["update"] = [cu.cuGraphExecUpdate_v2(e, parent, None)] + state()  # mapped: grows now
+big = AllocParams(poolProps=PoolProps(allocType=1, loc_type=1, loc_id=0), bytesize=2048 * MiB)
+g2, e4 = c_void_p(), c_void_p()
+cu.cuGraphCreate(byref(g2), 0)
+cu.cuGraphAddMemAllocNode(byref(n), g2, None, 0, byref(big))
+out["oom"] = [cu.cuGraphInstantiateWithFlags(byref(e4), g2, c_ulonglong(0)),
+              cu.cuGraphLaunch(e4, None)] + state()
+# Capture: async alloc and free become nodes; nothing is allocated.
+cs, cg = c_void_p(), c_void_p()
+pa = c_ulonglong()
+cu.cuStreamCreate(byref(cs), 0)
+cu.cuStreamBeginCapture_v2(cs, 0)
+out["capture"] = [cu.cuMemAllocAsync(byref(pa), c_size_t(7 * MiB), cs),
+                  cu.cuMemFreeAsync(pa, cs), cu.cuStreamEndCapture(cs, byref(cg))] + state()
+cnodes = (c_void_p * 2)()
+c2 = c_size_t(2)
+cu.cuGraphGetNodes(cg, cnodes, byref(c2))
+t0, t1 = c_int(), c_int()
+cu.cuGraphNodeGetType(c_void_p(cnodes[0]), byref(t0))
+cu.cuGraphNodeGetType(c_void_p(cnodes[1]), byref(t1))
+out["captured"] = [c2.value, t0.value, t1.value]
+out["bad"] = [cu.cuGraphLaunch(c_void_p(0x1234), None), cu.cuGraphExecDestroy(c_void_p(0x1234)),
+              cu.cuGraphUpload(c_void_p(0x1234), None), cu.cuDeviceGraphMemTrim(9),
+              cu.cuGraphNodeGetType(c_void_p(0x1234), byref(ty))]
+"""
+    out = run_py(fake_env(gpus=small_gpus(1)), body)
+    m = MIB
+    assert out["node"] == [0, True, 0, 0, 0]
+    assert out["nodes"] == [1, 0, 1, True, 0, 10, 0, 3 * m, 0, True]
+    assert out["inst"] == [0, 0, 0, 0]  # instantiation maps nothing
+    assert out["launch"] == [0, 4 * m, 4 * m, 4 * m]
+    assert out["relaunch"] == [0, 4 * m, 4 * m, 4 * m]  # mapped once
+    assert out["upload_inst"] == [0, 0, 8 * m, 8 * m, 8 * m]
+    assert out["destroy"] == [0, 8 * m, 8 * m, 4 * m]
+    assert out["reuse"] == [0, 8 * m, 8 * m, 8 * m]
+    assert out["trim"] == [0, 0, 0, 0]
+    assert out["high"] == [8 * m, 0, 0]
+    assert out["remap"] == [0, 4 * m, 4 * m, 4 * m]
+    assert out["child"] == [0, 0, 5, 0, True]
+    assert out["update"] == [0, 10 * m, 10 * m, 10 * m]  # 4 (child) + 6
+    assert out["oom"] == [0, OOM, 10 * m, 10 * m, 10 * m]  # the 1 GiB card
+    assert out["capture"] == [0, 0, 0, 10 * m, 10 * m, 10 * m]
+    assert out["captured"] == [2, 10, 11]
+    # A graph handle the fake did not make launches as a plain kernel (the
+    # pacer's tests launch NULL); the rest are refused.
+    assert out["bad"] == [0, INVALID_VALUE, INVALID_VALUE, INVALID_DEVICE, INVALID_VALUE]
+
+
+def test_green_contexts_and_limits(fake_env) -> None:
+    """A green context costs a context; raised limits hold memory at once."""
+    body = r"""
+init(); c = primary()
+base = used(0)
+g = c_void_p()
+out["green"] = [cu.cuGreenCtxCreate(byref(g), None, 0, 1), used(0) - base]
+cur = c_void_p(); cu.cuCtxGetCurrent(byref(cur)); out["current_kept"] = cur.value == c.value
+out["green_destroy"] = [cu.cuGreenCtxDestroy(g), used(0) - base]
+v = c_size_t()
+out["defaults"] = [cu.cuCtxGetLimit(byref(v), 2), v.value]
+out["heap"] = [cu.cuCtxSetLimit(2, c_size_t(264 * MiB)), used(0) - base]
+out["stack"] = [cu.cuCtxSetLimit(0, c_size_t(1024 + 512)), used(0) - base]
+out["too_big"] = [cu.cuCtxSetLimit(2, c_size_t(4096 * MiB)), used(0) - base]
+out["back"] = [cu.cuCtxSetLimit(2, c_size_t(8 * MiB)), cu.cuCtxSetLimit(0, c_size_t(1024)),
+               used(0) - base]
+out["other"] = cu.cuCtxSetLimit(6, c_size_t(1))
+"""
+    out = run_py(fake_env(gpus=small_gpus(1)), body)
+    assert out["green"] == [0, CTX] and out["current_kept"]
+    assert out["green_destroy"] == [0, 0]
+    assert out["defaults"] == [0, 8 * MIB]
+    assert out["heap"] == [0, 256 * MIB]
+    assert out["stack"] == [0, 256 * MIB + 512 * 132 * 2048]
+    assert out["too_big"] == [OOM, 256 * MIB + 512 * 132 * 2048]
+    assert out["back"] == [0, 0, 0]
+    assert out["other"] == INVALID_VALUE
+
+
+def test_modules_hold_their_globals(fake_env, tmp_path: Path) -> None:
+    """A fake image "globals=N" holds N bytes from its load to its unload."""
+    path = tmp_path / "mod"
+    path.write_text("globals=%d" % (5 * MIB))
+    body = r"""
+init(); primary()
+base = used(0)
+m, l, f = c_void_p(), c_void_p(), c_void_p()
+out["data"] = [cu.cuModuleLoadData(byref(m), b"globals=3145728"), used(0) - base]
+out["lib"] = [cu.cuLibraryLoadData(byref(l), b"globals=1048576", None, None, 0, None, None, 0),
+              used(0) - base]
+out["file"] = [cu.cuModuleLoad(byref(f), PATH.encode()), used(0) - base]
+out["big"] = cu.cuModuleLoadData(byref(c_void_p()), b"globals=4294967296")
+out["bad"] = cu.cuModuleLoadData(byref(c_void_p()), b"\x7fELF")
+out["unload"] = [cu.cuModuleUnload(m), cu.cuLibraryUnload(l), cu.cuModuleUnload(f),
+                 used(0) - base, cu.cuModuleUnload(m)]
+""".replace("PATH", repr(str(path)))
+    out = run_py(fake_env(gpus=small_gpus(1)), body)
+    assert out["data"] == [0, 3 * MIB]
+    assert out["lib"] == [0, 4 * MIB]
+    assert out["file"] == [0, 9 * MIB]
+    assert out["big"] == OOM and out["bad"] == INVALID_VALUE
+    assert out["unload"] == [0, 0, 0, 0, INVALID_HANDLE]

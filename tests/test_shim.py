@@ -294,6 +294,17 @@ def test_vmm_and_pools_capped(shim: Shim, via: str) -> None:
     assert value_of(rows, "info", 2) == [0, GIB, GIB]
 
 
+def test_a_released_handle_stays_charged_while_mapped(shim: Shim, tmp_path: Path) -> None:
+    """cuMemCreate, cuMemMap, cuMemRelease at once: the driver keeps the
+    memory until the unmap, and so does the charge."""
+    rows = results(procs_shim(shim, tmp_path).run(
+        "gpa", "init", "pctx", "0", "vmm", "0", "512M", "vmmmap", "512M", "vmmforget",
+        "vmm", "0", "512M", "resident", "0", "vmmunmap", "vmm", "0", "512M", "resident", "0"))
+    assert [int(r[1]) for r in rows if r[0] == "vmm"] == [0, OOM, 0]
+    assert rc_of(rows, "vmmforget") == 0 and rc_of(rows, "vmmunmap") == 0
+    assert [int(r[2]) for r in rows if r[0] == "resident"] == [812 * MIB, 812 * MIB]
+
+
 def test_memory_a_pool_keeps_is_charged(shim: Shim) -> None:
     """A pool that keeps what it frees (CuPy's async pool does) still counts:
     without this, async-free then cudaMalloc would hold more than the cap."""
@@ -345,6 +356,18 @@ def test_arrays_capped(shim: Shim) -> None:
     assert value_of(rows, "info", 1) == [0, GIB, GIB]
 
 
+@pytest.mark.parametrize("via", ["direct", "dlsym"])
+def test_cuda_2_arrays_and_pitch_are_capped(shim: Shim, via: str) -> None:
+    rows = results(shim.run(via, "init", "pctx", "0", "array1", "8192", "8192",
+                            "array1", "1", "1", "arrdestroy", "array3d1", "1024", "1024", "64",
+                            "array3d1", "1024", "1024", "1", "info", "arrdestroy", "pitch1", "1536M", "1",
+                            "pitch1", "1024", "1"))
+    assert [int(r[1]) for r in rows if r[0] in ("array1", "array3d1")] == [0, OOM, 0, OOM]
+    assert value_of(rows, "info") == [0, 0, GIB]  # the 3D one holds the whole cap
+    # The 32-bit pointer form is refused by a 64-bit driver; the cap is checked first.
+    assert [int(r[1]) for r in rows if r[0] == "pitch1"] == [OOM, 801]
+
+
 def test_context_reservation(shim: Shim) -> None:
     s = shim.with_env(GPUSLICE_CONTEXT_RESERVE="256MiB")
     p = s.start("direct", "init", "pctx", "0", "ctx", "0", "fill", "64M", "hold")
@@ -356,6 +379,58 @@ def test_context_reservation(shim: Shim) -> None:
     rows = results(s.run("direct", "init", "ctx", "0", "ctxdestroy", "pctx", "0",
                          "pctxrel", "0", "ctx", "0", "fill", "256M"))
     assert value_of(rows, "fill") == [OOM, 3 * 256 * MIB]
+
+
+@pytest.mark.parametrize("via", ["direct", "dlsym", "gpa"])
+def test_green_and_legacy_contexts_are_contexts(shim: Shim, via: str) -> None:
+    s = shim.with_env(GPUSLICE_CONTEXT_RESERVE="256MiB")
+    p = s.start(via, "init", "green", "0", "hold")  # a green context is not made current
+    rows = results(wait_held(p))
+    assert rc_of(rows, "green") == 0
+    (proc,) = s.region().procs
+    assert proc.used[0][0] == 256 * MIB
+    release(p)
+    rows = results(s.run(via, "init", "green", "0", "greendestroy", "ctx1", "0",
+                         "fill", "64M", "freeall", "ctx1destroy", "pctx", "0", "info"))
+    assert rc_of(rows, "greendestroy") == 0 and rc_of(rows, "ctx1") == 0
+    assert value_of(rows, "fill") == [OOM, GIB - 256 * MIB]
+    assert rc_of(rows, "ctx1destroy") == 0
+    assert value_of(rows, "info") == [0, GIB - 256 * MIB, GIB]  # the primary's only
+
+
+@pytest.mark.parametrize("kind", ["glctx", "vdpauctx"])
+def test_interop_contexts_are_contexts(shim: Shim, kind: str) -> None:
+    s = shim.with_env(GPUSLICE_CONTEXT_RESERVE="256MiB")
+    rows = results(s.run("dlsym", "init", kind, "0", "fill", "64M", "freeall", "ctxdestroy",
+                         "pctx", "0", "info"))
+    assert rc_of(rows, kind) == 0 and rc_of(rows, "ctxdestroy") == 0
+    assert value_of(rows, "fill") == [OOM, GIB - 256 * MIB]
+    assert value_of(rows, "info") == [0, GIB - 256 * MIB, GIB]
+
+
+@pytest.mark.parametrize("op", ["module", "library"])
+def test_a_module_whose_globals_pass_the_cap_is_unloaded_and_refused(shim: Shim, tmp_path: Path,
+                                                                   op: str) -> None:
+    # 300 MiB context + 300 MiB: 256 MiB of globals fit, 512 MiB more do not.
+    rows = results(procs_shim(shim, tmp_path).run(
+        "dlsym", "init", "pctx", "0", "alloc", "300M", op, f"globals={256 * MIB}",
+        op, f"globals={512 * MIB}", "resident", "0", "info", "alloc", "100M"))
+    assert [int(r[1]) for r in rows if r[0] == op] == [0, OOM]
+    assert [int(r[2]) for r in rows if r[0] == "resident"] == [856 * MIB]  # undone
+    assert value_of(rows, "info") == [0, GIB - 856 * MIB, GIB]
+    assert rc_of(rows, "alloc", 1) == 0
+
+
+def test_limits_that_reserve_memory_are_capped(shim: Shim, tmp_path: Path) -> None:
+    # 300 MiB context + 300 MiB: a 264 MiB heap (256 more than the default)
+    # fits, a stack of 1 KiB more per resident thread (264 MiB) does not.
+    rows = results(procs_shim(shim, tmp_path).run(
+        "gpa", "init", "pctx", "0", "alloc", "300M", "limit", "heap", "264M",
+        "limit", "stack", "2048", "limit", "printf", "100M", "resident", "0", "info"))
+    assert [int(r[1]) for r in rows if r[0] == "limit"] == [0, OOM, 0]
+    used = 300 * MIB + 300 * MIB + 256 * MIB + 99 * MIB
+    assert [int(r[2]) for r in rows if r[0] == "resident"] == [used]
+    assert value_of(rows, "info") == [0, GIB - used, GIB]
 
 
 def fake_driver_pid(pid: int) -> int:
@@ -450,6 +525,122 @@ def test_a_forked_child_learns_its_own_driver_pid(shim: Shim, tmp_path: Path) ->
     s = procs_shim(shim, tmp_path)
     rows = results(s.run("direct", "init", "pctx", "0", "alloc", "128M", "fork", "256M"))
     assert [int(r[1]) for r in rows if r[0] == "fork"] == [0]
+
+
+# ------------------------------------------------------- graph memory nodes
+#
+# The fake card has 140 GiB: every refusal below is the shim's. The context
+# is charged what the fake driver holds (300 MiB), so "resident", what the
+# fake driver holds on the card, is what NVML would show from outside.
+
+INSTANTIATIONS = ["ginst", "ginst-params", "ginst-upload", "ginst-legacy"]
+
+
+def graph_shim(shim: Shim, tmp_path: Path) -> Shim:
+    return procs_shim(shim, tmp_path)
+
+
+def residents(rows: List[List[str]]) -> List[int]:
+    got = [int(r[2]) for r in rows if r[0] == "resident"]
+    assert got and all(int(r[1]) == 0 for r in rows if r[0] == "resident"), rows
+    return got
+
+
+@pytest.mark.parametrize("via", VIAS)
+@pytest.mark.parametrize("inst", INSTANTIATIONS)
+def test_graph_alloc_nodes_are_capped(shim: Shim, tmp_path: Path, via: str, inst: str) -> None:
+    # 300 MiB context + 300 MiB: a 256 MiB graph fits, a second does not.
+    rows = results(graph_shim(shim, tmp_path).run(
+        via, "init", "pctx", "0", "alloc", "300M", "gnode", "0", "256M", "gfree", inst,
+        "glaunch", "glaunch", "resident", "0", "gnew", "gnode", "0", "256M", inst,
+        "resident", "0", "info"))
+    assert rc_of(rows, inst, 0) == 0 and rc_of(rows, "glaunch", 1) == 0
+    assert rc_of(rows, inst, 1) == OOM
+    assert residents(rows) == [856 * MIB, 856 * MIB]  # the launch made it resident
+    assert value_of(rows, "info") == [0, GIB - 856 * MIB, GIB]
+
+
+@pytest.mark.parametrize("keep", ["0", "1"])
+def test_captured_async_allocations_are_charged_at_instantiation(shim: Shim, tmp_path: Path,
+                                                                 keep: str) -> None:
+    # Captured, cuMemAllocAsync makes a node, not memory: never refused then.
+    rows = results(graph_shim(shim, tmp_path).run(
+        "gpa-pt", "init", "pctx", "0", "alloc", "300M", "gcapture", "512M", keep, "ginst",
+        "gnew", "gcapture", "256M", keep, "ginst", "glaunch", "resident", "0", "info"))
+    assert [int(r[1]) for r in rows if r[0] == "gcapture"] == [0, 0]
+    assert [int(r[1]) for r in rows if r[0] == "ginst"] == [OOM, 0]
+    assert rc_of(rows, "glaunch") == 0
+    assert residents(rows) == [856 * MIB]
+    assert value_of(rows, "info") == [0, GIB - 856 * MIB, GIB]
+
+
+def test_alloc_nodes_of_child_graphs_count(shim: Shim, tmp_path: Path) -> None:
+    rows = results(graph_shim(shim, tmp_path).run(
+        "direct", "init", "pctx", "0", "gnode", "0", "256M", "gchild", "ginst", "glaunch",
+        "gnew", "gnode", "0", "512M", "gchild", "gchild", "ginst", "resident", "0"))
+    assert [int(r[1]) for r in rows if r[0] == "ginst"] == [0, OOM]
+    assert residents(rows) == [556 * MIB]
+
+
+def test_graph_update_charges_what_it_adds(shim: Shim, tmp_path: Path) -> None:
+    rows = results(graph_shim(shim, tmp_path).run(
+        "gpa", "init", "pctx", "0", "alloc", "300M", "gnode", "0", "128M", "ginst", "glaunch",
+        "gnew", "gnode", "0", "256M", "gupdate", "resident", "0",
+        "gnew", "gnode", "0", "512M", "gupdate", "resident", "0", "glaunch", "info"))
+    assert [int(r[1]) for r in rows if r[0] == "gupdate"] == [0, OOM]
+    assert residents(rows) == [856 * MIB, 856 * MIB]
+    assert value_of(rows, "info") == [0, GIB - 856 * MIB, GIB]
+
+
+def test_graph_memory_is_released_at_trim_not_at_destroy(shim: Shim, tmp_path: Path) -> None:
+    rows = results(graph_shim(shim, tmp_path).run(
+        "direct", "init", "pctx", "0", "alloc", "300M", "gnode", "0", "256M", "ginst",
+        "glaunch", "gexecdestroy", "resident", "0", "info", "gtrim", "0", "resident", "0",
+        "info"))
+    assert residents(rows) == [856 * MIB, 600 * MIB]  # the pool kept it until the trim
+    assert value_of(rows, "info", 0) == [0, GIB - 856 * MIB, GIB]
+    assert value_of(rows, "info", 1) == [0, GIB - 600 * MIB, GIB]
+
+
+def test_an_allocation_that_needs_it_trims_what_destroyed_graphs_left(shim: Shim,
+                                                                      tmp_path: Path) -> None:
+    rows = results(graph_shim(shim, tmp_path).run(
+        "direct", "init", "pctx", "0", "alloc", "300M", "gnode", "0", "256M", "ginst",
+        "glaunch", "gexecdestroy", "alloc", "300M", "resident", "0", "greserved", "0"))
+    assert rc_of(rows, "alloc", 1) == 0
+    assert residents(rows) == [900 * MIB]
+    assert value_of(rows, "greserved") == [0, 0]
+
+
+def test_a_trimmed_live_graph_keeps_its_charge_for_its_next_launch(shim: Shim,
+                                                                     tmp_path: Path) -> None:
+    # The trim unmaps the live graph; its next launch maps it again, so the
+    # room must still be its: without that the last launch would take the
+    # card's 1,056 MiB, past the cap.
+    rows = results(graph_shim(shim, tmp_path).run(
+        "direct", "init", "pctx", "0", "alloc", "300M", "gnode", "0", "256M", "ginst",
+        "glaunch", "gtrim", "0", "resident", "0", "alloc", "200M", "glaunch", "resident", "0"))
+    assert rc_of(rows, "alloc", 1) == OOM
+    assert rc_of(rows, "glaunch", 1) == 0
+    assert residents(rows) == [600 * MIB, 856 * MIB]
+
+
+def test_graphs_instantiated_from_many_threads_at_once_share_the_cap(shim: Shim,
+                                                                     tmp_path: Path) -> None:
+    # 1 GiB less the 300 MiB context: room for five 128 MiB graphs of 16.
+    rows = results(graph_shim(shim, tmp_path).run("direct", "init", "pctx", "0",
+                                                  "gthreads", "16", "128M", "resident", "0"))
+    assert value_of(rows, "gthreads") == [0, 5, 11]
+    assert residents(rows) == [300 * MIB + 5 * 128 * MIB]
+
+
+def test_graph_memory_on_an_uncapped_device_passes_through(shim: Shim, tmp_path: Path) -> None:
+    s = graph_shim(shim, tmp_path).with_env(GPUSLICE_MEMORY_LIMIT_1=None)
+    rows = results(s.run("direct", "init", "pctx", "1", "gnode", "1", "3G", "ginst", "glaunch",
+                         "resident", "1"))
+    assert rc_of(rows, "ginst") == 0 and rc_of(rows, "glaunch") == 0
+    assert residents(rows) == [300 * MIB + 3 * GIB]
+    assert all(p.used[1][3] == 0 for p in s.region().procs)
 
 
 # --------------------------------------------------------- process lifetime

@@ -48,6 +48,14 @@
  *    every mode is treated as the global one, so an event query or a
  *    synchronisation anywhere during a capture invalidates it, and
  *    cuStreamEndCapture returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+ *  - Graphs (cuGraphCreate, memory alloc/free, empty and child nodes;
+ *    capture turns launches, cuMemAllocAsync and cuMemFreeAsync into nodes):
+ *    an alloc node holds an address only. An executable graph gets its
+ *    memory (each node rounded to 2 MiB) when uploaded or launched, from the
+ *    device's graph pool: idle memory first, the rest from the card. A
+ *    destroyed one leaves its memory idle in the pool; cuDeviceGraphMemTrim
+ *    gives back all of it and unmaps live graphs (none runs meanwhile), which
+ *    map again at their next launch. cuDeviceGetGraphMemAttribute reports it.
  *  - With $GPUSLICE_FAKE_PROCS set, the usage per card is published at
  *    every change for the fake NVML's process lists (fakeprocs.h).
  *  - With $FAKECUDA_LAUNCH_BLOCK=PATH (read at cuInit), the first launch of
@@ -115,15 +123,6 @@ typedef struct {
     int flags;
 } CUmemAccessDesc;
 
-/* The leading fields of CUmemPoolProps; only these are read (the caller's
- * struct is larger: security attributes, maxSize, usage, reserved bytes). */
-typedef struct {
-    int allocType;
-    int handleTypes;
-    CUmemLocation location;
-} fake_CUmemPoolProps_prefix;
-typedef fake_CUmemPoolProps_prefix CUmemPoolProps;
-
 /* CUlaunchConfig as cuLaunchKernelEx takes it. */
 typedef struct {
     unsigned int gridDimX, gridDimY, gridDimZ;
@@ -169,11 +168,15 @@ struct ctx {
     unsigned gen;  /* bumped at every destroy, so stale current ones die */
     uint64_t done_ns; /* the default stream's timeline */
     uint64_t last_ns; /* when all work queued in the context completes */
+    size_t limits[3];     /* stack, printf FIFO, malloc heap (CUlimit 0-2) */
+    uint64_t limit_bytes; /* what limits above their defaults hold */
 };
 
+struct fgraph;
 struct stream {
     bool alive;
     bool capturing; /* between cuStreamBeginCapture and cuStreamEndCapture */
+    struct fgraph *graph; /* what the capture builds */
     struct ctx *ctx;
     uint64_t done_ns; /* when its last queued work completes */
 };
@@ -193,9 +196,39 @@ struct pool {
     unsigned outstanding; /* allocations not yet freed */
 };
 
+/* Graphs: nodes in a fixed array (a node handle is its address). Memory
+ * alloc nodes get their address at creation; their memory is made resident
+ * only when an executable graph is uploaded or launched (mapped), from the
+ * device's graph memory pool, which keeps it until cuDeviceGraphMemTrim. */
+#define MAX_GRAPHS 256
+#define MAX_NODES 64
+#define MAX_EXECS 256
+enum { GN_KERNEL = 0, GN_EMPTY = 2 };
+struct gnode {
+    int type; /* CUgraphNodeType */
+    int dev;  /* alloc nodes */
+    uint64_t bytes;
+    CUdeviceptr dptr;      /* alloc and free nodes */
+    struct fgraph *child;  /* child graph nodes: a clone, owned */
+};
+struct fgraph {
+    bool alive;
+    unsigned n;
+    struct gnode nodes[MAX_NODES];
+};
+struct fexec {
+    bool alive, mapped;
+    uint64_t bytes[FAKEGPUS_MAX_GPUS]; /* what its alloc nodes take, per device */
+};
+/* Per device: the graph memory pool. reserved = mapped to live executable
+ * graphs + idle (left by destroyed ones, reusable, given back at trim). */
+struct graphpool {
+    uint64_t reserved, idle, reserved_high, used_high;
+};
+
 enum kind {
     K_ALLOC = 1, K_PITCH, K_MANAGED, K_POOL, K_RESERVE, /* keyed by address */
-    K_ARRAY, K_MIPMAP, K_VMM,                           /* keyed by handle */
+    K_ARRAY, K_MIPMAP, K_VMM, K_MODULE,                 /* keyed by handle */
 };
 #define KM(k) (1u << (k))
 #define KM_FREEABLE (KM(K_ALLOC) | KM(K_PITCH) | KM(K_MANAGED) | KM(K_POOL))
@@ -246,6 +279,9 @@ static void unsafe_during_capture(void)
 static struct event g_events[MAX_EVENTS];
 static unsigned g_next_event;
 static struct pool g_pools[MAX_POOLS];
+static struct fgraph g_graphs[MAX_GRAPHS];
+static struct fexec g_execs[MAX_EXECS];
+static struct graphpool g_gpools[FAKEGPUS_MAX_GPUS];
 static struct alloc *g_buckets[NBUCKETS];
 static struct alloc g_all = {.prev = &g_all, .next = &g_all};
 static struct mapping *g_maps;
@@ -507,6 +543,26 @@ static CUresult new_alloc(int kind, int dev, uint64_t size, uint64_t charged, st
     return CUDA_SUCCESS;
 }
 
+/* A new object of the context's, known by a handle, holding `bytes` of its
+ * device until destroyed or the context ends (arrays, modules). */
+static CUresult handle_entry(void **handle, int kind, struct ctx *c, uint64_t bytes)
+{
+    CUresult rc = charge(c->dev, bytes);
+    if (rc)
+        return rc;
+    unsigned long long key = g_next_handle;
+    g_next_handle += 0x10;
+    struct alloc *a = add_entry(key, kind, c->dev, bytes);
+    if (!a) {
+        uncharge(c->dev, bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->charged = bytes;
+    a->ctx = c;
+    *handle = (void *)(uintptr_t)key;
+    return CUDA_SUCCESS;
+}
+
 /* ------------------------------------------------------------------ pools */
 
 static void pool_shrink_to(struct pool *p, uint64_t keep)
@@ -577,6 +633,158 @@ static void free_any(struct alloc *a)
     drop_entry(a);
 }
 
+
+/* ----------------------------------------------------------------- graphs */
+
+static struct fgraph *graph_new(void)
+{
+    for (int i = 0; i < MAX_GRAPHS; i++)
+        if (!g_graphs[i].alive) {
+            memset(&g_graphs[i], 0, sizeof g_graphs[i]);
+            g_graphs[i].alive = true;
+            return &g_graphs[i];
+        }
+    return NULL;
+}
+
+static void graph_free(struct fgraph *g)
+{
+    for (unsigned i = 0; i < g->n; i++)
+        if (g->nodes[i].child)
+            graph_free(g->nodes[i].child);
+    g->alive = false;
+}
+
+/* A deep copy (child graphs too); NULL when the table is full. */
+static struct fgraph *graph_clone(const struct fgraph *src)
+{
+    struct fgraph *c = graph_new();
+    if (!c)
+        return NULL;
+    *c = *src;
+    for (unsigned i = 0; i < c->n; i++)
+        c->nodes[i].child = NULL; /* src's, until cloned */
+    for (unsigned i = 0; i < c->n; i++) {
+        if (src->nodes[i].child && !(c->nodes[i].child = graph_clone(src->nodes[i].child))) {
+            graph_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+static struct fgraph *graph_of(CUgraph h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_graphs;
+    if (p < base || p >= base + sizeof(g_graphs) || (p - base) % sizeof(struct fgraph))
+        return NULL;
+    struct fgraph *g = (struct fgraph *)h;
+    return g->alive ? g : NULL;
+}
+
+static struct gnode *node_of(CUgraphNode h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_graphs;
+    if (p < base || p >= base + sizeof(g_graphs))
+        return NULL;
+    struct fgraph *g = &g_graphs[(p - base) / sizeof(struct fgraph)];
+    uintptr_t first = (uintptr_t)&g->nodes[0];
+    if (!g->alive || p < first || (p - first) % sizeof(struct gnode) ||
+        (p - first) / sizeof(struct gnode) >= g->n)
+        return NULL;
+    return (struct gnode *)h;
+}
+
+static struct gnode *graph_add(struct fgraph *g, int type)
+{
+    if (g->n >= MAX_NODES)
+        return NULL;
+    struct gnode *n = &g->nodes[g->n++];
+    memset(n, 0, sizeof *n);
+    n->type = type;
+    return n;
+}
+
+/* An alloc node: its address now, its memory when the graph runs. */
+static CUresult graph_add_alloc(struct fgraph *g, int dev, uint64_t bytes, CUgraphNode *ph,
+                                CUdeviceptr *dptr)
+{
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr va;
+    CUresult rc = va_alloc(dev, round_up(bytes, GRANULARITY), GRANULARITY, &va);
+    if (rc)
+        return rc;
+    struct gnode *n = graph_add(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    n->dev = dev;
+    n->bytes = bytes;
+    n->dptr = *dptr = va;
+    if (ph)
+        *ph = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+
+static void graph_bytes(const struct fgraph *g, uint64_t *bytes)
+{
+    for (unsigned i = 0; i < g->n; i++) {
+        const struct gnode *n = &g->nodes[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            bytes[n->dev] += round_up(n->bytes, GRANULARITY);
+        else if (n->child)
+            graph_bytes(n->child, bytes);
+    }
+}
+
+static struct fexec *exec_of(CUgraphExec h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)g_execs;
+    if (p < base || p >= base + sizeof(g_execs) || (p - base) % sizeof(struct fexec))
+        return NULL;
+    struct fexec *e = (struct fexec *)h;
+    return e->alive ? e : NULL;
+}
+
+/* What the graph pool of `dev` has mapped to live executable graphs. */
+static uint64_t gpool_used(int dev)
+{
+    uint64_t used = 0;
+    for (int i = 0; i < MAX_EXECS; i++)
+        if (g_execs[i].alive && g_execs[i].mapped)
+            used += g_execs[i].bytes[dev];
+    return used;
+}
+
+/* Upload or launch: the exec's alloc nodes get memory, idle pool memory
+ * first, the rest from the card. Nothing changes if it does not fit. */
+static CUresult exec_map(struct fexec *e)
+{
+    if (e->mapped)
+        return CUDA_SUCCESS;
+    uint64_t grow[FAKEGPUS_MAX_GPUS] = {0};
+    for (int d = 0; d < g_ndev; d++) {
+        struct graphpool *gp = &g_gpools[d];
+        grow[d] = e->bytes[d] > gp->idle ? e->bytes[d] - gp->idle : 0;
+        if (grow[d] && charge(d, grow[d]) != CUDA_SUCCESS) {
+            while (d-- > 0)
+                uncharge(d, grow[d]);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    e->mapped = true;
+    for (int d = 0; d < g_ndev; d++) {
+        struct graphpool *gp = &g_gpools[d];
+        gp->idle -= e->bytes[d] - grow[d];
+        gp->reserved += grow[d];
+        gp->reserved_high = max_u64(gp->reserved_high, gp->reserved);
+        gp->used_high = max_u64(gp->used_high, gpool_used(d));
+    }
+    return CUDA_SUCCESS;
+}
+
 /* -------------------------------------------------------------- contexts */
 
 static void ctx_teardown(struct ctx *c)
@@ -592,7 +800,8 @@ static void ctx_teardown(struct ctx *c)
     for (int i = 0; i < MAX_EVENTS; i++)
         if (g_events[i].alive && g_events[i].ctx == c)
             g_events[i].alive = false;
-    uncharge(c->dev, g_cards[c->dev].ctx_bytes);
+    uncharge(c->dev, g_cards[c->dev].ctx_bytes + c->limit_bytes);
+    c->limit_bytes = 0;
     c->alive = false;
     c->refs = 0;
     c->gen++;
@@ -627,6 +836,7 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
     c->dev = dev;
     c->refs = 1;
     c->done_ns = c->last_ns = 0;
+    c->limit_bytes = 0;
     set_cur(c);
     *pctx = (CUcontext)c;
     return CUDA_SUCCESS;
@@ -991,6 +1201,79 @@ static CUresult ctx_destroy(CUcontext h)
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { LOCKED(ctx_destroy(ctx)); }
+
+/* Interop contexts: plain contexts here (no OpenGL or VDPAU behind them). */
+EXPORT CUresult cuGLCtxCreate_v2(CUcontext *pCtx, unsigned int Flags, CUdevice device)
+{
+    (void)Flags;
+    LOCKED(ctx_create(pCtx, device));
+}
+EXPORT CUresult cuVDPAUCtxCreate_v2(CUcontext *pCtx, unsigned int flags, CUdevice device,
+                                    unsigned int vdpDevice, void *vdpGetProcAddress)
+{
+    (void)flags, (void)vdpDevice, (void)vdpGetProcAddress;
+    LOCKED(ctx_create(pCtx, device));
+}
+
+/* A green context: a context of its own (the fake gives it all the SMs),
+ * not made current. */
+static CUresult green_create(CUgreenCtx *ph, CUdevice dev)
+{
+    struct ctx *was = cur_ctx();
+    CUcontext c;
+    CUresult rc = ctx_create(&c, dev);
+    set_cur(was);
+    if (rc == CUDA_SUCCESS)
+        *ph = (CUgreenCtx)c;
+    return rc;
+}
+EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                 unsigned int flags)
+{
+    (void)desc, (void)flags;
+    LOCKED(phCtx ? green_create(phCtx, dev) : CUDA_ERROR_INVALID_VALUE);
+}
+EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) { LOCKED(ctx_destroy((CUcontext)hCtx)); }
+
+/* Limits: above their defaults, the stack (for every resident thread: 132
+ * SMs x 2048), the printf FIFO and the malloc heap hold memory at once. */
+static const size_t limit_default[3] = {1024, 1 << 20, 8 << 20};
+static uint64_t limit_cost(const size_t *v)
+{
+    uint64_t b = 0;
+    for (int i = 0; i < 3; i++)
+        if (v[i] > limit_default[i])
+            b += (v[i] - limit_default[i]) * (i == 0 ? 132ull * 2048 : 1);
+    return b;
+}
+static CUresult ctx_limit(int limit, size_t *value, bool set)
+{
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (limit < 0 || limit > 2 || !value)
+        return CUDA_ERROR_INVALID_VALUE; /* only those that hold memory */
+    size_t *cur = c->limits;
+    for (int i = 0; i < 3; i++)
+        if (!cur[i])
+            cur[i] = limit_default[i];
+    if (!set) {
+        *value = cur[limit];
+        return CUDA_SUCCESS;
+    }
+    size_t next[3] = {cur[0], cur[1], cur[2]};
+    next[limit] = *value;
+    uint64_t cost = limit_cost(next);
+    if (cost > c->limit_bytes && charge(c->dev, cost - c->limit_bytes) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (cost < c->limit_bytes)
+        uncharge(c->dev, c->limit_bytes - cost);
+    c->limit_bytes = cost;
+    cur[limit] = *value;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxSetLimit(int limit, size_t value) { LOCKED(ctx_limit(limit, &value, true)); }
+EXPORT CUresult cuCtxGetLimit(size_t *pvalue, int limit) { LOCKED(ctx_limit(limit, pvalue, false)); }
 EXPORT CUresult cuCtxDestroy(CUcontext ctx) { LOCKED(ctx_destroy(ctx)); }
 
 static CUresult ctx_set_current(CUcontext h)
@@ -1508,6 +1791,10 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool h, boo
     struct pool *p = from_pool ? pool_of(h) : &g_pools[c->dev];
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
+    bool ok;
+    struct stream *s = stream_of(stream, &ok);
+    if (s && s->capturing) /* a memory alloc node: memory when the graph runs */
+        return graph_add_alloc(s->graph, p->dev, bytes, NULL, dptr);
     return pool_alloc(p, bytes, dptr);
 }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -1532,9 +1819,16 @@ EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
 static CUresult free_async(CUdeviceptr p, CUstream stream)
 {
     bool ok;
-    stream_of(stream, &ok);
+    struct stream *s = stream_of(stream, &ok);
     if (!ok)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (s && s->capturing) { /* a memory free node */
+        struct gnode *n = graph_add(s->graph, CU_GRAPH_NODE_TYPE_MEM_FREE);
+        if (!n)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        n->dptr = p;
+        return CUDA_SUCCESS;
+    }
     return mem_free(p);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -1591,6 +1885,8 @@ static CUresult begin_capture(CUstream h)
         return ok ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_ERROR_INVALID_HANDLE;
     if (s->capturing)
         return CUDA_ERROR_ILLEGAL_STATE;
+    if (!(s->graph = graph_new()))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     s->capturing = true;
     if (g_capturing++ == 0)
         g_capture_invalidated = false;
@@ -1612,7 +1908,12 @@ static CUresult end_capture(CUstream h, CUgraph *graph)
         return CUDA_ERROR_ILLEGAL_STATE;
     s->capturing = false;
     g_capturing--;
-    *graph = (CUgraph)(uintptr_t)0x6000;
+    *graph = (CUgraph)s->graph;
+    if (g_capture_invalidated) {
+        graph_free(s->graph);
+        *graph = NULL;
+    }
+    s->graph = NULL;
     return g_capture_invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
@@ -1712,20 +2013,7 @@ static CUresult array_create(void **handle, int kind, size_t w, size_t h, size_t
         if (!level_bytes(lw, lh, ld, ch, elem, &b) || __builtin_add_overflow(total, b, &total))
             return CUDA_ERROR_INVALID_VALUE;
     }
-    CUresult rc = charge(c->dev, total);
-    if (rc)
-        return rc;
-    unsigned long long key = g_next_handle;
-    g_next_handle += 0x10;
-    struct alloc *a = add_entry(key, kind, c->dev, total);
-    if (!a) {
-        uncharge(c->dev, total);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    a->charged = total;
-    a->ctx = c;
-    *handle = (void *)(uintptr_t)key;
-    return CUDA_SUCCESS;
+    return handle_entry(handle, kind, c, total);
 }
 
 EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
@@ -1733,6 +2021,26 @@ EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *
     LOCKED(desc ? array_create((void **)pHandle, K_ARRAY, desc->Width, desc->Height, 0,
                                desc->Format, desc->NumChannels, 1)
                 : CUDA_ERROR_INVALID_VALUE);
+}
+EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+    LOCKED(desc ? array_create((void **)pHandle, K_ARRAY, desc->Width, desc->Height, 0,
+                               desc->Format, desc->NumChannels, 1)
+                : CUDA_ERROR_INVALID_VALUE);
+}
+EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+    LOCKED(desc ? array_create((void **)pHandle, K_ARRAY, desc->Width, desc->Height, desc->Depth,
+                               desc->Format, desc->NumChannels, 1)
+                : CUDA_ERROR_INVALID_VALUE);
+}
+/* The 32-bit pointer form: not usable on a 64-bit driver, as cuMemAlloc. */
+EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
+                                unsigned int WidthInBytes, unsigned int Height,
+                                unsigned int ElementSizeBytes)
+{
+    (void)dptr, (void)pPitch, (void)WidthInBytes, (void)Height, (void)ElementSizeBytes;
+    return CUDA_ERROR_NOT_SUPPORTED;
 }
 EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
@@ -1762,6 +2070,82 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
     LOCKED(array_destroy(hMipmappedArray, K_MIPMAP));
 }
+
+/* ---------------------------------------------------- modules, libraries */
+
+/* A fake image is the text "globals=<bytes>": what its globals take on the
+ * device, held from the load (eager, into the current context) until the
+ * unload or the context's end. Anything else is not an image. */
+static CUresult module_load(void **handle, const char *image)
+{
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    char *end;
+    if (!handle || !image || strncmp(image, "globals=", 8) != 0)
+        return CUDA_ERROR_INVALID_VALUE; /* CUDA_ERROR_INVALID_IMAGE in the real one */
+    return handle_entry(handle, K_MODULE, c, strtoull(image + 8, &end, 10));
+}
+
+static CUresult module_load_file(void **handle, const char *path)
+{
+    char text[64] = {0};
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f)
+        return CUDA_ERROR_NOT_FOUND; /* CUDA_ERROR_FILE_NOT_FOUND in the real one */
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return module_load(handle, text);
+}
+
+static CUresult module_unload(const void *h)
+{
+    struct alloc *a = find((uintptr_t)h, KM(K_MODULE));
+    if (!a)
+        return CUDA_ERROR_INVALID_HANDLE;
+    drop_entry(a);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    LOCKED(module_load_file((void **)module, fname));
+}
+EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    LOCKED(module_load((void **)module, image));
+}
+EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                   int *options, void **optionValues)
+{
+    (void)numOptions, (void)options, (void)optionValues;
+    LOCKED(module_load((void **)module, image));
+}
+EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    LOCKED(module_load((void **)module, fatCubin));
+}
+EXPORT CUresult cuModuleUnload(CUmodule hmod) { LOCKED(module_unload(hmod)); }
+EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, int *jitOptions,
+                                  void **jitOptionsValues, unsigned int numJitOptions,
+                                  int *libraryOptions, void **libraryOptionValues,
+                                  unsigned int numLibraryOptions)
+{
+    (void)jitOptions, (void)jitOptionsValues, (void)numJitOptions, (void)libraryOptions;
+    (void)libraryOptionValues, (void)numLibraryOptions;
+    LOCKED(module_load((void **)library, code));
+}
+EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, int *jitOptions,
+                                      void **jitOptionsValues, unsigned int numJitOptions,
+                                      int *libraryOptions, void **libraryOptionValues,
+                                      unsigned int numLibraryOptions)
+{
+    (void)jitOptions, (void)jitOptionsValues, (void)numJitOptions, (void)libraryOptions;
+    (void)libraryOptionValues, (void)numLibraryOptions;
+    LOCKED(module_load_file((void **)library, fileName));
+}
+EXPORT CUresult cuLibraryUnload(CUlibrary library) { LOCKED(module_unload(library)); }
 
 /* ------------------------------------------------------------- launches */
 
@@ -1795,6 +2179,7 @@ static CUresult launch(CUstream stream)
     struct stream *st = stream_of(stream, &ok);
     if (st && st->capturing) {
         g_captured++; /* into the graph: runs at cuGraphLaunch, not now */
+        graph_add(st->graph, GN_KERNEL);
         return CUDA_SUCCESS;
     }
     uint64_t start = max_u64(now_ns(), *done);
@@ -1863,17 +2248,376 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDi
     block_first_launch();
     LOCKED(launch(hStream));
 }
+/* A graph launch: an executable graph of ours gets its memory first (a
+ * handle we did not make is launched as a plain kernel, as tests of the
+ * pacer do with NULL). */
+static CUresult graph_launch(CUgraphExec h, CUstream stream)
+{
+    struct fexec *e = exec_of(h);
+    struct ctx *c;
+    uint64_t *done;
+    CUresult rc = stream_timeline(stream, &c, &done);
+    if (rc == CUDA_SUCCESS && e)
+        rc = exec_map(e);
+    return rc ? rc : launch(stream);
+}
 EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    (void)hGraphExec;
     block_first_launch();
-    LOCKED(launch(hStream));
+    LOCKED(graph_launch(hGraphExec, hStream));
 }
 EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    (void)hGraphExec;
     block_first_launch();
-    LOCKED(launch(hStream));
+    LOCKED(graph_launch(hGraphExec, hStream));
+}
+
+
+/* ------------------------------------------------------- graph building */
+
+static CUresult graph_create(CUgraph *ph, unsigned flags)
+{
+    if (!ph || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fgraph *g = graph_new();
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *ph = (CUgraph)g;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    LOCKED(graph_create(phGraph, flags));
+}
+
+static CUresult graph_destroy(CUgraph h)
+{
+    struct fgraph *g = graph_of(h);
+    if (!g)
+        return CUDA_ERROR_INVALID_VALUE;
+    graph_free(g);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphDestroy(CUgraph hGraph) { LOCKED(graph_destroy(hGraph)); }
+
+static CUresult add_alloc_node(CUgraphNode *ph, CUgraph h, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    struct fgraph *g = graph_of(h);
+    if (!g || !ph || !p || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    return graph_add_alloc(g, p->poolProps.location.id, p->bytesize, ph, &p->dptr);
+}
+EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                       const CUgraphNode *dependencies, size_t numDependencies,
+                                       CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+{
+    (void)dependencies, (void)numDependencies; /* order is not modelled */
+    LOCKED(add_alloc_node(phGraphNode, hGraph, nodeParams));
+}
+
+static CUresult add_node(CUgraphNode *ph, CUgraph h, int type, CUdeviceptr dptr, CUgraph child)
+{
+    struct fgraph *g = graph_of(h), *c = NULL;
+    if (!g || !ph || (type == CU_GRAPH_NODE_TYPE_GRAPH && !graph_of(child)))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (type == CU_GRAPH_NODE_TYPE_GRAPH && !(c = graph_clone(graph_of(child))))
+        return CUDA_ERROR_OUT_OF_MEMORY; /* the child is cloned, as the driver does */
+    struct gnode *n = graph_add(g, type);
+    if (!n) {
+        if (c)
+            graph_free(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    n->dptr = dptr;
+    n->child = c;
+    *ph = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      CUdeviceptr dptr)
+{
+    (void)dependencies, (void)numDependencies;
+    LOCKED(add_node(phGraphNode, hGraph, CU_GRAPH_NODE_TYPE_MEM_FREE, dptr, NULL));
+}
+EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                    const CUgraphNode *dependencies, size_t numDependencies)
+{
+    (void)dependencies, (void)numDependencies;
+    LOCKED(add_node(phGraphNode, hGraph, GN_EMPTY, 0, NULL));
+}
+EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies,
+                                         size_t numDependencies, CUgraph childGraph)
+{
+    (void)dependencies, (void)numDependencies;
+    LOCKED(add_node(phGraphNode, hGraph, CU_GRAPH_NODE_TYPE_GRAPH, 0, childGraph));
+}
+
+static CUresult child_graph(CUgraphNode h, CUgraph *out)
+{
+    struct gnode *n = node_of(h);
+    if (!n || !out || n->type != CU_GRAPH_NODE_TYPE_GRAPH)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = (CUgraph)n->child;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    LOCKED(child_graph(hNode, phGraph));
+}
+
+static CUresult get_nodes(CUgraph h, CUgraphNode *nodes, size_t *num)
+{
+    struct fgraph *g = graph_of(h);
+    if (!g || !num)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (nodes) {
+        for (size_t i = 0; i < *num; i++)
+            nodes[i] = i < g->n ? (CUgraphNode)&g->nodes[i] : NULL;
+        if (*num > g->n)
+            *num = g->n;
+    } else {
+        *num = g->n;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    LOCKED(get_nodes(hGraph, nodes, numNodes));
+}
+
+static CUresult node_type(CUgraphNode h, int *type)
+{
+    struct gnode *n = node_of(h);
+    if (!n || !type)
+        return CUDA_ERROR_INVALID_VALUE;
+    *type = n->type;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, int *type) { LOCKED(node_type(hNode, type)); }
+
+static CUresult alloc_node_params(CUgraphNode h, CUDA_MEM_ALLOC_NODE_PARAMS *out)
+{
+    struct gnode *n = node_of(h);
+    if (!n || !out || n->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(out, 0, sizeof *out);
+    out->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    out->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    out->poolProps.location.id = n->dev;
+    out->bytesize = n->bytes;
+    out->dptr = n->dptr;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode,
+                                             CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    LOCKED(alloc_node_params(hNode, params_out));
+}
+
+/* ---------------------------------------------------- executable graphs */
+
+static CUresult instantiate(CUgraphExec *ph, CUgraph h, unsigned long long flags,
+                            CUstream upload)
+{
+    struct fgraph *g = graph_of(h);
+    if (!g || !ph)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < MAX_EXECS; i++) {
+        struct fexec *e = &g_execs[i];
+        if (e->alive)
+            continue;
+        memset(e, 0, sizeof *e);
+        graph_bytes(g, e->bytes);
+        e->alive = true;
+        if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
+            bool ok;
+            stream_of(upload, &ok);
+            CUresult rc = ok ? exec_map(e) : CUDA_ERROR_INVALID_HANDLE;
+            if (rc) {
+                e->alive = false;
+                return rc;
+            }
+        }
+        *ph = (CUgraphExec)e;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                            unsigned long long flags)
+{
+    LOCKED(instantiate(phGraphExec, hGraph, flags & ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, NULL));
+}
+/* The CUDA 10/11 form (cuGraphInstantiate and _v2 export it). */
+EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                      CUgraphNode *phErrorNode, char *logBuffer,
+                                      size_t bufferSize)
+{
+    (void)phErrorNode, (void)logBuffer, (void)bufferSize;
+    LOCKED(instantiate(phGraphExec, hGraph, 0, NULL));
+}
+EXPORT CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                   CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize)
+{
+    (void)phErrorNode, (void)logBuffer, (void)bufferSize;
+    LOCKED(instantiate(phGraphExec, hGraph, 0, NULL));
+}
+static CUresult instantiate_params(CUgraphExec *ph, CUgraph h, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = instantiate(ph, h, p->flags, p->hUploadStream);
+    p->result_out = rc == CUDA_SUCCESS ? 0 : 1; /* CUDA_GRAPH_INSTANTIATE_SUCCESS / _ERROR */
+    p->hErrNode_out = NULL;
+    return rc;
+}
+EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    LOCKED(instantiate_params(phGraphExec, hGraph, params));
+}
+EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                  CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    LOCKED(instantiate_params(phGraphExec, hGraph, params));
+}
+
+static CUresult exec_destroy(CUgraphExec h)
+{
+    struct fexec *e = exec_of(h);
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (e->mapped) /* stays in the pool, idle, until trimmed */
+        for (int d = 0; d < g_ndev; d++)
+            g_gpools[d].idle += e->bytes[d];
+    e->alive = false;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) { LOCKED(exec_destroy(hGraphExec)); }
+
+static CUresult upload(CUgraphExec h, CUstream stream)
+{
+    struct fexec *e = exec_of(h);
+    bool ok;
+    stream_of(stream, &ok);
+    if (!e || !ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    return exec_map(e);
+}
+EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+{
+    LOCKED(upload(hGraphExec, hStream));
+}
+EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    LOCKED(upload(hGraphExec, hStream));
+}
+
+/* The exec takes the new graph's alloc nodes; a mapped one maps the growth
+ * at once (the fake's choice: what a shim must expect of a driver). */
+static CUresult exec_update(CUgraphExec h, CUgraph hg)
+{
+    struct fexec *e = exec_of(h);
+    struct fgraph *g = graph_of(hg);
+    if (!e || !g)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fexec next = {.alive = true};
+    graph_bytes(g, next.bytes);
+    if (e->mapped) {
+        for (int d = 0; d < g_ndev; d++) {
+            uint64_t grow = next.bytes[d] > e->bytes[d] ? next.bytes[d] - e->bytes[d] : 0;
+            if (grow && charge(d, grow) != CUDA_SUCCESS) {
+                while (d-- > 0) {
+                    grow = next.bytes[d] > e->bytes[d] ? next.bytes[d] - e->bytes[d] : 0;
+                    uncharge(d, grow);
+                    g_gpools[d].reserved -= grow;
+                }
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            g_gpools[d].reserved += grow;
+            if (e->bytes[d] > next.bytes[d])
+                g_gpools[d].idle += e->bytes[d] - next.bytes[d];
+        }
+        next.mapped = true;
+    }
+    *e = next;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, void *resultInfo)
+{
+    (void)resultInfo;
+    LOCKED(exec_update(hGraphExec, hGraph));
+}
+EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph,
+                                  CUgraphNode *hErrorNode_out, int *updateResult_out)
+{
+    if (hErrorNode_out)
+        *hErrorNode_out = NULL;
+    if (updateResult_out)
+        *updateResult_out = 0;
+    LOCKED(exec_update(hGraphExec, hGraph));
+}
+
+/* Trim: the idle memory goes, and the mappings of every executable graph
+ * (none runs while the fake's lock is held); they map again at launch. */
+static CUresult graph_trim(CUdevice dev)
+{
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct graphpool *gp = &g_gpools[dev];
+    uncharge(dev, gp->reserved);
+    gp->reserved = gp->idle = 0;
+    for (int i = 0; i < MAX_EXECS; i++) {
+        struct fexec *e = &g_execs[i];
+        if (!e->alive || !e->mapped)
+            continue;
+        for (int d = 0; d < g_ndev; d++)
+            if (d != dev && e->bytes[d]) /* still mapped elsewhere: kept there as idle */
+                g_gpools[d].idle += e->bytes[d];
+        e->mapped = false;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) { LOCKED(graph_trim(device)); }
+
+static CUresult graph_mem_attr(CUdevice dev, int attr, void *value, bool set)
+{
+    if (!card_of(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct graphpool *gp = &g_gpools[dev];
+    uint64_t *v = value;
+    if (set) { /* only the high marks, and only back to the current value */
+        if (*v != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)
+            gp->used_high = gpool_used(dev);
+        else if (attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+            gp->reserved_high = gp->reserved;
+        else
+            return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_SUCCESS;
+    }
+    switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *v = gpool_used(dev); break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *v = gp->used_high; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: *v = gp->reserved; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: *v = gp->reserved_high; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, int attr, void *value)
+{
+    LOCKED(graph_mem_attr(device, attr, value, false));
+}
+EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, int attr, void *value)
+{
+    LOCKED(graph_mem_attr(device, attr, value, true));
 }
 
 /* --------------------------------------------------------------- events */
@@ -2134,6 +2878,12 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuCtxDestroy, 2000, cuCtxDestroy, N)                             \
     X(cuCtxDestroy, 4000, cuCtxDestroy_v2, N)                          \
     X(cuCtxSetCurrent, 4000, cuCtxSetCurrent, N)                       \
+    X(cuGreenCtxCreate, 12040, cuGreenCtxCreate, N)                    \
+    X(cuGLCtxCreate, 3020, cuGLCtxCreate_v2, N)                        \
+    X(cuVDPAUCtxCreate, 3020, cuVDPAUCtxCreate_v2, N)                  \
+    X(cuGreenCtxDestroy, 12040, cuGreenCtxDestroy, N)                  \
+    X(cuCtxSetLimit, 3010, cuCtxSetLimit, N)                           \
+    X(cuCtxGetLimit, 3010, cuCtxGetLimit, N)                           \
     X(cuCtxGetCurrent, 4000, cuCtxGetCurrent, N)                       \
     X(cuCtxGetDevice, 2000, cuCtxGetDevice, N)                         \
     X(cuCtxSynchronize, 2000, cuCtxSynchronize, N)                     \
@@ -2185,8 +2935,19 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuEventSynchronize, 2000, cuEventSynchronize, N)                 \
     X(cuEventElapsedTime, 2000, cuEventElapsedTime, N)                 \
     X(cuEventElapsedTime, 12080, cuEventElapsedTime_v2, N)             \
+    X(cuModuleLoad, 2000, cuModuleLoad, N)                             \
+    X(cuModuleLoadData, 2000, cuModuleLoadData, N)                     \
+    X(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx, N)                 \
+    X(cuModuleLoadFatBinary, 2000, cuModuleLoadFatBinary, N)           \
+    X(cuModuleUnload, 2000, cuModuleUnload, N)                         \
+    X(cuLibraryLoadData, 12000, cuLibraryLoadData, N)                  \
+    X(cuLibraryLoadFromFile, 12000, cuLibraryLoadFromFile, N)          \
+    X(cuLibraryUnload, 12000, cuLibraryUnload, N)                      \
+    X(cuArrayCreate, 2000, cuArrayCreate, N)                           \
     X(cuArrayCreate, 3020, cuArrayCreate_v2, N)                        \
+    X(cuArray3DCreate, 2000, cuArray3DCreate, N)                       \
     X(cuArray3DCreate, 3020, cuArray3DCreate_v2, N)                    \
+    X(cuMemAllocPitch, 2000, cuMemAllocPitch, N)                       \
     X(cuArrayDestroy, 2000, cuArrayDestroy, N)                         \
     X(cuMipmappedArrayCreate, 5000, cuMipmappedArrayCreate, N)         \
     X(cuMipmappedArrayDestroy, 5000, cuMipmappedArrayDestroy, N)       \
@@ -2197,6 +2958,30 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel, N)   \
     X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel_ptsz, P) \
     X(cuGraphLaunch, 10000, cuGraphLaunch, N)                          \
+    X(cuGraphCreate, 10000, cuGraphCreate, N)                          \
+    X(cuGraphDestroy, 10000, cuGraphDestroy, N)                        \
+    X(cuGraphAddMemAllocNode, 11040, cuGraphAddMemAllocNode, N)        \
+    X(cuGraphAddMemFreeNode, 11040, cuGraphAddMemFreeNode, N)          \
+    X(cuGraphAddEmptyNode, 10000, cuGraphAddEmptyNode, N)              \
+    X(cuGraphAddChildGraphNode, 10000, cuGraphAddChildGraphNode, N)    \
+    X(cuGraphChildGraphNodeGetGraph, 10000, cuGraphChildGraphNodeGetGraph, N) \
+    X(cuGraphGetNodes, 10000, cuGraphGetNodes, N)                      \
+    X(cuGraphNodeGetType, 10000, cuGraphNodeGetType, N)                \
+    X(cuGraphMemAllocNodeGetParams, 11040, cuGraphMemAllocNodeGetParams, N) \
+    X(cuGraphInstantiate, 10000, cuGraphInstantiate, N)                \
+    X(cuGraphInstantiate, 11000, cuGraphInstantiate_v2, N)             \
+    X(cuGraphInstantiate, 12000, cuGraphInstantiateWithFlags, N)       \
+    X(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags, N) \
+    X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams, N) \
+    X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams_ptsz, P) \
+    X(cuGraphExecDestroy, 10000, cuGraphExecDestroy, N)                \
+    X(cuGraphUpload, 11010, cuGraphUpload, N)                          \
+    X(cuGraphUpload, 11010, cuGraphUpload_ptsz, P)                     \
+    X(cuGraphExecUpdate, 10020, cuGraphExecUpdate, N)                  \
+    X(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2, N)               \
+    X(cuDeviceGraphMemTrim, 11040, cuDeviceGraphMemTrim, N)            \
+    X(cuDeviceGetGraphMemAttribute, 11040, cuDeviceGetGraphMemAttribute, N) \
+    X(cuDeviceSetGraphMemAttribute, 11040, cuDeviceSetGraphMemAttribute, N) \
     X(cuGraphLaunch, 10000, cuGraphLaunch_ptsz, P)                     \
     X(cuGetErrorString, 6000, cuGetErrorString, N)                     \
     X(cuGetErrorName, 6000, cuGetErrorName, N)                         \

@@ -33,8 +33,10 @@ from table import check, report  # noqa: E402
 CUDA_API = REPO / "native" / "shim" / "include" / "gpuslice" / "cuda_api.h"
 FAKE_NVML = REPO / "tests" / "fakedriver" / "fake_nvml.c"
 # The legacy PCI info layout of the _v1/_v2 entry points: nvml.h declares
-# only the current nvmlPciInfo_t (checked), not the older struct.
-ONLY_OURS = {"nvmlPciInfoLegacy_t"}
+# only the current nvmlPciInfo_t (checked), not the older struct. The CUDA 2.0
+# array descriptors (32-bit sizes) of cuArrayCreate/cuArray3DCreate: cuda.h
+# declares them only for the driver's own build (__CUDA_API_VERSION_INTERNAL).
+ONLY_OURS = {"nvmlPciInfoLegacy_t", "CUDA_ARRAY_DESCRIPTOR_v1", "CUDA_ARRAY3D_DESCRIPTOR_v1"}
 
 
 def fake_nvml_abi() -> str:

@@ -34,6 +34,9 @@
     X(cuCtxSetCurrent, (CUcontext))                                                           \
     X(cuCtxCreate_v2, (CUcontext *, unsigned, CUdevice))                                      \
     X(cuCtxDestroy_v2, (CUcontext))                                                           \
+    X(cuGreenCtxCreate, (CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned))                \
+    X(cuGreenCtxDestroy, (CUgreenCtx))                                                        \
+    X(cuCtxSetLimit, (int, size_t))                                                           \
     X(cuMemGetInfo_v2, (size_t *, size_t *))                                                  \
     X(cuDeviceTotalMem_v2, (size_t *, CUdevice))                                              \
     X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                                                 \
@@ -43,6 +46,9 @@
     X(cuMemCreate, (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,      \
                     unsigned long long))                                                      \
     X(cuMemRelease, (CUmemGenericAllocationHandle))                                           \
+    X(cuMemAddressReserve, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))  \
+    X(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
+    X(cuMemUnmap, (CUdeviceptr, size_t))                                                      \
     X(cuMemAllocAsync, (CUdeviceptr *, size_t, CUstream))                                     \
     X(cuMemAllocFromPoolAsync, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))               \
     X(cuMemFreeAsync, (CUdeviceptr, CUstream))                                                \
@@ -65,7 +71,21 @@
     X(cuGraphLaunch, (CUgraphExec, CUstream))                                                 \
     X(cuStreamCreate, (CUstream *, unsigned))                                                 \
     X(cuStreamBeginCapture_v2, (CUstream, int))                                               \
-    X(cuStreamEndCapture, (CUstream, void **))
+    X(cuStreamEndCapture, (CUstream, void **))                                                \
+    X(cuGraphCreate, (CUgraph *, unsigned))                                                   \
+    X(cuGraphDestroy, (CUgraph))                                                              \
+    X(cuGraphAddMemAllocNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,           \
+                               CUDA_MEM_ALLOC_NODE_PARAMS *))                                 \
+    X(cuGraphAddMemFreeNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t,            \
+                              CUdeviceptr))                                                   \
+    X(cuGraphAddChildGraphNode, (CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph)) \
+    X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))              \
+    X(cuGraphInstantiateWithParams, (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *)) \
+    X(cuGraphExecUpdate_v2, (CUgraphExec, CUgraph, void *))                                   \
+    X(cuGraphExecDestroy, (CUgraphExec))                                                      \
+    X(cuGraphUpload, (CUgraphExec, CUstream))                                                 \
+    X(cuDeviceGraphMemTrim, (CUdevice))                                                       \
+    X(cuDeviceGetGraphMemAttribute, (CUdevice, int, void *))
 
 #define DECL(name, params) extern CUresult name params;
 FUNCS(DECL)
@@ -84,10 +104,13 @@ static void *by_gpa(const char *name, int v2, cuuint64_t flags)
         base[strlen("cuGetProcAddress")] = '\0';
     void *p = NULL;
     CUdriverProcAddressQueryResult st;
-    if (v2)
-        cuGetProcAddress_v2(base, &p, 12000, flags, &st);
-    else
-        cuGetProcAddress(base, &p, 12000, flags);
+    /* Functions newer than 12.0 (green contexts) with the version that has them. */
+    for (int version = 12000; !p && version <= 13000; version += 1000) {
+        if (v2)
+            cuGetProcAddress_v2(base, &p, version, flags, &st);
+        else
+            cuGetProcAddress(base, &p, version, flags);
+    }
     return p;
 }
 
@@ -118,11 +141,18 @@ static CUdeviceptr ptrs[MAXP];
 static int nptrs;
 static CUmemGenericAllocationHandle vmms[64];
 static int nvmm;
+static CUdeviceptr vmaps[64];
+static size_t vmap_size[64];
+static int nvmaps;
 static CUarray arrays[64];
 static int narrays;
 static CUmipmappedArray mips[64];
 static int nmips;
 static CUcontext ctxs[16];
+static CUgreenCtx greens[16];
+static CUmodule mods[16];
+static int nmods;
+static int ngreens;
 static CUmemoryPool mypool;
 static int nctx;
 
@@ -172,6 +202,44 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+/* gthreads: N threads each instantiate and launch a graph of one alloc node
+ * (and its free), all at once. */
+static unsigned long long graph_thread_bytes;
+static int graph_granted, graph_refused, graph_errors;
+
+static void *graph_thread_main(void *arg)
+{
+    (void)arg;
+    pthread_barrier_wait(&barrier);
+    CUgraph g = NULL;
+    CUgraphNode n, f;
+    CUgraphExec e = NULL;
+    CUDA_MEM_ALLOC_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.poolProps.allocType = 1;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.bytesize = graph_thread_bytes;
+    CUresult r = pctx(0);
+    if (r == CUDA_SUCCESS)
+        r = api.cuGraphCreate(&g, 0);
+    if (r == CUDA_SUCCESS)
+        r = api.cuGraphAddMemAllocNode(&n, g, NULL, 0, &p);
+    if (r == CUDA_SUCCESS)
+        r = api.cuGraphAddMemFreeNode(&f, g, &n, 1, p.dptr);
+    CUresult i = r == CUDA_SUCCESS ? api.cuGraphInstantiateWithFlags(&e, g, 0) : r;
+    if (i == CUDA_SUCCESS)
+        i = api.cuGraphLaunch(e, NULL);
+    pthread_mutex_lock(&thread_mu);
+    if (i == CUDA_SUCCESS)
+        graph_granted++;
+    else if (i == CUDA_ERROR_OUT_OF_MEMORY)
+        graph_refused++;
+    else
+        graph_errors++;
+    pthread_mutex_unlock(&thread_mu);
+    return NULL; /* the graphs stay instantiated: their charge with them */
+}
+
 /* tlaunch: threads that launch, each into a stream of its own (as an
  * inference server's do). Returns the first failure, or 0. */
 static void *launcher_main(void *arg)
@@ -219,6 +287,38 @@ static void *others_main(void *arg)
     return NULL;
 }
 
+/* Graphs: the one being built, and the executable ones (a stack). */
+static CUgraph graph;
+static CUgraphExec gexecs[64];
+static int ngexecs;
+static CUdeviceptr last_graph_ptr;
+static CUgraphNode last_alloc_node; /* a free node is ordered after it */
+static CUstream gstream;
+
+static CUresult graph_ready(void)
+{
+    return graph ? CUDA_SUCCESS : api.cuGraphCreate(&graph, 0);
+}
+
+static CUresult graph_stream(void)
+{
+    return gstream ? CUDA_SUCCESS : api.cuStreamCreate(&gstream, 0);
+}
+
+/* The CUDA 11 instantiation, found the way the program's VIA finds things. */
+static CUresult instantiate_legacy(const char *via, CUgraphExec *ph, CUgraph g)
+{
+    typedef CUresult (*fn_t)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+    void *p = NULL;
+    if (!strncmp(via, "gpa", 3)) /* the linked one: api's may be the _v2 form */
+        cuGetProcAddress("cuGraphInstantiate", &p, 11000, 0);
+    else if (!strcmp(via, "dlsym"))
+        p = dlsym(dlopen("libcuda.so.1", RTLD_NOW), "cuGraphInstantiate_v2");
+    else
+        p = dlsym(RTLD_DEFAULT, "cuGraphInstantiate_v2");
+    return p ? ((fn_t)p)(ph, g, NULL, NULL, 0) : CUDA_ERROR_NOT_FOUND;
+}
+
 static CUDA_ARRAY3D_DESCRIPTOR desc3(size_t w, size_t h, size_t d)
 {
     CUDA_ARRAY3D_DESCRIPTOR x = {w, h, d, CU_AD_FORMAT_FLOAT, 4, 0};
@@ -247,6 +347,83 @@ int main(int argc, char **argv)
             r = api.cuCtxCreate_v2(&ctxs[nctx], 0, atoi(ARG()));
             if (r == CUDA_SUCCESS)
                 nctx++;
+        } else if (!strcmp(op, "green")) {
+            /* green DEV: a green context (cuGreenCtxCreate). */
+            CUgreenCtx g;
+            r = api.cuGreenCtxCreate(&g, NULL, atoi(ARG()), 1 /* CU_GREEN_CTX_DEFAULT_STREAM */);
+            if (r == CUDA_SUCCESS)
+                greens[ngreens++] = g;
+        } else if (!strcmp(op, "greendestroy")) {
+            r = ngreens ? api.cuGreenCtxDestroy(greens[--ngreens]) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "ctx1") || !strcmp(op, "ctx1destroy")) {
+            /* The CUDA 2.0 forms, cuCtxCreate and cuCtxDestroy, found by
+             * name as an old program's loader would. */
+            typedef CUresult (*create_t)(CUcontext *, unsigned, CUdevice);
+            typedef CUresult (*destroy_t)(CUcontext);
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            void *fn = dlsym(h, !strcmp(op, "ctx1") ? "cuCtxCreate" : "cuCtxDestroy");
+            int dev = !strcmp(op, "ctx1") ? atoi(ARG()) : 0;
+            if (!fn)
+                r = CUDA_ERROR_NOT_FOUND;
+            else if (!strcmp(op, "ctx1"))
+                r = ((create_t)fn)(&ctxs[nctx], 0, dev);
+            else
+                r = nctx ? ((destroy_t)fn)(ctxs[--nctx]) : CUDA_ERROR_INVALID_VALUE;
+            if (r == CUDA_SUCCESS && !strcmp(op, "ctx1"))
+                nctx++;
+        } else if (!strcmp(op, "glctx") || !strcmp(op, "vdpauctx")) {
+            /* glctx|vdpauctx DEV: an interop context, found by name. */
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            int dev = atoi(ARG());
+            void *fn = dlsym(h, !strcmp(op, "glctx") ? "cuGLCtxCreate_v2" : "cuVDPAUCtxCreate_v2");
+            if (!fn)
+                r = CUDA_ERROR_NOT_FOUND;
+            else if (!strcmp(op, "glctx"))
+                r = ((CUresult (*)(CUcontext *, unsigned, CUdevice))fn)(&ctxs[nctx], 0, dev);
+            else
+                r = ((CUresult (*)(CUcontext *, unsigned, CUdevice, unsigned, void *))fn)(
+                    &ctxs[nctx], 0, dev, 0, NULL);
+            if (r == CUDA_SUCCESS)
+                nctx++;
+        } else if (!strcmp(op, "module") || !strcmp(op, "library") ||
+                   !strcmp(op, "modunload")) {
+            /* module|library IMAGE: cuModuleLoadData / cuLibraryLoadData of
+             * IMAGE's text (the fake's "globals=N", or PTX on a real card),
+             * found by name; modunload: the last module. */
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            if (!strcmp(op, "modunload")) {
+                void *fn = dlsym(h, "cuModuleUnload");
+                r = fn && nmods ? ((CUresult (*)(CUmodule))fn)(mods[--nmods])
+                                : CUDA_ERROR_INVALID_VALUE;
+            } else {
+                const char *image = ARG();
+                if (!strcmp(op, "module")) {
+                    void *fn = dlsym(h, "cuModuleLoadData");
+                    r = fn ? ((CUresult (*)(CUmodule *, const void *))fn)(&mods[nmods], image)
+                           : CUDA_ERROR_NOT_FOUND;
+                    if (r == CUDA_SUCCESS)
+                        nmods++;
+                } else {
+                    CUlibrary lib;
+                    void *fn = dlsym(h, "cuLibraryLoadData");
+                    r = fn ? ((CUresult (*)(CUlibrary *, const void *, int *, void **, unsigned,
+                                            int *, void **, unsigned))fn)(&lib, image, NULL, NULL,
+                                                                          0, NULL, NULL, 0)
+                           : CUDA_ERROR_NOT_FOUND;
+                }
+            }
+        } else if (!strcmp(op, "hostalloc")) {
+            /* hostalloc SIZE: pinned host memory mapped into the card's
+             * address space (cuMemHostAlloc, DEVICEMAP), found by name. */
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            void *fn = dlsym(h, "cuMemHostAlloc"), *p = NULL;
+            size_t n = size_arg(ARG());
+            r = fn ? ((CUresult (*)(void **, size_t, unsigned))fn)(&p, n, 2) : CUDA_ERROR_NOT_FOUND;
+        } else if (!strcmp(op, "limit")) {
+            /* limit stack|printf|heap BYTES: cuCtxSetLimit. */
+            const char *which = ARG();
+            int l = !strcmp(which, "stack") ? 0 : !strcmp(which, "printf") ? 1 : 2;
+            r = api.cuCtxSetLimit(l, size_arg(ARG()));
         } else if (!strcmp(op, "ctxdestroy")) {
             r = nctx ? api.cuCtxDestroy_v2(ctxs[--nctx]) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "alloc")) {
@@ -340,6 +517,23 @@ int main(int argc, char **argv)
             r = api.cuMemCreate(&vmms[nvmm], size_arg(ARG()), &prop, 0);
             if (r == CUDA_SUCCESS)
                 nvmm++;
+        } else if (!strcmp(op, "vmmmap")) {
+            /* vmmmap SIZE: the last handle mapped at a new address. */
+            size_t n = size_arg(ARG());
+            r = nvmm ? api.cuMemAddressReserve(&vmaps[nvmaps], n, 0, 0, 0)
+                     : CUDA_ERROR_INVALID_VALUE;
+            if (r == CUDA_SUCCESS)
+                r = api.cuMemMap(vmaps[nvmaps], n, 0, vmms[nvmm - 1], 0);
+            if (r == CUDA_SUCCESS)
+                vmap_size[nvmaps++] = n;
+        } else if (!strcmp(op, "vmmunmap")) {
+            r = nvmaps ? api.cuMemUnmap(vmaps[nvmaps - 1], vmap_size[nvmaps - 1])
+                       : CUDA_ERROR_INVALID_VALUE;
+            if (r == CUDA_SUCCESS)
+                nvmaps--;
+        } else if (!strcmp(op, "vmmforget")) {
+            /* The last handle released but kept mapped: the VMM idiom. */
+            r = nvmm ? api.cuMemRelease(vmms[--nvmm]) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "vmmrel")) {
             r = nvmm ? api.cuMemRelease(vmms[--nvmm]) : CUDA_ERROR_INVALID_VALUE;
         } else if (!strcmp(op, "array")) {
@@ -353,6 +547,32 @@ int main(int argc, char **argv)
             CUDA_ARRAY3D_DESCRIPTOR d = desc3(w, h, dd);
             r = api.cuArray3DCreate_v2(&arrays[narrays], &d);
             if (r == CUDA_SUCCESS)
+                narrays++;
+        } else if (!strcmp(op, "array1") || !strcmp(op, "array3d1") || !strcmp(op, "pitch1")) {
+            /* The CUDA 2.0 forms, found by name as an old program's loader would. */
+            void *h = !strcmp(argv[1], "dlsym") ? dlopen("libcuda.so.1", RTLD_NOW) : RTLD_DEFAULT;
+            unsigned w = (unsigned)size_arg(ARG()), hh = (unsigned)size_arg(ARG());
+            if (!strcmp(op, "array1")) {
+                CUDA_ARRAY_DESCRIPTOR_v1 d = {w, hh, CU_AD_FORMAT_FLOAT, 4};
+                CUresult (*fn)(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *) =
+                    (CUresult (*)(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *))dlsym(h, "cuArrayCreate");
+                r = fn ? fn(&arrays[narrays], &d) : CUDA_ERROR_NOT_FOUND;
+            } else if (!strcmp(op, "array3d1")) {
+                CUDA_ARRAY3D_DESCRIPTOR_v1 d = {w, hh, (unsigned)size_arg(ARG()),
+                                                CU_AD_FORMAT_FLOAT, 4, 0};
+                CUresult (*fn)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *) =
+                    (CUresult (*)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *))dlsym(
+                        h, "cuArray3DCreate");
+                r = fn ? fn(&arrays[narrays], &d) : CUDA_ERROR_NOT_FOUND;
+            } else {
+                CUdeviceptr_v1 p32 = 0;
+                unsigned pitch32 = 0;
+                CUresult (*fn)(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsigned) =
+                    (CUresult (*)(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsigned))dlsym(
+                        h, "cuMemAllocPitch");
+                r = fn ? fn(&p32, &pitch32, w, hh, 4) : CUDA_ERROR_NOT_FOUND;
+            }
+            if (r == CUDA_SUCCESS && strcmp(op, "pitch1") != 0)
                 narrays++;
         } else if (!strcmp(op, "arrdestroy")) {
             r = narrays ? api.cuArrayDestroy(arrays[--narrays]) : CUDA_ERROR_INVALID_VALUE;
@@ -385,6 +605,19 @@ int main(int argc, char **argv)
                 struct timespec ts = {0, 1000000};
                 nanosleep(&ts, NULL);
             }
+            continue;
+        } else if (!strcmp(op, "gthreads")) {
+            /* gthreads N SIZE: prints errors, granted, refused. */
+            int n = atoi(ARG());
+            graph_thread_bytes = size_arg(ARG());
+            pthread_t t[256];
+            n = n > 256 ? 256 : n;
+            pthread_barrier_init(&barrier, NULL, (unsigned)n);
+            for (int k = 0; k < n; k++)
+                pthread_create(&t[k], NULL, graph_thread_main, NULL);
+            for (int k = 0; k < n; k++)
+                pthread_join(t[k], NULL);
+            printf("gthreads %d %d %d\n", graph_errors, graph_granted, graph_refused);
             continue;
         } else if (!strcmp(op, "threads")) {
             int n = atoi(ARG());
@@ -476,6 +709,114 @@ int main(int argc, char **argv)
             unsigned long long (*captured)(void) =
                 (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "fakecuda_captured_count");
             printf("capture %d %llu\n", r, captured ? captured() : 0ull);
+            continue;
+        } else if (!strcmp(op, "gnode")) {
+            /* gnode DEV SIZE: a memory alloc node in the graph being built. */
+            CUDA_MEM_ALLOC_NODE_PARAMS p;
+            memset(&p, 0, sizeof p);
+            p.poolProps.allocType = 1; /* pinned */
+            p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            p.poolProps.location.id = atoi(ARG());
+            p.bytesize = size_arg(ARG());
+            CUgraphNode n;
+            r = graph_ready();
+            if (r == CUDA_SUCCESS)
+                r = api.cuGraphAddMemAllocNode(&n, graph, NULL, 0, &p);
+            if (r == CUDA_SUCCESS) {
+                last_graph_ptr = p.dptr;
+                last_alloc_node = n;
+            }
+        } else if (!strcmp(op, "gfree")) {
+            /* gfree: a free node for the last alloc node's memory. */
+            CUgraphNode n;
+            r = graph_ready();
+            if (r == CUDA_SUCCESS)
+                r = api.cuGraphAddMemFreeNode(&n, graph, last_alloc_node ? &last_alloc_node : NULL,
+                                              last_alloc_node ? 1 : 0, last_graph_ptr);
+        } else if (!strcmp(op, "gchild")) {
+            /* gchild: the graph being built becomes a child of a new one. */
+            CUgraph parent = NULL;
+            CUgraphNode n;
+            r = graph_ready();
+            if (r == CUDA_SUCCESS)
+                r = api.cuGraphCreate(&parent, 0);
+            if (r == CUDA_SUCCESS)
+                r = api.cuGraphAddChildGraphNode(&n, parent, NULL, 0, graph);
+            if (r == CUDA_SUCCESS) {
+                api.cuGraphDestroy(graph);
+                graph = parent;
+            }
+        } else if (!strcmp(op, "gcapture")) {
+            /* gcapture SIZE KEEP: cuMemAllocAsync of SIZE captured on a new
+             * stream (KEEP 0: freed in the graph too); the result is the
+             * graph being built. */
+            unsigned long long n = size_arg(ARG());
+            int keep = atoi(ARG());
+            CUstream cs = NULL;
+            CUdeviceptr p = 0;
+            r = api.cuStreamCreate(&cs, 0);
+            if (r == CUDA_SUCCESS)
+                r = api.cuStreamBeginCapture_v2(cs, 0);
+            if (r == CUDA_SUCCESS)
+                r = api.cuMemAllocAsync(&p, n, cs);
+            if (r == CUDA_SUCCESS && !keep)
+                r = api.cuMemFreeAsync(p, cs);
+            if (r == CUDA_SUCCESS)
+                r = api.cuStreamEndCapture(cs, (void **)&graph);
+        } else if (!strcmp(op, "gnew")) {
+            r = graph ? api.cuGraphDestroy(graph) : CUDA_SUCCESS;
+            graph = NULL;
+            last_alloc_node = NULL;
+        } else if (!strcmp(op, "ginst") || !strcmp(op, "ginst-params") ||
+                   !strcmp(op, "ginst-upload") || !strcmp(op, "ginst-legacy")) {
+            /* The graph being built, instantiated by one of the entry points. */
+            CUgraphExec e = NULL;
+            CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+            memset(&ip, 0, sizeof ip);
+            r = graph_ready();
+            if (r == CUDA_SUCCESS && !strcmp(op, "ginst")) {
+                r = api.cuGraphInstantiateWithFlags(&e, graph, 0);
+            } else if (r == CUDA_SUCCESS && !strcmp(op, "ginst-legacy")) {
+                r = instantiate_legacy(argv[1], &e, graph);
+            } else if (r == CUDA_SUCCESS) {
+                if (!strcmp(op, "ginst-upload")) {
+                    r = graph_stream();
+                    ip.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+                    ip.hUploadStream = gstream;
+                }
+                if (r == CUDA_SUCCESS)
+                    r = api.cuGraphInstantiateWithParams(&e, graph, &ip);
+            }
+            if (r == CUDA_SUCCESS)
+                gexecs[ngexecs++] = e;
+        } else if (!strcmp(op, "gupdate")) {
+            r = ngexecs ? api.cuGraphExecUpdate_v2(gexecs[ngexecs - 1], graph, NULL)
+                        : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "glaunch")) {
+            r = ngexecs ? api.cuGraphLaunch(gexecs[ngexecs - 1], NULL) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "gupload")) {
+            r = graph_stream();
+            if (r == CUDA_SUCCESS)
+                r = ngexecs ? api.cuGraphUpload(gexecs[ngexecs - 1], gstream)
+                            : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "gexecdestroy")) {
+            r = ngexecs ? api.cuGraphExecDestroy(gexecs[--ngexecs]) : CUDA_ERROR_INVALID_VALUE;
+        } else if (!strcmp(op, "gtrim")) {
+            r = api.cuDeviceGraphMemTrim(atoi(ARG()));
+        } else if (!strcmp(op, "greserved")) {
+            /* greserved DEV: the device's graph memory, as the driver says. */
+            cuuint64_t v = 0;
+            r = api.cuDeviceGetGraphMemAttribute(atoi(ARG()),
+                                                 CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v);
+            printf("greserved %d %llu\n", r, (unsigned long long)v);
+            continue;
+        } else if (!strcmp(op, "resident")) {
+            /* resident DEV: what the fake driver holds on the card. */
+            int (*used)(int, unsigned long long *) =
+                (int (*)(int, unsigned long long *))dlsym(RTLD_DEFAULT, "fakecuda_used_bytes");
+            unsigned long long v = 0;
+            int rc = used ? used(atoi(ARG()), &v) : -1;
+            printf("resident %d %llu\n", rc, v);
             continue;
         } else if (!strcmp(op, "nvprocs")) {
             /* nvprocs DEV: NVML's compute processes on DEV, as a program sees

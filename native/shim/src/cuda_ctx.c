@@ -163,6 +163,9 @@ static int settle(int dev, int up_only)
     unsigned long long held;
     if (gs_ctx_cost_read(dev, &held) != 0)
         return 0;
+    /* Graph memory is charged before the driver maps it (graphs.c): that
+     * part is not in the driver's figure, and must not shrink the context. */
+    unsigned long long ahead = gs_graph_ahead(dev);
     struct gpuslice_region *r = gs_region();
     if (gs_region_lock(r) != 0)
         return 0;
@@ -174,6 +177,7 @@ static int settle(int dev, int up_only)
     gs_region_unlock(r);
     if (slot < 0 || gs_mem_ops_others_open() || gs_mem_ops_started() != started)
         return 0;
+    tracked = tracked > ahead ? tracked - ahead : 0;
     /* What we track but the driver does not hold (managed memory not yet
      * resident) leaves the context at 0: the charge never falls below the
      * driver's figure. */
@@ -238,6 +242,43 @@ int gs_ctx_headroom(int dev, unsigned long long bytes)
     return c;
 }
 
+/* The charge and ctx_bytes move together under ctx_mu, as in a settle. */
+static int grow_locked(int dev, unsigned long long bytes)
+{
+    int c = GS_UNCAPPED;
+    pthread_mutex_lock(&ctx_mu);
+    if (ctx_refs[dev] && ctx_charged[dev]) {
+        c = gs_charge(dev, GPUSLICE_KIND_CONTEXT, bytes);
+        if (c == GS_CHARGED)
+            ctx_bytes[dev] += bytes;
+    }
+    pthread_mutex_unlock(&ctx_mu);
+    return c;
+}
+
+int gs_ctx_grow(int dev, unsigned long long bytes)
+{
+    gs_ctx_settle_due(dev);
+    int c = grow_locked(dev, bytes);
+    /* As gs_charge_settling: stale pool, graph and context charges first. */
+    if (c == GS_DENIED && (gs_pools_settle_all() | gs_graphs_trim_retired() | gs_ctx_settle(dev)))
+        c = grow_locked(dev, bytes);
+    if (c == GS_CHARGED)
+        settle_after = dev + 1;
+    return c;
+}
+
+void gs_ctx_shrink(int dev, unsigned long long bytes)
+{
+    pthread_mutex_lock(&ctx_mu);
+    if (ctx_charged[dev]) {
+        bytes = bytes > ctx_bytes[dev] ? ctx_bytes[dev] : bytes;
+        ctx_bytes[dev] -= bytes;
+        gs_uncharge(dev, GPUSLICE_KIND_CONTEXT, bytes);
+    }
+    pthread_mutex_unlock(&ctx_mu);
+}
+
 void gs_ctx_op_ended(void)
 {
     int dev = settle_after - 1;
@@ -272,7 +313,8 @@ static void ctx_after(int dev)
     settle(dev, 1);
 }
 
-static void ctx_created(CUresult r, CUcontext *pctx, int dev)
+/* handle: the new context (a CUcontext or a CUgreenCtx), when r is success. */
+static void ctx_created(CUresult r, void *handle, int dev)
 {
     if (r != CUDA_SUCCESS) {
         ctx_unref(dev);
@@ -280,7 +322,7 @@ static void ctx_created(CUresult r, CUcontext *pctx, int dev)
     }
     ctx_after(dev);
     struct gs_alloc a = {.dev = dev, .kind = GPUSLICE_KIND_CONTEXT, .bytes = 0};
-    if (gs_ptrmap_put(GS_NS_CTX, (uint64_t)(uintptr_t)*pctx, &a) != 0)
+    if (gs_ptrmap_put(GS_NS_CTX, (uint64_t)(uintptr_t)handle, &a) != 0)
         GS_LOG(GS_LOG_WARN, "out of memory tracking a context; its reservation stays charged");
 }
 
@@ -295,8 +337,31 @@ static void ctx_created(CUresult r, CUcontext *pctx, int dev)
     if (r != CUDA_SUCCESS)                                                                    \
         return r;                                                                             \
     r = REAL(fn) call;                                                                        \
-    ctx_created(r, pctx, dev);                                                                \
+    ctx_created(r, r == CUDA_SUCCESS ? (void *)*pctx : NULL, dev);                            \
     return r
+
+/* Any kind of context: its device's reference goes when it is destroyed. */
+#define CTX_DESTROY(fn, ctx)                                                                  \
+    gs_cuda_ready();                                                                          \
+    if (!HAS_REAL(fn))                                                                        \
+        return CUDA_ERROR_NOT_FOUND;                                                          \
+    if (gs_cfg.disabled)                                                                      \
+        return REAL(fn)(ctx);                                                                 \
+    struct gs_alloc a;                                                                        \
+    int found = gs_ptrmap_take(GS_NS_CTX, (uint64_t)(uintptr_t)(ctx), &a);                   \
+    CUresult r = REAL(fn)(ctx);                                                               \
+    if (found) {                                                                              \
+        if (r == CUDA_SUCCESS)                                                                \
+            ctx_unref(a.dev);                                                                 \
+        else                                                                                  \
+            gs_ptrmap_put(GS_NS_CTX, (uint64_t)(uintptr_t)(ctx), &a);                        \
+    }                                                                                         \
+    return r
+
+GS_API CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CTX_CREATE(cuCtxCreate, (pctx, flags, dev));
+}
 
 GS_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
@@ -316,20 +381,157 @@ GS_API CUresult cuCtxCreate_v4(CUcontext *pctx, void *params, unsigned int flags
 
 GS_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
-    gs_cuda_ready();
-    if (!HAS_REAL(cuCtxDestroy_v2))
-        return CUDA_ERROR_NOT_FOUND;
-    if (gs_cfg.disabled)
-        return REAL(cuCtxDestroy_v2)(ctx);
-    struct gs_alloc a;
-    int found = gs_ptrmap_take(GS_NS_CTX, (uint64_t)(uintptr_t)ctx, &a);
-    CUresult r = REAL(cuCtxDestroy_v2)(ctx);
-    if (found) {
-        if (r == CUDA_SUCCESS)
-            ctx_unref(a.dev);
-        else
-            gs_ptrmap_put(GS_NS_CTX, (uint64_t)(uintptr_t)ctx, &a);
+    CTX_DESTROY(cuCtxDestroy_v2, ctx);
+}
+
+GS_API CUresult cuCtxDestroy(CUcontext ctx)
+{
+    CTX_DESTROY(cuCtxDestroy, ctx);
+}
+
+/* A green context (a share of the device's SMs) costs what a context does. */
+GS_API CUresult cuGreenCtxCreate(CUgreenCtx *pctx, CUdevResourceDesc desc, CUdevice dev,
+                                 unsigned int flags)
+{
+    CTX_CREATE(cuGreenCtxCreate, (pctx, desc, dev, flags));
+}
+
+GS_API CUresult cuGreenCtxDestroy(CUgreenCtx ctx)
+{
+    CTX_DESTROY(cuGreenCtxDestroy, ctx);
+}
+
+/* Contexts made for OpenGL and VDPAU interop (deprecated, still exported). */
+GS_API CUresult cuGLCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CTX_CREATE(cuGLCtxCreate, (pctx, flags, dev));
+}
+
+GS_API CUresult cuGLCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CTX_CREATE(cuGLCtxCreate_v2, (pctx, flags, dev));
+}
+
+GS_API CUresult cuVDPAUCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev,
+                                 unsigned int vdp, void *getProc)
+{
+    CTX_CREATE(cuVDPAUCtxCreate, (pctx, flags, dev, vdp, getProc));
+}
+
+GS_API CUresult cuVDPAUCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev,
+                                    unsigned int vdp, void *getProc)
+{
+    CTX_CREATE(cuVDPAUCtxCreate_v2, (pctx, flags, dev, vdp, getProc));
+}
+
+/* A module's code, constants and globals go to the context's memory, of a
+ * size only the driver knows (a __device__ array can be gigabytes). So a
+ * load is checked right after: the context is settled on the driver's
+ * figure, and a load that took the container past its cap is undone and
+ * refused. Without the driver's figure (no NVML) the fixed charge stays. */
+static int load_over_cap(int dev)
+{
+    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_limit(dev) || !gs_driver_pid())
+        return 0;
+    gs_ctx_settle(dev);
+    return gs_used(dev) > gs_limit(dev);
+}
+
+#define MODULE_LOAD(fn, unload, handle, call)                                                 \
+    gs_cuda_ready();                                                                          \
+    if (!HAS_REAL(fn))                                                                        \
+        return CUDA_ERROR_NOT_FOUND;                                                          \
+    if (gs_cfg.disabled)                                                                      \
+        return REAL(fn) call;                                                                 \
+    int dev = gs_current_device();                                                            \
+    CUresult r = REAL(fn) call;                                                               \
+    if (r == CUDA_SUCCESS && load_over_cap(dev) && HAS_REAL(unload)) {                        \
+        GS_LOG(GS_LOG_INFO, "device %d: a module load took the cap; unloaded", dev);          \
+        REAL(unload)(*(handle));                                                              \
+        gs_ctx_settle(dev);                                                                   \
+        return CUDA_ERROR_OUT_OF_MEMORY;                                                      \
+    }                                                                                         \
+    return r
+
+GS_API CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    MODULE_LOAD(cuModuleLoad, cuModuleUnload, module, (module, fname));
+}
+
+GS_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    MODULE_LOAD(cuModuleLoadData, cuModuleUnload, module, (module, image));
+}
+
+GS_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n,
+                                   int *options, void **values)
+{
+    MODULE_LOAD(cuModuleLoadDataEx, cuModuleUnload, module, (module, image, n, options, values));
+}
+
+GS_API CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    MODULE_LOAD(cuModuleLoadFatBinary, cuModuleUnload, module, (module, fatCubin));
+}
+
+GS_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, int *jitOptions,
+                                  void **jitValues, unsigned int numJit, int *libOptions,
+                                  void **libValues, unsigned int numLib)
+{
+    MODULE_LOAD(cuLibraryLoadData, cuLibraryUnload, library,
+                (library, code, jitOptions, jitValues, numJit, libOptions, libValues, numLib));
+}
+
+GS_API CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, int *jitOptions,
+                                      void **jitValues, unsigned int numJit, int *libOptions,
+                                      void **libValues, unsigned int numLib)
+{
+    MODULE_LOAD(cuLibraryLoadFromFile, cuLibraryUnload, library,
+                (library, fileName, jitOptions, jitValues, numJit, libOptions, libValues, numLib));
+}
+
+/* What raising a limit reserves in the context: the stack for every thread
+ * the device keeps resident, the printf FIFO and the malloc heap once. */
+static unsigned long long limit_growth(int dev, int limit, size_t value)
+{
+    size_t old = 0;
+    if (!HAS_REAL(cuCtxGetLimit) || REAL(cuCtxGetLimit)(&old, limit) != CUDA_SUCCESS ||
+        value <= old)
+        return 0;
+    unsigned long long per = 1, grow;
+    if (limit == CU_LIMIT_STACK_SIZE) {
+        int sms = 0, threads = 0;
+        if (!HAS_REAL(cuDeviceGetAttribute) ||
+            REAL(cuDeviceGetAttribute)(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) ||
+            REAL(cuDeviceGetAttribute)(&threads,
+                                       CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev))
+            return value - old; /* unknown: at least the difference */
+        per = (unsigned long long)(sms > 0 ? sms : 1) * (unsigned long long)(threads > 0 ? threads : 1);
     }
+    return __builtin_mul_overflow(value - old, per, &grow) ? ~0ull : grow;
+}
+
+GS_API CUresult cuCtxSetLimit(int limit, size_t value)
+{
+    gs_cuda_ready();
+    if (!HAS_REAL(cuCtxSetLimit))
+        return CUDA_ERROR_NOT_FOUND;
+    int dev = gs_cfg.disabled || limit > CU_LIMIT_MALLOC_HEAP_SIZE ? -1 : gs_current_device();
+    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_limit(dev))
+        return REAL(cuCtxSetLimit)(limit, value);
+    unsigned long long grow = limit_growth(dev, limit, value);
+    gs_mem_op_begin();
+    /* Charged to the context ahead of the call: the settle when the call
+     * ends moves the context to the driver's figure. */
+    int c = grow ? gs_ctx_grow(dev, grow) : GS_UNCAPPED;
+    if (c == GS_DENIED) {
+        gs_mem_op_end();
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult r = REAL(cuCtxSetLimit)(limit, value);
+    if (r != CUDA_SUCCESS && c == GS_CHARGED)
+        gs_ctx_shrink(dev, grow);
+    gs_mem_op_end();
     return r;
 }
 

@@ -126,35 +126,66 @@ static unsigned long long mul_sat(unsigned long long a, unsigned long long b)
     return __builtin_mul_overflow(a, b, &p) ? ULLONG_MAX : p;
 }
 
-GS_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t width,
-                                   size_t height, unsigned int elem)
+/* The real pitched allocation, either form: the pointer and the pitch. */
+static CUresult call_pitch(int v1, void *dptr, void *pPitch, size_t width, size_t height,
+                           unsigned int elem, unsigned long long *ptr, unsigned long long *pitch)
 {
-    ENTER(cuMemAllocPitch_v2);
+    CUresult r = v1 ? REAL(cuMemAllocPitch)(dptr, pPitch, (unsigned int)width,
+                                            (unsigned int)height, elem)
+                    : REAL(cuMemAllocPitch_v2)(dptr, pPitch, width, height, elem);
+    if (r == CUDA_SUCCESS) {
+        *ptr = v1 ? *(CUdeviceptr_v1 *)dptr : *(CUdeviceptr *)dptr;
+        *pitch = v1 ? *(unsigned int *)pPitch : *(size_t *)pPitch;
+    }
+    return r;
+}
+
+static CUresult alloc_pitch(int v1, void *dptr, void *pPitch, size_t width, size_t height,
+                            unsigned int elem)
+{
+    unsigned long long ptr = 0, pitch = 0;
     if (gs_cfg.disabled)
-        return REAL(cuMemAllocPitch_v2)(dptr, pPitch, width, height, elem);
+        return call_pitch(v1, dptr, pPitch, width, height, elem, &ptr, &pitch);
     /* The pitch is only known afterwards: charge an upper bound first (the
      * driver aligns rows to at most 512 bytes), then settle on pitch*height. */
     unsigned long long bound = mul_sat(((unsigned long long)width + 511) & ~511ull, height);
     int dev = -1, c = begin(GPUSLICE_KIND_ALLOC, bound, &dev);
     if (c == GS_DENIED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = REAL(cuMemAllocPitch_v2)(dptr, pPitch, width, height, elem);
+    CUresult r = call_pitch(v1, dptr, pPitch, width, height, elem, &ptr, &pitch);
     if (c != GS_CHARGED || r != CUDA_SUCCESS) {
         finish(c, r, GS_NS_PTR, 0, dev, GPUSLICE_KIND_ALLOC, bound);
         return r;
     }
-    unsigned long long actual = mul_sat(*pPitch, height);
+    unsigned long long actual = mul_sat(pitch, height);
     if (actual < bound) {
         gs_uncharge(dev, GPUSLICE_KIND_ALLOC, bound - actual);
     } else if (actual > bound &&
                gs_charge_settling(dev, GPUSLICE_KIND_ALLOC, actual - bound) == GS_DENIED) {
-        REAL(cuMemFree_v2)(*dptr);
+        if (v1)
+            REAL(cuMemFree)((CUdeviceptr_v1)ptr);
+        else
+            REAL(cuMemFree_v2)(ptr);
         gs_uncharge(dev, GPUSLICE_KIND_ALLOC, bound);
         gs_mem_op_end();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    finish(c, r, GS_NS_PTR, *dptr, dev, GPUSLICE_KIND_ALLOC, actual);
+    finish(c, r, GS_NS_PTR, ptr, dev, GPUSLICE_KIND_ALLOC, actual);
     return r;
+}
+
+GS_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t width,
+                                   size_t height, unsigned int elem)
+{
+    ENTER(cuMemAllocPitch_v2);
+    return alloc_pitch(0, dptr, pPitch, width, height, elem);
+}
+
+GS_API CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int width,
+                                unsigned int height, unsigned int elem)
+{
+    ENTER(cuMemAllocPitch);
+    return alloc_pitch(1, dptr, pPitch, width, height, elem);
 }
 
 GS_API CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -211,15 +242,68 @@ GS_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 
 GS_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    /* Uncharged at release: the driver frees the memory once the last
-     * mapping goes, which a well-behaved program does right before. */
+    /* The driver frees the memory once the handle is released and its last
+     * mapping is gone; releasing right after mapping is the usual idiom.
+     * A handle released while mapped stays charged (and known by its value:
+     * the driver's object lives on with the mapping, so the value cannot be
+     * handed out again) until cuMemUnmap takes its last mapping. */
     ENTER(cuMemRelease);
     if (gs_cfg.disabled)
         return REAL(cuMemRelease)(handle);
     struct gs_alloc a;
     int found = forget(GS_NS_VMM, handle, &a);
     CUresult r = REAL(cuMemRelease)(handle);
+    if (found && r == CUDA_SUCCESS && a.maps) {
+        a.released = 1;
+        gs_ptrmap_put(GS_NS_VMM, handle, &a);
+        gs_mem_op_end();
+        return r;
+    }
     forgotten(found, r, GS_NS_VMM, handle, &a);
+    return r;
+}
+
+GS_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                         CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    /* No memory of its own (the handle's was charged at cuMemCreate): only
+     * remembered, so that a released handle stays charged while mapped. */
+    ENTER(cuMemMap);
+    CUresult r = REAL(cuMemMap)(ptr, size, offset, handle, flags);
+    struct gs_alloc a;
+    if (r != CUDA_SUCCESS || gs_cfg.disabled || !gs_ptrmap_take(GS_NS_VMM, handle, &a))
+        return r;
+    a.maps++;
+    gs_ptrmap_put(GS_NS_VMM, handle, &a);
+    struct gs_alloc m = {.dev = a.dev, .kind = a.kind, .bytes = size, .handle = handle};
+    if (gs_ptrmap_put(GS_NS_VMAP, ptr, &m) != 0)
+        GS_LOG(GS_LOG_WARN, "out of memory tracking a mapping; its handle stays charged");
+    return r;
+}
+
+GS_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    ENTER(cuMemUnmap);
+    if (gs_cfg.disabled)
+        return REAL(cuMemUnmap)(ptr, size);
+    gs_mem_op_begin();
+    CUresult r = REAL(cuMemUnmap)(ptr, size);
+    /* The range may hold several mappings, one after another. */
+    for (CUdeviceptr va = ptr; r == CUDA_SUCCESS && va - ptr < size;) {
+        struct gs_alloc m, a;
+        if (!gs_ptrmap_take(GS_NS_VMAP, va, &m) || !m.bytes)
+            break;
+        va += m.bytes;
+        if (!gs_ptrmap_take(GS_NS_VMM, m.handle, &a))
+            continue;
+        if (a.maps)
+            a.maps--;
+        if (a.released && !a.maps)
+            gs_uncharge(a.dev, a.kind, a.bytes); /* the driver freed it now */
+        else
+            gs_ptrmap_put(GS_NS_VMM, m.handle, &a);
+    }
+    gs_mem_op_end();
     return r;
 }
 
@@ -249,6 +333,16 @@ static CUresult alloc_stream_ordered(int fn, CUdeviceptr *dptr, size_t bytes,
         (!pool && (!HAS_REAL(cuDeviceGetMemPool) ||
                    REAL(cuDeviceGetMemPool)(&pool, dev) != CUDA_SUCCESS)))
         return CALL_REAL(); /* no context, uncapped, or no pool to read: the driver decides */
+    /* Into a stream being captured it makes a graph's memory alloc node,
+     * nothing resident: charged when the graph is instantiated (graphs.c). */
+    int capturing = 0;
+    int ptsz = fn == GS_FN_cuMemAllocAsync_ptsz || fn == GS_FN_cuMemAllocFromPoolAsync_ptsz;
+    CUresult cr = ptsz && HAS_REAL(cuStreamIsCapturing_ptsz)
+                      ? REAL(cuStreamIsCapturing_ptsz)(s, &capturing)
+                      : HAS_REAL(cuStreamIsCapturing) ? REAL(cuStreamIsCapturing)(s, &capturing)
+                                                      : CUDA_ERROR_NOT_FOUND;
+    if (cr == CUDA_SUCCESS && capturing)
+        return CALL_REAL();
     gs_device_note(dev);
     unsigned long long provisional = 0;
     gs_mem_op_begin();
@@ -394,35 +488,27 @@ static CUresult array_create(CUarray *pHandle, unsigned long long bytes, CUresul
     return r;
 }
 
-static CUresult call_2d(CUarray *h, const void *desc)
-{
-    return REAL(cuArrayCreate_v2)(h, desc);
-}
+/* One wrapper per exported form (the CUDA 2.0 ones take 32-bit sizes); the
+ * call_ helper calls the real one with its own descriptor type. */
+#define ARRAY_WRAPPER(fn, desc_t, depth)                                                      \
+    static CUresult call_##fn(CUarray *h, const void *desc)                                   \
+    {                                                                                         \
+        return REAL(fn)(h, desc);                                                             \
+    }                                                                                         \
+    GS_API CUresult fn(CUarray *pHandle, const desc_t *desc)                                  \
+    {                                                                                         \
+        ENTER(fn);                                                                            \
+        if (gs_cfg.disabled || !desc || !pHandle)                                             \
+            return REAL(fn)(pHandle, desc);                                                   \
+        unsigned long long bytes = array_bytes(desc->Width, desc->Height, (depth),            \
+                                               desc->Format, desc->NumChannels);              \
+        return array_create(pHandle, bytes, call_##fn, desc);                                 \
+    }
 
-static CUresult call_3d(CUarray *h, const void *desc)
-{
-    return REAL(cuArray3DCreate_v2)(h, desc);
-}
-
-GS_API CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
-{
-    ENTER(cuArrayCreate_v2);
-    if (gs_cfg.disabled || !desc || !pHandle)
-        return REAL(cuArrayCreate_v2)(pHandle, desc);
-    unsigned long long bytes =
-        array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels);
-    return array_create(pHandle, bytes, call_2d, desc);
-}
-
-GS_API CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
-{
-    ENTER(cuArray3DCreate_v2);
-    if (gs_cfg.disabled || !desc || !pHandle)
-        return REAL(cuArray3DCreate_v2)(pHandle, desc);
-    unsigned long long bytes = array_bytes(desc->Width, desc->Height, desc->Depth,
-                                           desc->Format, desc->NumChannels);
-    return array_create(pHandle, bytes, call_3d, desc);
-}
+ARRAY_WRAPPER(cuArrayCreate_v2, CUDA_ARRAY_DESCRIPTOR, 1)
+ARRAY_WRAPPER(cuArray3DCreate_v2, CUDA_ARRAY3D_DESCRIPTOR, desc->Depth)
+ARRAY_WRAPPER(cuArrayCreate, CUDA_ARRAY_DESCRIPTOR_v1, 1)
+ARRAY_WRAPPER(cuArray3DCreate, CUDA_ARRAY3D_DESCRIPTOR_v1, desc->Depth)
 
 GS_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
                                        const CUDA_ARRAY3D_DESCRIPTOR *desc,

@@ -62,7 +62,38 @@
           CUdevice dev))                                                                      \
     HOOK(CUDA, cuCtxCreate_v4, CUresult,                                                      \
          (CUcontext *pctx, void *ctxCreateParams, unsigned int flags, CUdevice dev))          \
+    HOOK(CUDA, cuCtxCreate, CUresult, (CUcontext *pctx, unsigned int flags, CUdevice dev))    \
     HOOK(CUDA, cuCtxDestroy_v2, CUresult, (CUcontext ctx))                                    \
+    HOOK(CUDA, cuCtxDestroy, CUresult, (CUcontext ctx))                                       \
+    HOOK(CUDA, cuGreenCtxCreate, CUresult,                                                    \
+         (CUgreenCtx *pctx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags))        \
+    HOOK(CUDA, cuGreenCtxDestroy, CUresult, (CUgreenCtx ctx))                                 \
+    /* graphics interop contexts (OpenGL, VDPAU): contexts all the same */                   \
+    HOOK(CUDA, cuGLCtxCreate, CUresult, (CUcontext *pctx, unsigned int flags, CUdevice dev))  \
+    HOOK(CUDA, cuGLCtxCreate_v2, CUresult,                                                    \
+         (CUcontext *pctx, unsigned int flags, CUdevice dev))                                 \
+    HOOK(CUDA, cuVDPAUCtxCreate, CUresult,                                                    \
+         (CUcontext *pctx, unsigned int flags, CUdevice dev, unsigned int vdp, void *getProc)) \
+    HOOK(CUDA, cuVDPAUCtxCreate_v2, CUresult,                                                 \
+         (CUcontext *pctx, unsigned int flags, CUdevice dev, unsigned int vdp, void *getProc)) \
+    /* module and library loads: their globals, checked right after */                      \
+    HOOK(CUDA, cuModuleLoad, CUresult, (CUmodule *module, const char *fname))                \
+    HOOK(CUDA, cuModuleLoadData, CUresult, (CUmodule *module, const void *image))            \
+    HOOK(CUDA, cuModuleLoadDataEx, CUresult,                                                  \
+         (CUmodule *module, const void *image, unsigned int n, int *options, void **values))  \
+    HOOK(CUDA, cuModuleLoadFatBinary, CUresult, (CUmodule *module, const void *fatCubin))    \
+    REAL(CUDA, cuModuleUnload, CUresult, (CUmodule module))                                   \
+    HOOK(CUDA, cuLibraryLoadData, CUresult,                                                   \
+         (CUlibrary *library, const void *code, int *jitOptions, void **jitValues,            \
+          unsigned int numJit, int *libOptions, void **libValues, unsigned int numLib))       \
+    HOOK(CUDA, cuLibraryLoadFromFile, CUresult,                                               \
+         (CUlibrary *library, const char *fileName, int *jitOptions, void **jitValues,        \
+          unsigned int numJit, int *libOptions, void **libValues, unsigned int numLib))       \
+    REAL(CUDA, cuLibraryUnload, CUresult, (CUlibrary library))                                \
+    /* limits that reserve device memory in every context */                                 \
+    HOOK(CUDA, cuCtxSetLimit, CUresult, (int limit, size_t value))                            \
+    REAL(CUDA, cuCtxGetLimit, CUresult, (size_t *value, int limit))                           \
+    REAL(CUDA, cuDeviceGetAttribute, CUresult, (int *value, int attrib, CUdevice dev))        \
     HOOK(CUDA, cuDevicePrimaryCtxRetain, CUresult, (CUcontext *pctx, CUdevice dev))           \
     HOOK(CUDA, cuDevicePrimaryCtxRelease, CUresult, (CUdevice dev))                           \
     HOOK(CUDA, cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice dev))                        \
@@ -77,6 +108,9 @@
     HOOK(CUDA, cuMemAllocPitch_v2, CUresult,                                                  \
          (CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,              \
           unsigned int ElementSizeBytes))                                                     \
+    HOOK(CUDA, cuMemAllocPitch, CUresult,                                                     \
+         (CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,              \
+          unsigned int Height, unsigned int ElementSizeBytes))                                \
     HOOK(CUDA, cuMemAllocManaged, CUresult,                                                   \
          (CUdeviceptr *dptr, size_t bytesize, unsigned int flags))                            \
     HOOK(CUDA, cuMemFree, CUresult, (CUdeviceptr_v1 dptr))                                    \
@@ -86,6 +120,10 @@
          (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, \
           unsigned long long flags))                                                          \
     HOOK(CUDA, cuMemRelease, CUresult, (CUmemGenericAllocationHandle handle))                 \
+    HOOK(CUDA, cuMemMap, CUresult,                                                            \
+         (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,   \
+          unsigned long long flags))                                                          \
+    HOOK(CUDA, cuMemUnmap, CUresult, (CUdeviceptr ptr, size_t size))                          \
     /* stream-ordered allocations (pools) */                                                  \
     HOOK(CUDA, cuMemAllocAsync, CUresult, (CUdeviceptr *dptr, size_t bytesize, CUstream s))   \
     HOOK(CUDA, cuMemAllocAsync_ptsz, CUresult,                                                \
@@ -100,11 +138,38 @@
     HOOK(CUDA, cuMemPoolDestroy, CUresult, (CUmemoryPool pool))                               \
     REAL(CUDA, cuDeviceGetMemPool, CUresult, (CUmemoryPool *pool, CUdevice dev))              \
     REAL(CUDA, cuMemPoolGetAttribute, CUresult, (CUmemoryPool pool, int attr, void *value))   \
+    /* graph memory nodes: charged at instantiation (graphs.c) */                            \
+    HOOK(CUDA, cuGraphInstantiate, CUresult,                                                  \
+         (CUgraphExec *ph, CUgraph g, CUgraphNode *err, char *log, size_t len))               \
+    HOOK(CUDA, cuGraphInstantiate_v2, CUresult,                                               \
+         (CUgraphExec *ph, CUgraph g, CUgraphNode *err, char *log, size_t len))               \
+    HOOK(CUDA, cuGraphInstantiateWithFlags, CUresult,                                         \
+         (CUgraphExec *ph, CUgraph g, unsigned long long flags))                              \
+    HOOK(CUDA, cuGraphInstantiateWithParams, CUresult,                                        \
+         (CUgraphExec *ph, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *params))                 \
+    HOOK(CUDA, cuGraphInstantiateWithParams_ptsz, CUresult,                                   \
+         (CUgraphExec *ph, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *params))                 \
+    HOOK(CUDA, cuGraphExecUpdate, CUresult,                                                   \
+         (CUgraphExec exec, CUgraph g, CUgraphNode *err, int *result))                        \
+    HOOK(CUDA, cuGraphExecUpdate_v2, CUresult, (CUgraphExec exec, CUgraph g, void *resultInfo)) \
+    HOOK(CUDA, cuGraphExecDestroy, CUresult, (CUgraphExec exec))                              \
+    HOOK(CUDA, cuDeviceGraphMemTrim, CUresult, (CUdevice dev))                                \
+    REAL(CUDA, cuGraphGetNodes, CUresult, (CUgraph g, CUgraphNode *nodes, size_t *n))         \
+    REAL(CUDA, cuGraphNodeGetType, CUresult, (CUgraphNode node, int *type))                   \
+    REAL(CUDA, cuGraphMemAllocNodeGetParams, CUresult,                                        \
+         (CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *params))                              \
+    REAL(CUDA, cuGraphChildGraphNodeGetGraph, CUresult, (CUgraphNode node, CUgraph *child))   \
+    REAL(CUDA, cuDeviceGetGraphMemAttribute, CUresult, (CUdevice dev, int attr, void *value)) \
+    REAL(CUDA, cuStreamIsCapturing_ptsz, CUresult, (CUstream hStream, int *captureStatus))  \
     /* arrays */                                                                              \
     HOOK(CUDA, cuArrayCreate_v2, CUresult,                                                    \
          (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc))                               \
     HOOK(CUDA, cuArray3DCreate_v2, CUresult,                                                  \
          (CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc))                             \
+    HOOK(CUDA, cuArrayCreate, CUresult,                                                       \
+         (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc))                            \
+    HOOK(CUDA, cuArray3DCreate, CUresult,                                                     \
+         (CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc))                          \
     HOOK(CUDA, cuMipmappedArrayCreate, CUresult,                                              \
          (CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,                     \
           unsigned int numMipmapLevels))                                                      \

@@ -12,6 +12,8 @@
  *   cuda_ctx.c   cuInit, contexts, what programs see (cuMemGetInfo ...)
  *   ctx_cost.c   what the driver holds for this process (NVML), its host pid
  *   cuda_mem.c   the allocation families
+ *   pools.c      stream-ordered pools (and graph memory) charged what they hold
+ *   graphs.c     graph memory nodes: charged at instantiation
  *   nvml_hooks.c NVML memory, process and utilization queries
  *   rm_filter.c  the driver's process lists, whatever route asks for them
  *   pace.c       the compute limiter's decisions (no CUDA: simulated in tests)
@@ -200,6 +202,19 @@ void gs_pool_settle(CUmemoryPool pool, int dev, unsigned long long provisional);
 int gs_pools_settle_all(void); /* 1 if any charge went down */
 void gs_pool_forget(CUmemoryPool pool); /* destroyed: what it held is gone */
 void gs_pools_fork_child(void);
+/* The device's graph memory, settled like a pool: moved to gs_graph_held. */
+int gs_graph_settle(int dev, unsigned long long provisional); /* 1 if it went down */
+unsigned long long gs_graph_charged(int dev);
+
+/* --------------------------------------------------------------- graphs.c */
+/* What the device's graph memory may hold at most (ok: 1). */
+unsigned long long gs_graph_held(int dev, int *ok);
+/* What of the device's graph memory charge the driver has not mapped yet. */
+unsigned long long gs_graph_ahead(int dev);
+/* Under pressure: trim graph memory that destroyed graphs left; 1 if any
+ * charge went down. */
+int gs_graphs_trim_retired(void);
+void gs_graphs_fork_child(void);
 
 static inline unsigned long long gs_limit(int dev)
 {
@@ -215,12 +230,18 @@ static inline unsigned long long gs_used(int dev)
 
 /* -------------------------------------------------------------- ptrmap.c */
 
-enum { GS_NS_PTR = 1, GS_NS_VMM, GS_NS_ARRAY, GS_NS_MIPMAP, GS_NS_CTX };
+enum { GS_NS_PTR = 1, GS_NS_VMM, GS_NS_ARRAY, GS_NS_MIPMAP, GS_NS_CTX, GS_NS_VMAP };
 struct gs_alloc {
     int dev;
     int kind;
     unsigned long long bytes;
     CUmemoryPool pool; /* stream-ordered allocations: the pool they came from */
+    /* VMM handles: how many mappings use it, and whether it was released
+     * (the driver frees it with the last mapping). Mappings (GS_NS_VMAP,
+     * keyed by address): the handle they map, bytes = their size. */
+    unsigned int maps;
+    int released;
+    CUmemGenericAllocationHandle handle;
 };
 int gs_ptrmap_put(int ns, uint64_t key, const struct gs_alloc *a); /* 0, -1: no memory */
 int gs_ptrmap_take(int ns, uint64_t key, struct gs_alloc *out);    /* 1 found, 0 not */
@@ -246,6 +267,11 @@ void gs_ctx_settle_due(int dev);
  * ends (gs_ctx_op_ended, from gs_mem_op_end). */
 int gs_ctx_headroom(int dev, unsigned long long bytes);
 void gs_ctx_op_ended(void);
+/* Memory the context is about to take (a raised limit): charged to it now,
+ * checked against the cap (GS_DENIED), settled when the operation ends;
+ * gs_ctx_shrink gives it back if the driver refused. */
+int gs_ctx_grow(int dev, unsigned long long bytes);
+void gs_ctx_shrink(int dev, unsigned long long bytes);
 void gs_ctx_fork_parent(void);
 void gs_ctx_fork_child(void);
 

@@ -85,6 +85,7 @@ static void fork_child(void)
 {
     gs_ptrmap_fork_child();
     gs_pools_fork_child();
+    gs_graphs_fork_child();
     gs_mem_ops_fork_child();
     gs_launch_fork_child();
     gs_ctx_fork_child(); /* region.c resets its own slot (its own atfork handler) */

@@ -11,6 +11,9 @@
  *   settle: after the driver call, or a free, or a trim, read the pool's
  *           reservation and move our charge to exactly that.
  *
+ * The graph memory of each device is kept here too, as a pool whose
+ * reservation graphs.c computes (graphs.c says why).
+ *
  * Memory a pool releases at a synchronisation point we do not see happen;
  * the charge stays high until the next settle; every allocation that would be
  * refused settles all pools first (gs_charge_settling), so a stale charge
@@ -27,7 +30,8 @@
 #define MAX_POOLS 64
 
 struct pool_rec {
-    CUmemoryPool pool; /* NULL: free entry */
+    CUmemoryPool pool; /* NULL and not graph: free entry */
+    int graph;         /* the device's graph memory (graphs.c): pool is NULL */
     int dev;
     unsigned long long charged; /* the reservation we last charged for */
 };
@@ -55,7 +59,8 @@ int gs_charge_settling(int dev, int kind, unsigned long long bytes)
     /* Pools may have given memory back at a sync point we did not see, and
      * the context may hold less than its charge says (the headroom settled
      * it already, and its room must stay). */
-    if (c == GS_DENIED && (gs_pools_settle_all() | (h != GS_CHARGED && gs_ctx_settle(dev))))
+    if (c == GS_DENIED && (gs_pools_settle_all() | gs_graphs_trim_retired() |
+                           (h != GS_CHARGED && gs_ctx_settle(dev))))
         c = gs_charge(dev, kind, bytes);
     return c;
 }
@@ -82,22 +87,29 @@ int gs_pool_admit(CUmemoryPool pool, int dev, unsigned long long bytes,
     return c;
 }
 
-/* Move this pool's charge to its reservation now; returns the change. */
-static long long settle(CUmemoryPool pool, int dev, unsigned long long provisional)
+static int same(const struct pool_rec *r, CUmemoryPool pool, int graph, int dev)
+{
+    return graph ? r->graph && r->dev == dev : r->pool == pool && pool;
+}
+
+/* Move this pool's charge to its reservation now; returns the change. The
+ * device's graph memory is one more pool: what graphs.c says it may hold. */
+static long long settle(CUmemoryPool pool, int graph, int dev, unsigned long long provisional)
 {
     int ok;
-    unsigned long long reserved = attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &ok);
+    unsigned long long reserved = graph ? gs_graph_held(dev, &ok)
+                                        : attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &ok);
     pthread_mutex_lock(&mu);
     struct pool_rec *rec = NULL, *empty = NULL;
     for (int i = 0; i < MAX_POOLS && !rec; i++) {
-        if (pools[i].pool == pool)
+        if (same(&pools[i], pool, graph, dev))
             rec = &pools[i];
-        else if (!pools[i].pool && !empty)
+        else if (!pools[i].pool && !pools[i].graph && !empty)
             empty = &pools[i];
     }
     if (!rec && empty) {
         rec = empty;
-        *rec = (struct pool_rec){.pool = pool, .dev = dev};
+        *rec = (struct pool_rec){.pool = pool, .graph = graph, .dev = dev};
     }
     unsigned long long before = rec ? rec->charged : 0;
     if (!ok || !rec) {
@@ -122,7 +134,23 @@ static long long settle(CUmemoryPool pool, int dev, unsigned long long provision
 
 void gs_pool_settle(CUmemoryPool pool, int dev, unsigned long long provisional)
 {
-    settle(pool, dev, provisional);
+    settle(pool, 0, dev, provisional);
+}
+
+int gs_graph_settle(int dev, unsigned long long provisional)
+{
+    return settle(NULL, 1, dev, provisional) < 0;
+}
+
+unsigned long long gs_graph_charged(int dev)
+{
+    unsigned long long c = 0;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (same(&pools[i], NULL, 1, dev))
+            c = pools[i].charged;
+    pthread_mutex_unlock(&mu);
+    return c;
 }
 
 void gs_pool_forget(CUmemoryPool pool)
@@ -130,7 +158,7 @@ void gs_pool_forget(CUmemoryPool pool)
     struct pool_rec gone = {0};
     pthread_mutex_lock(&mu);
     for (int i = 0; i < MAX_POOLS; i++)
-        if (pools[i].pool == pool) {
+        if (same(&pools[i], pool, 0, 0)) {
             gone = pools[i];
             pools[i] = (struct pool_rec){0};
             break;
@@ -142,18 +170,16 @@ void gs_pool_forget(CUmemoryPool pool)
 
 int gs_pools_settle_all(void)
 {
-    CUmemoryPool seen[MAX_POOLS];
-    int devs[MAX_POOLS], n = 0;
+    struct pool_rec seen[MAX_POOLS];
+    int n = 0;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < MAX_POOLS; i++)
-        if (pools[i].pool) {
-            seen[n] = pools[i].pool;
-            devs[n++] = pools[i].dev;
-        }
+        if (pools[i].pool || pools[i].graph)
+            seen[n++] = pools[i];
     pthread_mutex_unlock(&mu);
     int lowered = 0;
     for (int i = 0; i < n; i++)
-        lowered |= settle(seen[i], devs[i], 0) < 0;
+        lowered |= settle(seen[i].pool, seen[i].graph, seen[i].dev, 0) < 0;
     return lowered;
 }
 

@@ -91,6 +91,23 @@ typedef struct {
     unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
 
+/* The CUDA 2.0 descriptors (cuArrayCreate, cuArray3DCreate without _v2). */
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    int Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR_v1;
+
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    unsigned int Depth;
+    int Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR_v1;
+
 /* CUarray_format values and their element sizes in bytes. */
 enum {
     CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
@@ -122,6 +139,59 @@ enum {
     CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
     CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
 };
+
+/* ------------------------------------------------------ graphs, pools */
+
+typedef struct CUmod_st *CUmodule;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
+/* CUlimit values that reserve device memory for every context. */
+enum { CU_LIMIT_STACK_SIZE = 0, CU_LIMIT_PRINTF_FIFO_SIZE = 1, CU_LIMIT_MALLOC_HEAP_SIZE = 2 };
+/* CUdevice_attribute values for the threads a device keeps resident. */
+enum { CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+       CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39 };
+
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+
+/* CUmemPoolProps (88 bytes in every CUDA since 11.2: the reserved tail
+ * shrank as maxSize and usage were added). */
+typedef struct {
+    int allocType;
+    int handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+/* CUDA_MEM_ALLOC_NODE_PARAMS_v1 (= _v2): a graph's memory alloc node. */
+typedef struct {
+    CUmemPoolProps poolProps;
+    const void *accessDescs; /* const CUmemAccessDesc * */
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+/* cuGraphInstantiateWithParams' parameters. */
+typedef struct {
+    cuuint64_t flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    int result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+/* CUgraphNodeType values the shim reads. */
+enum { CU_GRAPH_NODE_TYPE_GRAPH = 5, CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+       CU_GRAPH_NODE_TYPE_MEM_FREE = 11 };
+/* CUgraphInstantiate_flags: upload as part of the instantiation. */
+enum { CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2 };
+/* CUgraphMem_attribute: the device's graph memory pool. */
+enum { CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+       CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3 };
 
 /* ----------------------------------------------------------------- NVML */
 
