@@ -5,14 +5,18 @@ A custom prometheus_client collector takes one snapshot (ocihook/snapshot.py)
 per scrape: the accountant opened read-only (WAL: the hook's writes never
 wait for a scrape), every container's region, NVML. The registry holds that
 collector alone (no process or platform collectors: this is a node's
-exporter, not an application's). Scrapes are served one at a time by a
-plain WSGI server, so the collector's SQLite connection and NVML are only
-ever used by one thread.
+exporter, not an application's). Connections are read concurrently, with
+timeouts and a bound on their count, but scrapes are collected one at a
+time on one thread (ocihook/httpserve.py), so the collector's SQLite
+connection and NVML are only ever used by that thread. A scrape that fails
+for a reason of no source (a module missing, a bug) still answers: every
+source 0, and one line in the log naming the cause.
 """
 from __future__ import annotations
 
 import ipaddress
 import sys
+import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -25,6 +29,7 @@ DEFAULT_PORT = 10463
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 CARD_LABELS = ["index", "uuid", "model"]
 CONTAINER_LABELS = ["container_id", "name", "card_uuid", "profile"]
+SCRAPE = "scrape"  # the problems' key of a scrape that failed as a whole
 
 
 class ListenError(ValueError):
@@ -84,7 +89,13 @@ class NodeCollector(Collector):
 
     def snapshot(self) -> snapshot.Snapshot:
         acct, why = self._accountant()
-        snap = snapshot.take(self.state_dir, acct, self.sampler, self.events)
+        try:
+            snap = snapshot.take(self.state_dir, acct, self.sampler, self.events)
+        except Exception as e:  # noqa: BLE001 - a scrape answers whatever broke
+            # Served as every source down, with the cause in the log, rather
+            # than prometheus_client's bare HTTP 500.
+            snap = snapshot.Snapshot(time.monotonic(), events=self.events)
+            snap.problems[SCRAPE] = f"the scrape failed: {type(e).__name__}: {e}"
         if why:
             snap.problems["accountant"] = why
         self.last_problems = dict(snap.problems)
@@ -105,7 +116,7 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
     up = _gauge("gpuslice_source_up", "1 if the source (accountant, nvml) was read at this "
                 "scrape, 0 if not (the exporter's log and `gpuslice status` say why)", ["source"])
     for source in ("accountant", "nvml"):
-        up.add_metric([source], 0 if source in snap.problems else 1)
+        up.add_metric([source], 0 if source in snap.problems or SCRAPE in snap.problems else 1)
 
     total = _gauge("gpuslice_card_memory_total_bytes", "the card's memory", CARD_LABELS)
     reserved = _gauge("gpuslice_card_memory_reserved_bytes",
@@ -214,9 +225,9 @@ def registry(collector: NodeCollector) -> CollectorRegistry:
 
 def serve(state_dir: str, database: str, driver_root: str, listen: Tuple[str, int]) -> None:
     """Serve /metrics until killed. Problems of a source are logged once per change."""
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
     from prometheus_client import make_wsgi_app
+
+    from ocihook import httpserve
 
     collector = NodeCollector(state_dir, database, Sampler(driver_root))
     app = make_wsgi_app(registry(collector))
@@ -234,24 +245,8 @@ def serve(state_dir: str, database: str, driver_root: str, listen: Tuple[str, in
             del told[source]
         return out
 
-    class Quiet(WSGIRequestHandler):
-        # The body goes out in one piece: with Nagle its tail waits for the
-        # scraper's delayed ACK, which cost ~10 ms a scrape on loopback.
-        disable_nagle_algorithm = True
-
-        def log_message(self, *args: object) -> None:
-            pass  # one line per scrape would fill the journal
-
-    server_class = WSGIServer
     addr, port = listen
-    if ":" in addr:
-        import socket
-
-        class V6(WSGIServer):
-            address_family = socket.AF_INET6
-
-        server_class = V6
-    httpd = make_server(addr, port, logged, server_class=server_class, handler_class=Quiet)
+    httpd = httpserve.make(addr, port, logged)
     print(f"gpuslice exporter: serving http://{'[' + addr + ']' if ':' in addr else addr}:"
           f"{httpd.server_port}/metrics", file=sys.stderr, flush=True)
     httpd.serve_forever()
