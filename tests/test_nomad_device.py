@@ -18,7 +18,7 @@ import pytest
 
 from fakehost import shim_holder
 from nomad_harness import REPO, PluginClient, build_client, plugin_command
-from test_claim_hook import admit, card_uuid, claimed_bundle
+from test_claim_hook import admit, card_uuid, claim_row, claimed_bundle
 from test_hook import Node, rows
 
 PROTO = REPO / "ocihook" / "nomad" / "proto"
@@ -133,7 +133,7 @@ def test_reserve_is_taken_over_by_the_container(client: PluginClient, node: Node
     uuid0 = card_uuid(node, 0)
     assert rows(node.db, "SELECT container_id, device, card_uuid, memory_mib, cores, pid "
                 "FROM reservations") == \
-        [(f"claim-{token}", "0-4g-30", uuid0, 4096, 30, plugin_pid(client))]
+        [(claim_row(token), "0-4g-30", uuid0, 4096, 30, plugin_pid(client))]
     # Never offered again; one slice fewer on card 0 for every profile.
     now = groups(next_fingerprint_where(client, lambda g: iid not in ids(g["4g-30"], 0)))
     assert (len(ids(now["4g-30"], 0)), len(ids(now["4g"], 0))) == (2, 3)
@@ -192,13 +192,13 @@ def test_a_claim_no_container_took_is_given_back(nomad_client: Path, node: Node)
         fp = groups(c("fingerprint"))
         iid = ids(fp["6g"], 1)[0]
         token = c(f"reserve {iid}")["container_res"]["envs"]["GPUSLICE_CLAIM"]
-        assert rows(node.db, "SELECT container_id FROM reservations") == [(f"claim-{token}",)]
+        assert rows(node.db, "SELECT container_id FROM reservations") == [(claim_row(token),)]
         next_fingerprint_where(c, lambda g: len(ids(g["6g"], 1)) == 1)
         next_fingerprint_where(c, lambda g: len(ids(g["6g"], 1)) == 2)
         assert rows(node.db, "SELECT count(*) FROM reservations") == [(0,)]
         assert rows(node.db, "SELECT kind FROM events WHERE container_id=? ORDER BY id",
-                    f"claim-{token}") == [("admit",), ("operator-release",)]
-        assert f"gave back claim-{token[:6]}" in c.log_text()
+                    claim_row(token)) == [("admit",), ("operator-release",)]
+        assert f"gave back {claim_row(token)[:12]}" in c.log_text()
     finally:
         c.close()
 

@@ -139,8 +139,10 @@ class DevicePlugin:
         return usage, policy
 
     def _give_back_stale(self, cfg: settings.Settings, usage: List[accountant.CardUsage]) -> bool:
-        rows = [(r.container_id, r.created) for u in usage for r in u.reservations]
-        stale = reserve.stale_claims(rows, time.time(), cfg.claim_timeout)
+        rows = [(r.container_id, r.pid, r.created) for u in usage for r in u.reservations]
+        # A claim a container took over has its container's id now, not ours.
+        mine = {c.claim_id for c in self._claims.values() if c.container == c.claim_id}
+        stale = reserve.stale_claims(rows, mine, time.time(), cfg.claim_timeout)
         for cid in stale:
             try:
                 if reserve.release(cfg.gpuslice, cid):
@@ -288,7 +290,7 @@ class DevicePlugin:
             s.stats.attributes["memory_limit"].CopyFrom(stats_pb2.StatValue(
                 int_numerator_val=limit, unit="MiB", desc="the slice's memory"))
             s.stats.attributes["container"].CopyFrom(stats_pb2.StatValue(
-                string_val=claim.container if not reserve.is_claim(claim.container) else "",
+                string_val=claim.container if claim.container != claim.claim_id else "",
                 desc="the container that holds the slice; empty until one starts"))
             if view.card_seconds is not None:
                 s.stats.attributes["card_time"].CopyFrom(stats_pb2.StatValue(

@@ -80,6 +80,16 @@ int gs_parse_state(const char *data, size_t n, struct gs_state *out)
         fail_value("container id", &v, "in the OCI state " ID_RULE);
         goto out;
     }
+    if (len >= strlen(GPUSLICE_CLAIM_ID_PREFIX) &&
+        memcmp(id, GPUSLICE_CLAIM_ID_PREFIX, strlen(GPUSLICE_CLAIM_ID_PREFIX)) == 0) {
+        /* The plugin's reservations are named so (claim.h): a container
+         * whose starter picked such an id (runc, ctr) would pass for one. */
+        free(id);
+        fail_value("container id", &v, "in the OCI state starts with \"" GPUSLICE_CLAIM_ID_PREFIX
+                   "\", which gpuslice keeps for gpuslice-nomad-device's reservations; start "
+                   "the container under another id");
+        goto out;
+    }
     out->id = id;
     if (gs_json_member(&doc, "pid", &v) && v.type != GS_JSON_NULL) {
         /* An int above int64 is refused too: it could name no process. */
