@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ocihook import accountant, snapshot
 from ocihook.nvml_sample import Sampler
+from ocihook.tenant_text import shown
 
 DEFAULT_PORT = 10463
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -174,14 +175,16 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
                 busy.add_metric(card, c.nvml.utilization)
         cores.add_metric(card, c.cores / 100)
         healthy.add_metric(card, 1 if c.card.healthy else 0)
-        health.add_metric(card + [c.card.health_reason], 1)
+        health.add_metric(card + [shown(c.card.health_reason)], 1)
         if not c.card.healthy and c.card.health_since is not None:
             since.add_metric(card, c.card.health_since)
         xid.add_metric(card, snap.events.count("unhealthy", c.card.uuid, cause="xid"))
         for k in c.containers:
             r = k.reservation
-            labels = [r.container_id, r.name, c.card.uuid, k.profile]
-            info.add_metric(labels + [r.device, r.priority, r.runtime], 1)
+            # Tenant text (the name is an annotation) by text.h's rule: a label
+            # is shown in terminals and dashboards.
+            labels = [r.container_id, shown(r.name), c.card.uuid, shown(k.profile)]
+            info.add_metric(labels + [shown(r.device), r.priority, shown(r.runtime)], 1)
             limit.add_metric(labels, k.limit_bytes)
             if k.used_bytes is not None:
                 cused.add_metric(labels, k.used_bytes)
@@ -202,7 +205,7 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
                                      labels=["result", "reason"])
     admissions.add_metric(["admitted", ""], snap.events.count("admit"))
     for reason, n in sorted(snap.events.by_reason("refuse").items()):
-        admissions.add_metric(["refused", reason], n)
+        admissions.add_metric(["refused", shown(reason)], n)
     releases = CounterMetricFamily("gpuslice_releases", "reservations given back, by why "
                                    "(release: poststop; operator-release: `gpuslice release`; "
                                    "undo: a create that failed after admission)",
