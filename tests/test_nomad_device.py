@@ -278,6 +278,27 @@ def test_bad_input_is_one_line(client: PluginClient, node: Node) -> None:
     assert rows(node.db, "SELECT count(*) FROM reservations") == [(0,)]
 
 
+def test_a_huge_value_gets_a_bounded_error(client: PluginClient, node: Node) -> None:
+    """gRPC carries the error line in a header with a 16 KiB limit, and replaces
+    a longer status with RESOURCE_EXHAUSTED "Stream removed": the line quoting a
+    1 MB setting or a 100 KB device id is cut, keeping its rule and fix. (A
+    million digits as a duration is refused at once, not after minutes of the
+    duration pattern's backtracking.)"""
+    bound = 16 * 1024 // 12  # characters that fit the header however they are encoded
+    said = client('setconfig {"fingerprint_period": "' + "9" * 1_000_000 + '"}')
+    one_line(said, "InvalidArgument", "fingerprint_period '999", "characters left out",
+             "is not a duration from 0.1s to 3600s")
+    assert len(said["error"]) <= bound
+    said = client('setconfig {"config": "/' + "c" * 1_000_000 + '.yaml"}')
+    one_line(said, "InvalidArgument", "/ccc", "characters left out", ".yaml")
+    assert len(said["error"]) <= bound
+    said = client("reserve " + "y" * 100_000)
+    one_line(said, "NotFound", "device id 'yyy", "characters left out",
+             "Nomad places the task again by the next fingerprint")
+    assert len(said["error"]) <= bound
+    assert len(groups(client("fingerprint"))) > 0  # still serving
+
+
 @pytest.mark.parametrize("env, part", [
     ({}, "NOMAD_PLUGIN_MAGIC_COOKIE is not set"),
     ({"NOMAD_PLUGIN_MAGIC_COOKIE": "x"}, "is not Nomad's plugin cookie"),
