@@ -48,8 +48,10 @@ def admit(node: Node, cid: str, device: str, card: str, memory_mib: int,
 def claimed_bundle(node: Node, name: str, token: str) -> Path:
     return node.bundle(name, {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
                               "process": {"user": {"uid": 1000, "gid": 1000},
-                                          "env": ["PATH=/bin", f"GPUSLICE_CLAIM={token}",
-                                                  "GPUSLICE_CLAIM=ignored-second"]}})
+                                          # The last entry is the process's
+                                          # (runc), so the hook's: the first goes.
+                                          "env": ["PATH=/bin", "GPUSLICE_CLAIM=ignored-first",
+                                                  f"GPUSLICE_CLAIM={token}"]}})
 
 
 def claim_events(node: Node) -> List[Dict]:

@@ -21,7 +21,8 @@
 #include "gpuslice/claim.h"
 #include "json.h"
 
-/* The token of process.env's first GPUSLICE_CLAIM= entry: GS_OK and *out
+/* The token of process.env's last GPUSLICE_CLAIM= entry (the one the process
+ * gets): GS_OK and *out
  * (malloc'ed, or NULL when there is none); GS_ERROR with the line when it
  * is not GPUSLICE_CLAIM_TOKEN_LEN lowercase hex digits. process: the config's
  * process object, NULL when there is none. */
