@@ -15,33 +15,13 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Iterator
-
-import pytest
 
 from nomad_harness import PluginClient
 from test_claim_hook import admit, card_uuid, claim_row, claimed_bundle
 from test_hook import Node, err, rows
-from test_nomad_device import groups, ids, next_fingerprint_where, start
-
-
-@pytest.fixture(scope="module")
-def nomad_client() -> Path:
-    from nomad_harness import build_client
-
-    return build_client()
-
-
-@pytest.fixture
-def node(tmp_path: Path, driver_root: Path, fakedriver: Path) -> Node:
-    return Node(tmp_path, driver_root, fakedriver)
-
-
-@pytest.fixture
-def client(nomad_client: Path, node: Node) -> Iterator[PluginClient]:
-    c = start(nomad_client, node)
-    yield c
-    c.close()
+# The plugin's fixtures (the client, the node, a started plugin) are theirs.
+from test_nomad_device import (client, groups, ids, next_fingerprint_where,  # noqa: F401
+                               node, nomad_client, start)
 
 
 def exposition(node: Node) -> str:
