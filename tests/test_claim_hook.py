@@ -131,3 +131,16 @@ def test_a_claim_that_is_not_a_token_is_one_line_and_changes_nothing(node: Node,
     assert "is not a claim (32 lowercase hex digits" in line
     assert rows(node.db, "SELECT count(*) FROM reservations") == [(0,)]
     assert not (node.state_dir / "containers" / "c1").exists()
+
+
+def test_a_starter_chosen_claim_id_is_refused_by_the_hook(node: Node) -> None:
+    for cid in ("claim-mine", claim_row("0" * 32)):
+        res = node.create(cid, "0-6g", pid=os.getpid())
+        assert res.returncode == 2, res.stderr
+        assert err(res) == (f"gpuslice-hook: error: container id \"{cid}\" in the OCI state "
+                            "starts with \"claim-\", which gpuslice keeps for "
+                            "gpuslice-nomad-device's reservations; start the container under "
+                            "another id")
+    assert rows(node.db, "SELECT count(*) FROM reservations") == [(0,)]
+    # An id that only contains the word is any container's.
+    assert node.create("my-claim-1", "0-6g", pid=os.getpid()).returncode == 0

@@ -20,7 +20,7 @@ import pytest
 
 from exporter_node import Exporter, Node, samples
 from fakehost import build_hook, fake_gpu
-from test_hook import Node as HookNode, rows
+from test_hook import Node as HookNode
 from test_top import Tmux
 
 # What the issue names and must never pass (this test's own list, apart from
