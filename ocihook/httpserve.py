@@ -8,7 +8,7 @@ request line or headers stalls every scrape for as long as it likes. Here:
   (a connection beyond that is closed at once: threads stay bounded);
 - every read and write of a connection times out after IO_TIMEOUT_S, and the
   request line and headers must all arrive within REQUEST_DEADLINE_S (a client
-  that sends a byte now and then is cut off too);
+  that sends a byte now and then is cut off too, by one watchdog thread);
 - the application itself runs on one worker thread, one request after another,
   so the collector's SQLite connection and NVML stay on a single thread.
 """
@@ -17,8 +17,9 @@ from __future__ import annotations
 import socket
 import socketserver
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Tuple
+from typing import Any, Callable, Dict, Iterable, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 MAX_CLIENTS = 64
@@ -33,27 +34,19 @@ class _Handler(WSGIRequestHandler):
     # The body goes out in one piece: with Nagle its tail waits for the
     # scraper's delayed ACK, which cost ~10 ms a scrape on loopback.
     disable_nagle_algorithm = True
+    server: "_Server"
 
     def setup(self) -> None:
         super().setup()
-        self._deadline = threading.Timer(REQUEST_DEADLINE_S, self._cut)
-        self._deadline.daemon = True
-        self._deadline.start()
-
-    def _cut(self) -> None:
-        # Wakes the thread blocked in recv(); it then ends the connection.
-        try:
-            self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self.server.reading(self.connection)
 
     def parse_request(self) -> bool:
         ok = super().parse_request()
-        self._deadline.cancel()  # the request is in: what is left is ours to answer
+        self.server.read(self.connection)  # the request is in: the rest is ours to answer
         return ok
 
     def finish(self) -> None:
-        self._deadline.cancel()
+        self.server.read(self.connection)
         try:
             super().finish()
         except OSError:
@@ -66,10 +59,38 @@ class _Handler(WSGIRequestHandler):
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = MAX_CLIENTS
 
     def __init__(self, address: Tuple[str, int], handler: type) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        # Connections still reading their request, with their deadlines: one
+        # watchdog thread for all of them cuts those that pass it.
+        self._deadlines: Dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
         super().__init__(address, handler)
+        threading.Thread(target=self._watch, name="request-deadlines", daemon=True).start()
+
+    def reading(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._deadlines[conn] = time.monotonic() + REQUEST_DEADLINE_S
+
+    def read(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._deadlines.pop(conn, None)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.25)
+            now = time.monotonic()
+            with self._lock:
+                late = [c for c, t in self._deadlines.items() if t <= now]
+                for c in late:
+                    del self._deadlines[c]
+            for c in late:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)  # wakes its thread's recv(): it ends
+                except OSError:
+                    pass
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
