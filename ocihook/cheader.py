@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Dict, Union
 
 # Every shared header, in the order cffi reads them (none includes another).
-HEADERS = ("region.h", "cardfile.h", "statedir.h", "statedb.h", "cdicache.h", "claim.h")
+HEADERS = ("region.h", "cardfile.h", "statedir.h", "statedb.h", "cdicache.h", "claim.h",
+           "text.h")
 _DIRS = (
     Path(__file__).resolve().parent / "native",  # an installed package
     Path(__file__).resolve().parent.parent / "native" / "include" / "gpuslice",  # the tree

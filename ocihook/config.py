@@ -190,7 +190,8 @@ def parse_cores_limit(value: Any) -> int:
 
 def _value_error(source: str, doc: Any) -> Optional[str]:
     """The first value that breaks a rule of its own, said with its fix:
-    memory_overcommit, a path with a NUL in it, and a profile's memory, cores
+    memory_overcommit, a path with a NUL or another control character (a
+    newline) in it, and a profile's memory, cores
     and priority. Looked for before the schema is, whose type and enum messages
     name the rule but not what to write instead; what is not a mapping, or not
     a list of mappings, is left to the schema."""
@@ -204,9 +205,17 @@ def _value_error(source: str, doc: Any) -> Optional[str]:
             except ConfigError as e:
                 return f"{source}: {e}"
     for key in PATH_KEYS:
-        if isinstance(doc.get(key), str) and "\0" in doc[key]:
-            return (f"{source}: {key}: {doc[key]!r} holds a NUL character, which no path "
-                    "can; remove it")
+        value = doc.get(key)
+        bad = next((c for c in value if ord(c) < 0x20 or c == "\x7f"), None) \
+            if isinstance(value, str) else None
+        if bad == "\0":
+            return f"{source}: {key}: {value!r} holds a NUL character, which no path can; remove it"
+        if bad is not None:
+            # A path goes into hook arguments, CDI specs and log lines: a
+            # newline there would split them.
+            return (f"{source}: {key}: {value!r} holds the control character {bad!r}, which "
+                    "no path of gpuslice's may hold (it is written into CDI specs, hook "
+                    "arguments and log lines); remove it")
     items = doc.get("profiles")
     for i, item in enumerate(items if isinstance(items, list) else []):
         if not isinstance(item, dict):
@@ -292,6 +301,12 @@ def parse_text(text: str, source: str) -> Config:
 def parse_document(text: str, source: str) -> Any:
     from cdi import yamlin
 
+    if text.startswith("\ufeff"):
+        # YAML readers differ on a BOM (some take it as part of the first key):
+        # the file is refused rather than read one way here, another elsewhere.
+        raise ConfigError(f"{source}: the file starts with a byte-order mark (bytes EF BB BF), "
+                          "which a configuration may not hold; save the file as UTF-8 "
+                          "without a BOM")
     try:
         doc = yamlin.load(text)
     except yamlin.YamlError as e:

@@ -5,14 +5,18 @@ A custom prometheus_client collector takes one snapshot (ocihook/snapshot.py)
 per scrape: the accountant opened read-only (WAL: the hook's writes never
 wait for a scrape), every container's region, NVML. The registry holds that
 collector alone (no process or platform collectors: this is a node's
-exporter, not an application's). Scrapes are served one at a time by a
-plain WSGI server, so the collector's SQLite connection and NVML are only
-ever used by one thread.
+exporter, not an application's). Connections are read concurrently, with
+timeouts and a bound on their count, but scrapes are collected one at a
+time on one thread (ocihook/httpserve.py), so the collector's SQLite
+connection and NVML are only ever used by that thread. A scrape that fails
+for a reason of no source (a module missing, a bug) still answers: every
+source 0, and one line in the log naming the cause.
 """
 from __future__ import annotations
 
 import ipaddress
 import sys
+import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -20,12 +24,14 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ocihook import accountant, snapshot
 from ocihook.nvml_sample import Sampler
+from ocihook.tenant_text import shown
 from ocihook.version import version
 
 DEFAULT_PORT = 10463
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 CARD_LABELS = ["index", "uuid", "model"]
 CONTAINER_LABELS = ["container_id", "name", "card_uuid", "profile"]
+SCRAPE = "scrape"  # the problems' key of a scrape that failed as a whole
 
 
 class ListenError(ValueError):
@@ -76,7 +82,13 @@ class NodeCollector(Collector):
 
     def snapshot(self) -> snapshot.Snapshot:
         acct, why = self._accountant()
-        snap = snapshot.take(self.state_dir, acct, self.sampler, self.events)
+        try:
+            snap = snapshot.take(self.state_dir, acct, self.sampler, self.events)
+        except Exception as e:  # noqa: BLE001 - a scrape answers whatever broke
+            # Served as every source down, with the cause in the log, rather
+            # than prometheus_client's bare HTTP 500.
+            snap = snapshot.Snapshot(time.monotonic(), events=self.events)
+            snap.problems[SCRAPE] = f"the scrape failed: {type(e).__name__}: {e}"
         if why:
             snap.problems["accountant"] = why
         self.last_problems = dict(snap.problems)
@@ -97,7 +109,7 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
     up = _gauge("gpuslice_source_up", "1 if the source (accountant, nvml) was read at this "
                 "scrape, 0 if not (the exporter's log and `gpuslice status` say why)", ["source"])
     for source in ("accountant", "nvml"):
-        up.add_metric([source], 0 if source in snap.problems else 1)
+        up.add_metric([source], 0 if source in snap.problems or SCRAPE in snap.problems else 1)
 
     total = _gauge("gpuslice_card_memory_total_bytes", "the card's memory", CARD_LABELS)
     reserved = _gauge("gpuslice_card_memory_reserved_bytes",
@@ -155,14 +167,16 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
                 busy.add_metric(card, c.nvml.utilization)
         cores.add_metric(card, c.cores / 100)
         healthy.add_metric(card, 1 if c.card.healthy else 0)
-        health.add_metric(card + [c.card.health_reason], 1)
+        health.add_metric(card + [shown(c.card.health_reason)], 1)
         if not c.card.healthy and c.card.health_since is not None:
             since.add_metric(card, c.card.health_since)
         xid.add_metric(card, snap.events.count("unhealthy", c.card.uuid, cause="xid"))
         for k in c.containers:
             r = k.reservation
-            labels = [r.container_id, r.name, c.card.uuid, k.profile]
-            info.add_metric(labels + [r.device, r.priority, r.runtime], 1)
+            # Tenant text (the name is an annotation) by text.h's rule: a label
+            # is shown in terminals and dashboards.
+            labels = [r.container_id, shown(r.name), c.card.uuid, shown(k.profile)]
+            info.add_metric(labels + [shown(r.device), r.priority, shown(r.runtime)], 1)
             limit.add_metric(labels, k.limit_bytes)
             if k.used_bytes is not None:
                 cused.add_metric(labels, k.used_bytes)
@@ -183,7 +197,7 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
                                      labels=["result", "reason"])
     admissions.add_metric(["admitted", ""], snap.events.count("admit"))
     for reason, n in sorted(snap.events.by_reason("refuse").items()):
-        admissions.add_metric(["refused", reason], n)
+        admissions.add_metric(["refused", shown(reason)], n)
     releases = CounterMetricFamily("gpuslice_releases", "reservations given back, by why "
                                    "(release: poststop; operator-release: `gpuslice release`; "
                                    "undo: a create that failed after admission)",
@@ -206,9 +220,9 @@ def registry(collector: NodeCollector) -> CollectorRegistry:
 
 def serve(state_dir: str, database: str, driver_root: str, listen: Tuple[str, int]) -> None:
     """Serve /metrics until killed. Problems of a source are logged once per change."""
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
     from prometheus_client import make_wsgi_app
+
+    from ocihook import httpserve
 
     collector = NodeCollector(state_dir, database, Sampler(driver_root))
     app = make_wsgi_app(registry(collector))
@@ -226,24 +240,8 @@ def serve(state_dir: str, database: str, driver_root: str, listen: Tuple[str, in
             del told[source]
         return out
 
-    class Quiet(WSGIRequestHandler):
-        # The body goes out in one piece: with Nagle its tail waits for the
-        # scraper's delayed ACK, which cost ~10 ms a scrape on loopback.
-        disable_nagle_algorithm = True
-
-        def log_message(self, *args: object) -> None:
-            pass  # one line per scrape would fill the journal
-
-    server_class = WSGIServer
     addr, port = listen
-    if ":" in addr:
-        import socket
-
-        class V6(WSGIServer):
-            address_family = socket.AF_INET6
-
-        server_class = V6
-    httpd = make_server(addr, port, logged, server_class=server_class, handler_class=Quiet)
+    httpd = httpserve.make(addr, port, logged)
     print(f"gpuslice exporter: serving http://{'[' + addr + ']' if ':' in addr else addr}:"
           f"{httpd.server_port}/metrics", file=sys.stderr, flush=True)
     httpd.serve_forever()

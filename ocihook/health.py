@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional
 
 from cdi import driverfiles, nvml
-from ocihook import accountant
+from ocihook import accountant, logsummary
 
 APPLICATION_XIDS: FrozenSet[int] = frozenset({13, 31, 43, 45, 68, 109})
 
@@ -102,6 +102,11 @@ class Watcher:
         self.driver_root = driver_root
         self.ignored = frozenset(ignored_xids)
         self._last_error = ""
+        # Applications' XIDs are the tenants' to raise: a budget of lines a card.
+        self._app_xids = logsummary.Summarised(
+            log, lambda where, n, tally: f"health: {where}: {n} more application XIDs in "
+                                         f"{logsummary.WINDOW_S:g} s (XID {tally}); the card "
+                                         "stays in service")
 
     def run(self, stop: Callable[[], bool]) -> None:
         """Watch until stop(); an error of NVML or the database is one line in the
@@ -156,11 +161,13 @@ class Watcher:
                     raise _Rebuild() from None
                 if data is not None:
                     self._event(acct, watched, data)
+                self._app_xids.flush()
                 if time.monotonic() - last_poll >= POLL_S:
                     last_poll = time.monotonic()
                     if self._poll(lib, acct, watched):
                         raise _Rebuild()
         finally:
+            self._app_xids.flush(everything=True)
             if es is not None:
                 try:
                     lib.event_set_free(es)
@@ -218,8 +225,9 @@ class Watcher:
         where = f"card {card.index} {card.uuid}" if card else f"device {data.device:#x}"
         if sick is None:
             if data.eventType & nvml.EVENT_XID_CRITICAL:
-                self.log(f"health: {where}: XID {data.eventData}, an application's "
-                         "error; the card stays in service")
+                self._app_xids.say(where, f"health: {where}: XID {data.eventData}, an "
+                                   "application's error; the card stays in service",
+                                   str(data.eventData))
             return
         if card is None:
             self.log(f"health: {sick.words} on an NVML device not watched; ignored")

@@ -2,8 +2,11 @@
 found in the accountant's books, and the hook's arguments for it.
 
 CONTAINER is a full container id, the name the engine recorded for it
-(reservations.name), or a prefix of an id of at least MIN_PREFIX characters
-that only one container has. The check itself (the card, the container's
+(reservations.name), or a prefix of an id of at least MIN_PREFIX characters.
+A full id wins; otherwise names and id prefixes are matched together and
+must find exactly one container: a name is chosen by the tenant (an
+annotation) and may equal another container's short id, so two matches are
+refused with the candidates listed, never resolved by an order. The check itself (the card, the container's
 use) is gpuslice-hook resize's, the one writer of reservations.
 """
 from __future__ import annotations
@@ -19,29 +22,29 @@ class ResizeError(ValueError):
     """A request that names no container, or a bad figure; one line."""
 
 
-def _short(ids: List[str]) -> str:
-    return ", ".join(sorted({i[:12] for i in ids}))
-
-
 def find(acct: accountant.Accountant, container: str) -> List[accountant.Reservation]:
     """The rows of the one container `container` names (see the module's docstring)."""
     rows = [r for u in acct.usage() for r in u.reservations]
     by_id = [r for r in rows if r.container_id == container]
     if by_id:
-        return by_id
+        return by_id  # a full id is the engine's, never the tenant's choice of name
+    # A name is the tenant's own (an annotation it sets): it may equal another
+    # container's id prefix, so a name and a prefix are weighed together and
+    # anything they match twice is refused, never guessed.
     named = {r.container_id for r in rows if r.name and r.name == container}
-    if len(named) > 1:
-        raise ResizeError(f"container name {container!r} is recorded for {len(named)} "
-                          f"containers ({_short(list(named))}); name one by its id")
-    if named:
-        return [r for r in rows if r.container_id in named]
-    prefixed = {r.container_id for r in rows if r.container_id.startswith(container)}
-    if len(container) >= MIN_PREFIX and len(prefixed) == 1:
-        return [r for r in rows if r.container_id in prefixed]
-    if len(container) >= MIN_PREFIX and prefixed:
-        raise ResizeError(f"container {container!r} is the start of {len(prefixed)} ids "
-                          f"({_short(list(prefixed))}); give more of the id")
-    if prefixed:
+    long_enough = len(container) >= MIN_PREFIX
+    prefixed = {r.container_id for r in rows
+                if long_enough and r.container_id.startswith(container)}
+    found = named | prefixed
+    if len(found) == 1:
+        return [r for r in rows if r.container_id in found]
+    if found:
+        how = ", ".join(f"{cid[:12]} ({'name' if cid in named else 'id prefix'}"
+                        f"{' and id prefix' if cid in named and cid in prefixed else ''})"
+                        for cid in sorted(found))
+        raise ResizeError(f"container {container!r} matches {len(found)} containers ({how}); "
+                          "name one by its full id (`gpuslice status` lists them)")
+    if any(r.container_id.startswith(container) for r in rows):
         raise ResizeError(f"container {container!r} is under {MIN_PREFIX} characters; give "
                           f"at least {MIN_PREFIX} of its id, or its full id or name")
     raise ResizeError(f"container {container!r} holds nothing: no id, id prefix or recorded "

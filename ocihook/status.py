@@ -18,6 +18,7 @@ from cdi.profiles import DEFAULT_PRIORITY
 from ocihook import accountant, snapshot
 from ocihook.config import Config
 from ocihook.policy import Policy
+from ocihook.tenant_text import shown
 
 MIB = 1024 * 1024
 
@@ -27,7 +28,8 @@ def _container(cfg: Config, r: accountant.Reservation, card: accountant.Card,
     claim = snapshot.region_claim(snapshot.read_region(cfg.state_dir, r.container_id), card)
     used = claim.used_bytes // MIB if claim.used_bytes is not None else None
     cards = gangs.get((r.container_id, r.device))
-    return {"id": r.container_id, "name": r.name, "device": r.device,
+    # The name is the tenant's (an annotation): shown by text.h's rule.
+    return {"id": r.container_id, "name": shown(r.name), "device": shown(r.device),
             "gang": {"slices": len(cards), "slot": r.slot, "cards": cards} if cards else None,
             "memory_mib": r.memory_mib, "cores": r.cores, "priority": r.priority,
             "exclusive": r.exclusive, "used_mib": used, "region": claim.state,
@@ -70,7 +72,7 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
         used = sum(c["used_mib"] for c in containers if c["used_mib"] is not None)
         capacity = policy.capacity_mib(u.card.total_mib)
         cards.append({"index": u.card.index, "uuid": u.card.uuid, "name": u.card.name,
-                      "healthy": u.card.healthy, "health_reason": u.card.health_reason,
+                      "healthy": u.card.healthy, "health_reason": shown(u.card.health_reason),
                       "health_since": u.card.health_since, "mig": u.card.mig,
                       "pci_bus_id": u.card.pci_bus_id, "numa_node": u.card.numa_node,
                       "cpu_affinity": u.card.cpu_affinity,

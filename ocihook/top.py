@@ -15,6 +15,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from ocihook import snapshot
+from ocihook.tenant_text import shown
 from ocihook.nvml_sample import Sampler
 
 MIB = snapshot.MIB
@@ -67,7 +68,8 @@ def frame(snap: snapshot.Snapshot, prev: Optional[snapshot.Snapshot],
         if not c.card.healthy:
             since = (time.strftime(" since %Y-%m-%d %H:%M", time.localtime(c.card.health_since))
                      if c.card.health_since else "")
-            lines.append(f"  out of service{since}: {c.card.health_reason or 'no reason recorded'}")
+            lines.append(f"  out of service{since}: "
+                         f"{shown(c.card.health_reason) or 'no reason recorded'}")
         if not c.containers:
             continue
         lines.append(HEADER)
@@ -79,8 +81,9 @@ def frame(snap: snapshot.Snapshot, prev: Optional[snapshot.Snapshot],
             used_mib = "?" if k.used_bytes is None else str(k.used_bytes // MIB)
             mem = f"{used_mib}/{k.limit_bytes // MIB}"
             cap = f"{_pct(card)}/{k.core_limit}%" if k.core_limit else "no cap"
-            lines.append(f"  {r.container_id[:12]:<12} {_cut(r.name or '-', 10):<10} "
-                         f"{_cut(k.profile, 8):<8} {mem:>13} {cap:>9} "
+            # The name is the tenant's (an annotation): shown by text.h's rule.
+            lines.append(f"  {r.container_id[:12]:<12} {_cut(shown(r.name) or '-', 10):<10} "
+                         f"{_cut(shown(k.profile), 8):<8} {mem:>13} {cap:>9} "
                          f"{_pct(slept) if k.core_limit else '-':>6} {r.priority:<6}")
             if k.claim.problem:
                 lines.append(f"    region {k.claim.state.upper()}: {k.claim.problem}")

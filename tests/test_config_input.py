@@ -9,6 +9,7 @@ reader that blocks fails its test instead of holding the suite.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -186,7 +187,26 @@ def test_a_path_with_a_nul_is_refused(tmp_path):
     refused_both_ways(path, "state_dir: '/run/gpu\\x00slice' holds a NUL character")
 
 
+@pytest.mark.parametrize("key", ["state_dir", "database", "spec_dir"])
+@pytest.mark.parametrize("char, shown", [("\n", "'\\n'"), ("\r", "'\\r'"),
+                                         ("\x1b", "'\\x1b'")])
+def test_a_path_with_a_newline_or_control_is_refused(tmp_path, key, char, shown):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"{key}: {json.dumps('/run/gpu' + char + 'slice')}\n")
+    refused_both_ways(path, f"{key}: '/run/gpu{shown[1:-1]}slice' holds the control character "
+                      f"{shown}, which no path of gpuslice's may hold", "; remove it")
+
+
 # -- the file itself ------------------------------------------------------------
+
+def test_a_file_starting_with_a_byte_order_mark_is_refused(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"\xef\xbb\xbfmemory_overcommit: 1.0\n")
+    refused_both_ways(path, "the file starts with a byte-order mark (bytes EF BB BF), which a "
+                      "configuration may not hold; save the file as UTF-8 without a BOM")
+    path.write_bytes(b"memory_overcommit: 1.0\n")
+    assert gpuslice("config", "check", str(path)).returncode == 0
+
 
 def test_a_file_that_is_not_utf8(tmp_path):
     path = tmp_path / "config.yaml"

@@ -1145,6 +1145,8 @@ def test_clean_build_copy(tmp_path: Path) -> None:
     shutil.copytree(INCLUDE, tmp_path / "native" / "shim" / "include")
     shutil.copytree(FAKEDRIVER_DIR.parent.parent / "native" / "hook" / "common",
                     tmp_path / "native" / "hook" / "common")  # the JSON parser it links
+    shutil.copytree(FAKEDRIVER_DIR.parent.parent / "native" / "include",
+                    tmp_path / "native" / "include")  # the shared headers common/ includes
     build = subprocess.run(["make", "-C", str(copy)], capture_output=True, text=True)
     assert build.returncode == 0, build.stdout + build.stderr
     assert "-Werror" in build.stdout

@@ -1,7 +1,8 @@
 """The parsers of hostile input, fuzzed: native/hook/fuzz/ holds a libFuzzer
 harness for each (json.c; the OCI state and config.json as the hook reads
 them, oci.c; config.json as gpuslice-runtime reads it, runtime_request.c,
-and as it applies CDI edits to it, runtime/apply.c),
+and as it applies CDI edits to it, runtime/apply.c; a tenant's text made fit
+for a terminal, common/text.c),
 built with clang under ASan and UBSan (`make -C native/hook fuzz`).
 
 Each harness replays its seed corpus (native/hook/fuzz/corpus/<name>: the
@@ -25,8 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 HOOK = REPO / "native" / "hook"
 BUILD = HOOK / "build-fuzz"
 CORPUS = HOOK / "fuzz" / "corpus"
-HARNESSES = ["json", "oci_state", "oci_config", "runtime_request", "runtime_apply"]
-# Bounds for one harness (five of them: about two minutes in all).
+HARNESSES = ["json", "oci_state", "oci_config", "runtime_request", "runtime_apply",
+             "tenant_text"]
+# Bounds for one harness (six of them: about two and a half minutes in all).
 SECONDS = 25
 RUNS = 3_000_000
 

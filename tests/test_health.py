@@ -181,6 +181,32 @@ def test_an_applications_xid_leaves_the_card_in_service(host: Host) -> None:
     watch.stop()
 
 
+def test_a_flood_of_application_xids_is_summarised(host: Host) -> None:
+    """A tenant can fault on purpose as often as it likes: the journal gets the
+    first lines of a minute for a card, then one line that counts the rest
+    (said at the latest when the watcher stops), never one line per XID."""
+    from ocihook import logsummary
+
+    watch = Watch(host)
+    rounds, per_round = 10, 60  # the fake NVML's event set holds 64: a round fits
+    for r in range(rounds):
+        with watch.events.open("a") as f:
+            f.write("".join(f"xid 0 {13 if i % 2 else 31}\n" for i in range(per_round)))
+            f.write("xid 1 79\n")  # read after the round: said for card 1 every time
+        assert until(lambda: sum("XID 79" in ln for ln in watch.lines) == r + 1, 30), \
+            watch.lines[-5:]
+    lines = watch.stop()
+    said = [ln for ln in lines if "an application's error" in ln]
+    assert len(said) == logsummary.BURST
+    [summary] = [ln for ln in lines if "more application XIDs" in ln]
+    n = rounds * per_round - logsummary.BURST
+    assert summary == (f"gpuslice: health: card 0 {cards(host)[0].uuid}: {n} more application "
+                       f"XIDs in 60 s (XID 13 \u00d7{n // 2}, 31 \u00d7{n // 2}); the card "
+                       "stays in service")
+    assert len(lines) < 2 * rounds + logsummary.BURST + 5, len(lines)
+    assert cards(host)[0].healthy
+
+
 def test_a_lost_card_is_marked_and_the_others_still_watched(host: Host) -> None:
     watch = Watch(host)
     watch.inject("lost 1")

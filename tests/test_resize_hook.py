@@ -383,10 +383,11 @@ def test_the_cli_says_what_is_wrong_in_one_line_and_changes_nothing(node: Node) 
          "recorded name matches; `gpuslice status` lists what is held"),
         (["abc", "--memory", "1g"], "container 'abc' is under 4 characters; give at least 4 of "
          "its id, or its full id or name"),
-        (["abcd", "--memory", "1g"], "container 'abcd' is the start of 2 ids (abcd11111111, "
-         "abcd22222222); give more of the id"),
-        (["same", "--memory", "1g"], "container name 'same' is recorded for 2 containers "
-         "(abcd11111111, abcd22222222); name one by its id"),
+        (["abcd", "--memory", "1g"], "container 'abcd' matches 2 containers (abcd11111111 (id "
+         "prefix), abcd22222222 (id prefix)); name one by its full id (`gpuslice status` lists "
+         "them)"),
+        (["same", "--memory", "1g"], "container 'same' matches 2 containers (abcd11111111 "
+         "(name), abcd22222222 (name)); name one by its full id (`gpuslice status` lists them)"),
         ([a, "--memory", "1000m"], "--memory: memory '1000m (1000 MiB)' is not a multiple of 128 "
          "MiB"),
         ([a, "--memory", "lots"], "--memory: memory 'lots' is not a size; use e.g. 4GiB, "

@@ -13,12 +13,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, NoReturn, Optional, Tuple
 
 import grpc
 from google.protobuf import timestamp_pb2
 
 from ocihook import accountant, snapshot
+from ocihook.messages import bounded
 from ocihook.nomad import offers, reserve, settings
 from ocihook.nomad.proto import attribute_pb2, base_pb2, device_pb2, stats_pb2
 
@@ -29,6 +30,7 @@ PLUGIN_NAME = "gpuslice"
 API_VERSIONS = ("v0.1.0",)
 DEFAULT_STATS_INTERVAL_S = 1.0
 MIB = 1024 * 1024
+MAX_ERROR_CHARS = 1000  # 12 KB at most on the wire, under gRPC's 16 KiB of metadata
 
 
 def plugin_version() -> str:
@@ -41,8 +43,18 @@ def plugin_version() -> str:
 
 
 def log(line: str) -> None:
-    """One line on stderr, which go-plugin's client copies into Nomad's log."""
-    print(f"gpuslice-nomad-device: {line}", file=sys.stderr, flush=True)
+    """One line on stderr, which go-plugin's client copies into Nomad's log;
+    bounded as an error is."""
+    print(f"gpuslice-nomad-device: {bounded(line, MAX_ERROR_CHARS)}", file=sys.stderr,
+          flush=True)
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    """End the call with one line, bounded: gRPC sends it as a header (grpc-message,
+    percent-encoded: up to 12 bytes a character) and replaces a status over its
+    16 KiB metadata limit with RESOURCE_EXHAUSTED "Stream removed", losing the line."""
+    context.abort(code, bounded(message, MAX_ERROR_CHARS))
+    raise AssertionError("unreachable: context.abort raises")
 
 
 @dataclass
@@ -84,13 +96,13 @@ class DevicePlugin:
                   ) -> base_pb2.SetConfigResponse:
         version = request.plugin_api_version
         if version and version not in API_VERSIONS:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                           f"gpuslice-nomad-device: error: plugin_api_version {version!r} is not "
                           f"one this plugin speaks ({', '.join(API_VERSIONS)})")
         try:
             parsed = settings.parse(request.msgpack_config)
         except settings.SettingsError as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"gpuslice-nomad-device: error: {e}")
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"gpuslice-nomad-device: error: {e}")
         with self._changed:
             self._settings = parsed
             self._changed.notify_all()
@@ -139,8 +151,10 @@ class DevicePlugin:
         return usage, policy
 
     def _give_back_stale(self, cfg: settings.Settings, usage: List[accountant.CardUsage]) -> bool:
-        rows = [(r.container_id, r.created) for u in usage for r in u.reservations]
-        stale = reserve.stale_claims(rows, time.time(), cfg.claim_timeout)
+        rows = [(r.container_id, r.pid, r.created) for u in usage for r in u.reservations]
+        # A claim a container took over has its container's id now, not ours.
+        mine = {c.claim_id for c in self._claims.values() if c.container == c.claim_id}
+        stale = reserve.stale_claims(rows, mine, time.time(), cfg.claim_timeout)
         for cid in stale:
             try:
                 if reserve.release(cfg.gpuslice, cid):
@@ -212,7 +226,7 @@ class DevicePlugin:
                 ) -> device_pb2.ReserveResponse:
         ids = list(request.device_ids)
         if len(ids) != 1:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                           f"gpuslice-nomad-device: error: Reserve of {len(ids)} instances "
                           f"({', '.join(ids) or 'none'}): a task gets one slice; ask for it with "
                           "count = 1 (a bigger profile gives more memory)")
@@ -220,17 +234,17 @@ class DevicePlugin:
             try:
                 cfg = self._current()
             except settings.SettingsError as e:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                _abort(context, grpc.StatusCode.FAILED_PRECONDITION,
                               f"gpuslice-nomad-device: error: {e}")
             inst = self._offers.find(ids[0])
             if inst is None:
-                context.abort(grpc.StatusCode.NOT_FOUND,
+                _abort(context, grpc.StatusCode.NOT_FOUND,
                               f"gpuslice-nomad-device: error: device id {ids[0]!r} is not an "
                               "instance this plugin offers now (reserved already, withdrawn as "
                               "its card filled, or never offered); Nomad places the task again "
                               "by the next fingerprint")
             if not inst.healthy:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                _abort(context, grpc.StatusCode.FAILED_PRECONDITION,
                               f"gpuslice-nomad-device: error: device id {ids[0]!r}: card "
                               f"{inst.card.index} is out of service "
                               f"({inst.card.health_reason or 'no reason recorded'})")
@@ -240,7 +254,7 @@ class DevicePlugin:
                 code = grpc.StatusCode.RESOURCE_EXHAUSTED if e.refused else \
                     grpc.StatusCode.FAILED_PRECONDITION
                 self._changed.notify_all()  # the offers were stale: recompute now
-                context.abort(code, str(e))
+                _abort(context, code, str(e))
             self._offers.retire(inst.id)
             cid = reserve.claim_id(token)
             self._claims[inst.id] = Claim(inst, cid, cid)
@@ -288,7 +302,7 @@ class DevicePlugin:
             s.stats.attributes["memory_limit"].CopyFrom(stats_pb2.StatValue(
                 int_numerator_val=limit, unit="MiB", desc="the slice's memory"))
             s.stats.attributes["container"].CopyFrom(stats_pb2.StatValue(
-                string_val=claim.container if not reserve.is_claim(claim.container) else "",
+                string_val=claim.container if claim.container != claim.claim_id else "",
                 desc="the container that holds the slice; empty until one starts"))
             if view.card_seconds is not None:
                 s.stats.attributes["card_time"].CopyFrom(stats_pb2.StatValue(

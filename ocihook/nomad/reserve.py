@@ -7,10 +7,15 @@ both have the last room. The row is held under ``claim-<token>`` with the
 plugin's pid (a reservation of a plugin that died is reclaimed by the next
 admission, as a dead container's is) until the task's container takes it
 over: its env carries ``GPUSLICE_CLAIM=<token>`` and its create hook renames
-the row to itself (native/hook/hook/claim.h). A claim no container took within
-``claim_timeout`` is given back (``gpuslice-hook release``): Nomad's device
-API has no unreserve, so an allocation that never started would otherwise hold
-its slice while the plugin lives.
+the row to itself (native/hook/hook/claim.h). The row's id is
+``claim-<SHA-256 of the token>``: ids are shown (the exporter's labels,
+``gpuslice status``, events), the token must not be, and the hash does not
+give it back. A claim no container took within ``claim_timeout`` is given
+back (``gpuslice-hook release``): Nomad's device API has no unreserve, so an
+allocation that never started would otherwise hold its slice while the
+plugin lives. Only a row this plugin process made and still holds (under
+the claim id it made, with its pid) is ever given back: the prefix alone
+proves nothing, since some starters pick their container's id.
 
 The task gets ``GPUSLICE=<card>-<profile>`` (what ``runtime = "gpuslice"``
 serves: the device's CDI edits and its hooks), the token and the slice's
@@ -20,11 +25,12 @@ path, as the CDI rules do).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import subprocess
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 from cdi.registry import Registry, ResolveError
 from cdi import names
@@ -54,11 +60,8 @@ def new_token() -> str:
 
 
 def claim_id(token: str) -> str:
-    return CLAIM_ID_PREFIX + token
-
-
-def is_claim(container_id: str) -> bool:
-    return container_id.startswith(CLAIM_ID_PREFIX)
+    """The reservation's id for token: its hash, never the token (see above)."""
+    return CLAIM_ID_PREFIX + hashlib.sha256(token.encode()).hexdigest()
 
 
 def _hook(cfg: Config, args: Sequence[str]) -> "subprocess.CompletedProcess[str]":
@@ -79,7 +82,7 @@ def _last_line(text: str) -> str:
 
 
 def admit(cfg: Config, inst: Instance, token: str) -> None:
-    """The slice of inst, held as claim-<token> for this process."""
+    """The slice of inst, held as claim_id(token) for this process."""
     p = inst.profile
     res = _hook(cfg, ["admit", "--id", claim_id(token), "--device", inst.device,
                       "--card", inst.card.uuid, "--memory-mib", str(p.memory_mib),
@@ -141,10 +144,13 @@ def container_reservation(inst: Instance, token: str, edits: Edits
     return device_pb2.ContainerReservation(envs=envs, devices=edits.devices, mounts=edits.mounts)
 
 
-def stale_claims(rows: Sequence[Tuple[str, float]], now: float, timeout: float
-                 ) -> List[str]:
-    """Of (container id, created) rows, the claims older than timeout."""
-    return sorted({cid for cid, created in rows if is_claim(cid) and now - created > timeout})
+def stale_claims(rows: Sequence[Tuple[str, Optional[int], float]], mine: Set[str], now: float,
+                 timeout: float) -> List[str]:
+    """Of (container id, pid, created) rows, the claims older than timeout that
+    this process made (their ids in `mine`) and still holds (its pid)."""
+    me = os.getpid()
+    return sorted({cid for cid, pid, created in rows
+                   if cid in mine and pid == me and now - created > timeout})
 
 
 def reserve(cfg: Config, inst: Instance, token: Optional[str] = None

@@ -37,6 +37,7 @@ DEFAULTS: Dict[str, str] = {"config": "", "fingerprint_period": "5s", "claim_tim
 BOUNDS = {"fingerprint_period": (0.1, 3600.0), "claim_timeout": (1.0, 86400.0)}
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+MAX_DURATION_CHARS = 32  # 1h0m0.000000001s is 16
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 
 
@@ -63,7 +64,10 @@ def parse_duration(key: str, value: object) -> float:
     low, high = BOUNDS[key]
     rule = (f"plugin config {key} {value!r} is not a duration from {low:g}s to {high:g}s "
             "(Go's form: 500ms, 5s, 1m30s)")
-    if not isinstance(value, str) or not value or _PART.sub("", value) != "":
+    # Bounded first: _PART backtracks over a long run of digits (quadratic: a
+    # setting of a million digits held the plugin for minutes).
+    if not isinstance(value, str) or not value or len(value) > MAX_DURATION_CHARS or \
+            _PART.sub("", value) != "":
         raise SettingsError(rule)
     seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(value))
     if not low <= seconds <= high:

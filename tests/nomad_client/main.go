@@ -154,6 +154,8 @@ func main() {
 	defer cancel()
 	var fp, st *stream
 	in := bufio.NewScanner(os.Stdin)
+	// Lines of megabytes: the plugin must answer a huge value with a bounded error.
+	in.Buffer(make([]byte, 64*1024), 16<<20)
 	for in.Scan() {
 		verb, arg := in.Text(), ""
 		if i := strings.IndexByte(verb, ' '); i >= 0 {

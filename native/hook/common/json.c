@@ -4,6 +4,7 @@
  * document, so they can be simple and never fail; the writers escape.
  */
 #include "json.h"
+#include "text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +12,7 @@
 
 /* ---------------------------------------------------------------- UTF-8 */
 
-/* The length of the UTF-8 sequence at s[0..n), or 0 if none starts there
- * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
- * *cp: its code point. */
-static size_t utf8_at(const unsigned char *s, size_t n, unsigned *cp)
+size_t gs_utf8_at(const unsigned char *s, size_t n, unsigned *cp)
 {
     unsigned c = s[0], lo = 0x80, hi = 0xBF;
     size_t need;
@@ -279,7 +277,7 @@ static size_t utf8_bad(const char *s, size_t n)
 {
     unsigned cp;
     for (size_t i = 0, k; i < n; i += k)
-        if ((k = utf8_at((const unsigned char *)s + i, n - i, &cp)) == 0)
+        if ((k = gs_utf8_at((const unsigned char *)s + i, n - i, &cp)) == 0)
             return i;
     return n;
 }
@@ -542,7 +540,7 @@ static size_t escape(struct gs_str *b, const char *s, size_t n, enum escape_mode
         size_t k;
         unsigned cp;
         const char *out = e;
-        size_t len = utf8_at((const unsigned char *)s + i, n - i, &cp);
+        size_t len = gs_utf8_at((const unsigned char *)s + i, n - i, &cp);
         if (len == 0) {
             k = 1;
             if (mode == ESCAPE_JSON)
@@ -560,9 +558,9 @@ static size_t escape(struct gs_str *b, const char *s, size_t n, enum escape_mode
             case '\r': out = "\\r"; break;
             case '\t': out = "\\t"; break;
             default:
-                /* C0, DEL, C1 (NEL among them), U+2028 and U+2029: what any
-                 * reader might take for the end of a line. */
-                if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029)
+                /* gpuslice/text.h's rule: controls (NEL among them), line
+                 * separators, bidi and invisible format characters. */
+                if (gs_text_barred(cp))
                     snprintf(e, sizeof e, "\\u%04x", cp);
                 else
                     out = NULL;

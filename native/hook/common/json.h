@@ -72,9 +72,15 @@ size_t gs_json_string_into(const struct gs_json *v, char *out, size_t cap);
 int gs_json_int64(const struct gs_json *v, int64_t *out);
 
 /* The one JSON string writer: s[0..n) between double quotes, '"', '\\',
- * the control characters (C0, DEL, C1) and U+2028, U+2029 escaped; other
+ * what gpuslice/text.h bars (controls, U+2028, U+2029, bidi and invisible
+ * format characters) escaped; other
  * UTF-8 as it is; a byte that is not UTF-8 as \ufffd. */
 void gs_json_quote(struct gs_str *b, const char *s, size_t n);
+
+/* The length of the UTF-8 sequence at s[0..n), or 0 if none starts there
+ * (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
+ * *cp: its code point. */
+size_t gs_utf8_at(const unsigned char *s, size_t n, unsigned *cp);
 
 /* At most this many bytes of a value in a message, then "...". */
 #define GS_QUOTE_MAX 256
@@ -86,9 +92,10 @@ enum gs_quote_as {
 };
 
 /*
- * How a message names a value, on one line whatever the value holds: the
- * control characters, line and paragraph separators escaped as in a JSON
- * string (\n, \u0085), a byte that is not UTF-8 as \xNN. A string is put
+ * How a message names a value, on one line whatever the value holds: what
+ * gpuslice/text.h bars (controls, line and paragraph separators, bidi and
+ * invisible format characters) escaped as in a JSON string (\n, \u0085,
+ * \u202e), a byte that is not UTF-8 as \xNN. A string is put
  * between double quotes with '"' and '\\' escaped; JSON text and a path
  * keep theirs. A string or JSON text is cut after GS_QUOTE_MAX bytes
  * (at a character, "..." added); a path never is.

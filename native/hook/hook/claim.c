@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sha256.h"
 #include "util.h"
 
 static int sql_fail(struct gs_acct *a)
@@ -127,10 +128,14 @@ static int take_locked(struct gs_acct *a, const char *claim_id, const struct gs_
     return rc;
 }
 
+/* The row's id: the prefix and the token's hash (gpuslice/claim.h), never
+ * the token: ids are shown (status, the exporter's labels, events). */
 static char *claim_id_of(const char *token)
 {
+    char hash[GS_SHA256_HEX_LEN + 1];
+    gs_sha256_hex(token, strlen(token), hash);
     struct gs_str id = {0};
-    gs_str_addf(&id, "%s%s", GPUSLICE_CLAIM_ID_PREFIX, token);
+    gs_str_addf(&id, "%s%s", GPUSLICE_CLAIM_ID_PREFIX, hash);
     return gs_str_take(&id);
 }
 

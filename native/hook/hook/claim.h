@@ -21,16 +21,17 @@
 #include "gpuslice/claim.h"
 #include "json.h"
 
-/* The token of process.env's first GPUSLICE_CLAIM= entry: GS_OK and *out
+/* The token of process.env's last GPUSLICE_CLAIM= entry (the one the process
+ * gets): GS_OK and *out
  * (malloc'ed, or NULL when there is none); GS_ERROR with the line when it
  * is not GPUSLICE_CLAIM_TOKEN_LEN lowercase hex digits. process: the config's
  * process object, NULL when there is none. */
 int gs_claim_from_env(const struct gs_json *process, char **out);
 
-/* Take over the row "claim-<token>" that matches reqs[0] (a slice: a whole
+/* Take over the row "claim-<SHA-256 of token>" that matches reqs[0] (a slice: a whole
  * card is never claimed) for reqs[0].container_id: its pid, pid_start,
  * runtime and name become the container's, and a `claim` event records it
- * ({"claim": "claim-<token>", "device": ..., "taken": true}). *taken: 1 if
+ * ({"claim": "claim-<hash>", "device": ..., "taken": true}). *taken: 1 if
  * it was, else 0 and nothing was written (no such row, another request,
  * its card out of service: the caller admits as usual). *first: the
  * container held nothing before. One BEGIN IMMEDIATE transaction. */

@@ -24,33 +24,39 @@ int gs_claim_from_env(const struct gs_json *process, char **out)
 {
     static const char name[] = GPUSLICE_CLAIM_ENV "=";
     const size_t nlen = sizeof name - 1;
-    struct gs_json env, v;
+    struct gs_json env, v, last;
     *out = NULL;
     if (!process || !gs_json_member(process, "env", &env) || env.type != GS_JSON_ARRAY)
         return GS_OK;
+    /* The last entry of the name: the one runc gives the process (it sets
+     * each in turn), the one the shim and gpuslice-runtime read too. */
+    int found = 0;
     size_t cursor = 0;
     while (gs_json_next(&env, &cursor, NULL, &v)) {
         char head[sizeof name];
-        if (v.type != GS_JSON_STRING || gs_json_string_into(&v, head, nlen) < nlen ||
-            memcmp(head, name, nlen) != 0)
-            continue;
-        size_t len;
-        char *entry = gs_json_string(&v, &len);
-        if (!entry)
-            continue;
-        int rc = GS_OK;
-        if (is_token(entry + nlen, len - nlen)) {
-            *out = gs_xstrdup(entry + nlen);
-        } else {
-            char *shown = gs_quoted(entry + nlen, len - nlen, GS_AS_STRING);
-            rc = gs_fail("process.env %s %s in config.json is not a claim (%d lowercase hex "
-                         "digits, as gpuslice-nomad-device's Reserve gives it); leave it out "
-                         "to be admitted as any container is", GPUSLICE_CLAIM_ENV, shown,
-                         GPUSLICE_CLAIM_TOKEN_LEN);
-            free(shown);
+        if (v.type == GS_JSON_STRING && gs_json_string_into(&v, head, nlen) >= nlen &&
+            memcmp(head, name, nlen) == 0) {
+            last = v;
+            found = 1;
         }
-        free(entry);
-        return rc; /* the first entry, as getenv(3) finds it */
     }
-    return GS_OK;
+    if (!found)
+        return GS_OK;
+    size_t len;
+    char *entry = gs_json_string(&last, &len);
+    if (!entry)
+        return GS_OK;
+    int rc = GS_OK;
+    if (is_token(entry + nlen, len - nlen)) {
+        *out = gs_xstrdup(entry + nlen);
+    } else {
+        char *shown = gs_quoted(entry + nlen, len - nlen, GS_AS_STRING);
+        rc = gs_fail("process.env %s %s in config.json is not a claim (%d lowercase hex "
+                     "digits, as gpuslice-nomad-device's Reserve gives it); leave it out "
+                     "to be admitted as any container is", GPUSLICE_CLAIM_ENV, shown,
+                     GPUSLICE_CLAIM_TOKEN_LEN);
+        free(shown);
+    }
+    free(entry);
+    return rc;
 }

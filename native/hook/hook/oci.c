@@ -15,6 +15,7 @@
 
 #include "claim.h"
 #include "json.h"
+#include "text.h"
 #include "util.h"
 
 #define ID_RULE "is not 1-128 letters, digits, '_', '.', '-' starting with a letter or digit"
@@ -78,6 +79,16 @@ int gs_parse_state(const char *data, size_t n, struct gs_state *out)
     if (!id || !gs_container_id_ok(id, len)) {
         free(id);
         fail_value("container id", &v, "in the OCI state " ID_RULE);
+        goto out;
+    }
+    if (len >= strlen(GPUSLICE_CLAIM_ID_PREFIX) &&
+        memcmp(id, GPUSLICE_CLAIM_ID_PREFIX, strlen(GPUSLICE_CLAIM_ID_PREFIX)) == 0) {
+        /* The plugin's reservations are named so (claim.h): a container
+         * whose starter picked such an id (runc, ctr) would pass for one. */
+        free(id);
+        fail_value("container id", &v, "in the OCI state starts with \"" GPUSLICE_CLAIM_ID_PREFIX
+                   "\", which gpuslice keeps for gpuslice-nomad-device's reservations; start "
+                   "the container under another id");
         goto out;
     }
     out->id = id;
@@ -160,7 +171,9 @@ static int user_id(const struct gs_json *user, int has_user, const char *what, u
 
 /* The container's name from config.json's annotations: the first of
  * GS_NAME_ANNOTATIONS that is a string, cut at a NUL and to
- * GS_NAME_MAX_CHARS characters, control characters made spaces (one line).
+ * GS_NAME_MAX_CHARS characters, made fit for a terminal and a label by
+ * gpuslice/text.h's rule (one line, no controls, no bidi overrides) as it
+ * enters: every reader (status, top, the exporter) gets it clean.
  * Anything else is no name: a name is for operators, never a reason to
  * refuse a start. */
 static char *name_of(const struct gs_json *doc)
@@ -176,11 +189,9 @@ static char *name_of(const struct gs_json *doc)
         char *s = gs_json_string(&v, &len);
         if (!s)
             continue;
-        s[gs_utf8_prefix(s, GS_NAME_MAX_CHARS)] = '\0';
-        for (char *p = s; *p; p++)
-            if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                *p = ' ';
-        return s;
+        char *name = gs_text_clean(s, strnlen(s, len), GS_NAME_MAX_CHARS);
+        free(s);
+        return name;
     }
     return gs_xstrdup("");
 }

@@ -148,13 +148,15 @@ static int requested(const json_t *config, const char *kind, struct names *out)
     const json_t *process = json_object_get(config, "process");
     const json_t *env = json_object_get(process, "env"), *v;
     size_t i, prefix = strlen(REQUEST_ENV);
+    const json_t *last = NULL; /* the entry the process gets (apply_env says why) */
     json_array_foreach(env, i, v) {
         const char *s = json_string_value(v);
-        if (s && json_string_length(v) >= prefix && memcmp(s, REQUEST_ENV, prefix) == 0 &&
-            add_list(out, s + prefix, json_string_length(v) - prefix, "env GPUSLICE", kind, 1) !=
-                GS_OK)
-            return GS_ERROR;
+        if (s && json_string_length(v) >= prefix && memcmp(s, REQUEST_ENV, prefix) == 0)
+            last = v;
     }
+    if (last && add_list(out, json_string_value(last) + prefix,
+                         json_string_length(last) - prefix, "env GPUSLICE", kind, 1) != GS_OK)
+        return GS_ERROR;
     const json_t *anns = json_object_get(config, "annotations");
     if (!anns || json_is_null(anns))
         return GS_OK;
@@ -420,22 +422,28 @@ static size_t key_len(const char *entry)
     return strcspn(entry, "=");
 }
 
+/* Each of add's entries sets its name wholly: it takes the place of the
+ * name's first entry and the others go, so the process (runc: the last entry
+ * wins), the hook and the shim all see the spec's value. */
 static void apply_env(json_t *env, const json_t *add)
 {
-    size_t i, j;
-    const json_t *e, *have;
+    size_t i;
+    const json_t *e;
     json_array_foreach(add, i, e) {
         const char *s = json_string_value(e);
         if (!s)
             continue;
         size_t k = key_len(s);
         int replaced = 0;
-        json_array_foreach(env, j, have) {
-            const char *h = json_string_value(have);
-            if (key_len(h) == k && strncmp(h, s, k) == 0) {
-                json_array_set_new(env, j, json_string(s));
+        for (size_t j = 0; j < json_array_size(env);) {
+            const char *h = json_string_value(json_array_get(env, j));
+            if (!h || key_len(h) != k || strncmp(h, s, k) != 0) {
+                j++;
+            } else if (!replaced) {
+                json_array_set_new(env, j++, json_string(s));
                 replaced = 1;
-                break;
+            } else {
+                json_array_remove(env, j);
             }
         }
         if (!replaced)

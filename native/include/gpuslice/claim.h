@@ -1,10 +1,13 @@
 /*
  * A claim (native/hook/hook/claim.h): a slice gpuslice-nomad-device reserved
  * for a task before its container exists, held in the accountant under the
- * container id GPUSLICE_CLAIM_ID_PREFIX + token, and taken over by the
- * container's create hook when the container's env carries
- * GPUSLICE_CLAIM_ENV=token. The token: GPUSLICE_CLAIM_TOKEN_LEN lowercase
- * hex digits (128 random bits). Plain C: #defines only (ocihook/cheader.py
+ * container id GPUSLICE_CLAIM_ID_PREFIX + the lowercase hex SHA-256 of the
+ * token, and taken over by the container's create hook when the container's
+ * env carries GPUSLICE_CLAIM_ENV=token. The token: GPUSLICE_CLAIM_TOKEN_LEN
+ * lowercase hex digits (128 random bits). Ids are shown to anyone who reads
+ * the exporter or `gpuslice status`; the hash shows nothing of the token.
+ * No container id from an OCI state may start with the prefix (the hook
+ * refuses it): a starter that picks its id cannot pose as a claim. Plain C: #defines only (ocihook/cheader.py
  * reads this header for ocihook/nomad/).
  */
 #ifndef GPUSLICE_CLAIM_H

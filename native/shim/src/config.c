@@ -65,9 +65,25 @@ static void malformed(struct gs_config *cfg, const char *var, const char *value,
     cfg->fail_closed = 1;
 }
 
+extern char **environ;
+
+/* The last entry of name in the environment, as the runtimes give a
+ * container's process its config.json env (runc sets each entry in turn: the
+ * last one wins) and as the hook and gpuslice-runtime read it; getenv(3)
+ * would find the first of two. */
+const char *gs_env_last(const char *name)
+{
+    size_t n = strlen(name);
+    const char *found = NULL;
+    for (char **e = environ; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            found = *e + n + 1;
+    return found;
+}
+
 static const char *env(const char *name)
 {
-    const char *v = getenv(name);
+    const char *v = gs_env_last(name);
     return v && *v ? v : NULL;
 }
 

@@ -92,6 +92,9 @@ extern struct gs_config gs_cfg;
 int gs_parse_size(const char *text, unsigned long long *out);
 /* Read the environment into *cfg; reports each malformed variable once. */
 void gs_config_load(struct gs_config *cfg);
+/* The value of the last NAME= entry of the environment (docs/architecture.md,
+ * "one env entry a name"), NULL if none. */
+const char *gs_env_last(const char *name);
 /* The cards the accountant placed the container on, into cfg->placed; writes
  * them joined by commas to out. Returns their number, 0 if none. */
 int gs_placement_load(struct gs_config *cfg, char *out, size_t len);

@@ -95,7 +95,7 @@ static pthread_once_t core_once = PTHREAD_ONCE_INIT;
 
 static void core_init_once(void)
 {
-    const char *lvl = getenv("GPUSLICE_LOG");
+    const char *lvl = gs_env_last("GPUSLICE_LOG");
     if (gs_log_init(lvl) != 0)
         gs_log_write(GS_LOG_WARN, "GPUSLICE_LOG=\"%s\" is not error|warn|info|debug; using warn",
                      lvl);
@@ -106,10 +106,12 @@ static void core_init_once(void)
      * a value the image set, which would name a card by its place among all. */
     char placed[GPUSLICE_MAX_DEVICES * 41]; /* "GPU-<36>" and a comma each */
     if (!gs_cfg.disabled && gs_placement_load(&gs_cfg, placed, sizeof placed) > 0) {
-        const char *was = getenv("CUDA_VISIBLE_DEVICES");
+        const char *was = gs_env_last("CUDA_VISIBLE_DEVICES");
         if (was && strcmp(was, placed) != 0)
             GS_LOG(GS_LOG_INFO, "CUDA_VISIBLE_DEVICES=%s replaced by the placed card(s) %s", was,
                    placed);
+        /* unsetenv removes every entry: the driver's getenv then finds ours. */
+        unsetenv("CUDA_VISIBLE_DEVICES");
         setenv("CUDA_VISIBLE_DEVICES", placed, 1);
     }
     GS_LOG(GS_LOG_INFO, "loaded: state dir %s, %s", gs_cfg.state_dir,
