@@ -67,6 +67,8 @@ AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "train
 # Units between two clock reads; one tiny or graph unit is long enough alone.
 CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "train": 1,
                "eagerloop": 1, "latency": 1}
+# Busy programs whose weights bench/workloads.py builds (workloads.Models).
+SUITE_BUSY = ("train", "eagerloop")
 REQUEST_EVERY_S = 0.010  # the latency tenant's period
 GROW = 2000          # events added at once if the pool runs out
 WARMUP_END_S = 0.1   # warm-up stops this long before START_AT, then synchronizes
@@ -224,7 +226,7 @@ def warm_once(programs: List[str], shapes: List[str]) -> None:
     prewarm: libraries and kernels off the disk before any tenant's timed setup)."""
     programs = [p for p in programs if p and p != "requests"]
     shapes = [s for s in shapes if s]
-    busy = [p for p in programs if p in ("train", "eagerloop")]
+    busy = [p for p in programs if p in SUITE_BUSY]
     models = workloads.Models(busy + shapes)
     with torch.no_grad():
         models.requests(shapes, torch.device("cuda"))
@@ -260,7 +262,7 @@ def main() -> None:
     shapes = sorted({p.shape for p in phases}, key=list(suite.SHAPES).index)
     # The suite's weights on the CPU now, with the imports, not beside another tenant's run.
     models = (workloads.Models(shapes) if prog == "requests" else
-              workloads.Models([prog]) if prog in ("train", "eagerloop") else None)
+              workloads.Models([prog]) if prog in SUITE_BUSY else None)
 
     if not args.setup_early:
         sleep_until(args.start_at - args.setup_lead)
