@@ -3,8 +3,10 @@ a lost card injected through $GPUSLICE_FAKE_NVML_EVENTS), the accountant's
 marks, real Podman refused on a card out of service and admitted again after
 `gpuslice card enable`, and the operator's `gpuslice card disable|enable`.
 
-Waits are bounded polls of the database (2 s, the watcher's promise); no
-test asserts a duration.
+Waits are bounded polls of the database. The bound is far past the watcher's
+promise of 2 s, since a loaded CI machine may stall it for longer: a failure
+says the mark never came, never that it came late (no test asserts a
+duration).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from ocihook import accountant as acct  # noqa: E402
 
 podman = podman_fixture()
-REACT_S = 2.0  # the watcher marks a card within this of the event
+REACT_S = 30.0  # a mark that has not come by now is not coming
 
 
 class Watch:
@@ -48,7 +50,7 @@ class Watch:
         self.lines: List[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        assert until(lambda: any("health: watching" in ln for ln in self.lines), 30), self.lines
+        assert until(lambda: any("health: watching" in ln for ln in self.lines)), self.lines
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
@@ -193,7 +195,7 @@ def test_a_flood_of_application_xids_is_summarised(host: Host) -> None:
         with watch.events.open("a") as f:
             f.write("".join(f"xid 0 {13 if i % 2 else 31}\n" for i in range(per_round)))
             f.write("xid 1 79\n")  # read after the round: said for card 1 every time
-        assert until(lambda: sum("XID 79" in ln for ln in watch.lines) == r + 1, 30), \
+        assert until(lambda: sum("XID 79" in ln for ln in watch.lines) == r + 1), \
             watch.lines[-5:]
     lines = watch.stop()
     said = [ln for ln in lines if "an application's error" in ln]
