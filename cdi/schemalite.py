@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 KEYWORDS = frozenset({
     "$schema", "$id", "title", "description", "type", "enum", "pattern", "minimum",
@@ -128,21 +128,38 @@ _PATTERN_RULES = {
 }
 
 
-def first_problem(validator: Any, doc: Any) -> Optional[str]:
-    """The first schema violation in ``doc`` as one line: where, the value, the rule.
+def problems(validator: Any, doc: Any) -> List[Tuple[Tuple[Any, ...], str]]:
+    """Every schema violation in ``doc``, shallowest first: (its path, one line
+    saying where, the value, the rule). An unknown key is named with the
+    known key nearest to it, if one is near.
 
     Shared by spec and configuration checks, so both speak the same way.
     """
     errors = sorted(validator.iter_errors(doc),
                     key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if not errors:
-        return None
-    err = errors[0]
-    where = _location(err.absolute_path)
-    if err.validator == "additionalProperties":
-        known = sorted(err.schema.get("properties", {}))
-        extra = sorted(set(err.instance) - set(known), key=str)  # YAML keys may be 1 or True
-        return f"{where}: unknown key {extra[0]!r}; known keys are {', '.join(known)}"
-    if err.validator == "pattern" and err.validator_value in _PATTERN_RULES:
-        return f"{where}: {err.instance!r} {_PATTERN_RULES[err.validator_value]}"
-    return f"{where}: {err.message}"
+    out: List[Tuple[Tuple[Any, ...], str]] = []
+    for err in errors:
+        path = tuple(err.absolute_path)
+        where = _location(path)
+        if err.validator == "additionalProperties":
+            known = sorted(err.schema.get("properties", {}))
+            for key in sorted(set(err.instance) - set(known), key=str):  # YAML keys may be 1 or True
+                out.append((path + (key,), f"{where}: unknown key {key!r}; {_nearest(key, known)}"))
+        elif err.validator == "pattern" and err.validator_value in _PATTERN_RULES:
+            out.append((path, f"{where}: {err.instance!r} {_PATTERN_RULES[err.validator_value]}"))
+        else:
+            out.append((path, f"{where}: {err.message}"))
+    return out
+
+
+def first_problem(validator: Any, doc: Any) -> Optional[str]:
+    """The first of problems(): one line, or None for a valid document."""
+    found = problems(validator, doc)
+    return found[0][1] if found else None
+
+
+def _nearest(key: Any, known: List[str]) -> str:
+    import difflib  # only when a key is wrong: the commands' start-up stays lean
+
+    near = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    return f"did you mean {near[0]!r}?" if near else f"known keys are {', '.join(known)}"

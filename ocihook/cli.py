@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, List, Optional
 import click
 
 from ocihook import config as config_mod
-from ocihook.messages import EXIT_NO, error as fail, warn
+from ocihook.messages import EXIT_NO, error as fail, error_line, warn
 
 if TYPE_CHECKING:
     from ocihook import accountant
@@ -121,7 +121,9 @@ def config_check(file: str) -> None:
     try:
         config_mod.check_file(file)
     except config_mod.ConfigError as e:
-        fail(str(e))
+        for line in e.problems[:-1]:
+            error_line(line)
+        fail(e.problems[-1])
     click.echo(f"{file}: valid")
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from cdi import names, regularfile
-from cdi.profiles import DEFAULT_PRIORITY, Profile, ProfileError, validate_priority
+from cdi.profiles import (DEFAULT_PRIORITY, Profile, ProfileError, validate_priority,
+                          validate_profile_name)
 from ocihook import statedir, units
 from ocihook.policy import (CORES_LIMIT_MAX, CORES_LIMIT_MIN, OVERCOMMIT_MAX, OVERCOMMIT_MIN,
                             Policy)
@@ -67,7 +68,13 @@ def _default_runtime_path() -> str:
 
 
 class ConfigError(ValueError):
-    """A configuration that cannot be used; one line naming key, value and rule."""
+    """A configuration that cannot be used: one line naming key, value and rule
+    (the first problem), and every problem found (`config check` says them
+    all)."""
+
+    def __init__(self, message: str, problems: Optional[List[str]] = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [message]
 
 
 @dataclass
@@ -134,35 +141,24 @@ def schema() -> Dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text())
 
 
-def _schema_error(source: str, doc: Any) -> Optional[str]:
+Problem = Tuple[Tuple[Any, ...], str]  # where in the document (its keys), one line
+
+
+def _schema_problems(source: str, doc: Any, validator: Any = None) -> List[Problem]:
     # cdi.schemalite, not jsonschema (whose import alone costs 100 ms): this
     # runs on every command, and whenever gpuslice-runtime has its CDI cache
     # made again. `gpuslice config check` runs jsonschema too.
-    from cdi.schemalite import Validator, first_problem
+    from cdi.schemalite import Validator, problems
 
-    problem = first_problem(Validator(schema()), doc)
-    return f"{source}: {problem}" if problem else None
+    return [(path, f"{source}: {line}")
+            for path, line in problems(validator or Validator(schema()), doc)]
 
 
-def _profiles(source: str, items: List[Dict[str, Any]]) -> List[Profile]:
-    out: List[Profile] = []
-    seen: Dict[str, int] = {}
-    for i, item in enumerate(items):
-        where = f"{source}: profiles[{i}]"
-        name = item["name"]
-        try:
-            memory = units.parse_memory_mib(item["memory"])
-            cores = units.parse_cores(item.get("cores"))
-            profile = Profile(name, memory, cores, item.get("priority", DEFAULT_PRIORITY))
-            profile.validate()
-        except (units.LimitError, ProfileError) as e:
-            raise ConfigError(f"{where}: {e}") from None
-        if name in seen:
-            raise ConfigError(f"{where}: profile name {name!r} is already used by "
-                              f"profiles[{seen[name]}]; profile names must be unique")
-        seen[name] = i
-        out.append(profile)
-    return out
+def _profiles(items: List[Dict[str, Any]]) -> List[Profile]:
+    """The profiles of a document whose problems() are none."""
+    return [Profile(item["name"], units.parse_memory_mib(item["memory"]),
+                    units.parse_cores(item.get("cores")),
+                    item.get("priority", DEFAULT_PRIORITY)) for item in items]
 
 
 def parse_memory_overcommit(value: Any) -> float:
@@ -188,57 +184,102 @@ def parse_cores_limit(value: Any) -> int:
                       "of one card may carry); write e.g. 100 for no limit or 80")
 
 
-def _value_error(source: str, doc: Any) -> Optional[str]:
-    """The first value that breaks a rule of its own, said with its fix:
-    memory_overcommit, a path with a NUL or another control character (a
-    newline) in it, and a profile's memory, cores
-    and priority. Looked for before the schema is, whose type and enum messages
-    name the rule but not what to write instead; what is not a mapping, or not
-    a list of mappings, is left to the schema."""
-    if not isinstance(doc, dict):
-        return None
+def _path_problem(key: str, value: Any) -> Optional[str]:
+    bad = next((c for c in value if ord(c) < 0x20 or c == "\x7f"), None) \
+        if isinstance(value, str) else None
+    if bad == "\0":
+        return f"{key}: {value!r} holds a NUL character, which no path can; remove it"
+    if bad is not None:
+        # A path goes into hook arguments, CDI specs and log lines: a
+        # newline there would split them.
+        return (f"{key}: {value!r} holds the control character {bad!r}, which "
+                "no path of gpuslice's may hold (it is written into CDI specs, hook "
+                "arguments and log lines); remove it")
+    return None
+
+
+def _value_problems(source: str, doc: Dict[str, Any]) -> List[Problem]:
+    """The values that break a rule of their own, each said with its fix:
+    memory_overcommit, cores_limit, a path with a NUL or another control
+    character (a newline) in it, and a profile's memory, cores and priority.
+    Looked at before the schema is, whose type and enum messages name the
+    rule but not what to write instead; what is not a mapping, or not a list
+    of mappings, is left to the schema."""
+    out: List[Problem] = []
     for key, parse in (("memory_overcommit", parse_memory_overcommit),
                        ("cores_limit", parse_cores_limit)):
         if key in doc:
             try:
                 parse(doc[key])
             except ConfigError as e:
-                return f"{source}: {e}"
+                out.append(((key,), f"{source}: {e}"))
     for key in PATH_KEYS:
-        value = doc.get(key)
-        bad = next((c for c in value if ord(c) < 0x20 or c == "\x7f"), None) \
-            if isinstance(value, str) else None
-        if bad == "\0":
-            return f"{source}: {key}: {value!r} holds a NUL character, which no path can; remove it"
-        if bad is not None:
-            # A path goes into hook arguments, CDI specs and log lines: a
-            # newline there would split them.
-            return (f"{source}: {key}: {value!r} holds the control character {bad!r}, which "
-                    "no path of gpuslice's may hold (it is written into CDI specs, hook "
-                    "arguments and log lines); remove it")
+        problem = _path_problem(key, doc.get(key))
+        if problem:
+            out.append(((key,), f"{source}: {problem}"))
     items = doc.get("profiles")
     for i, item in enumerate(items if isinstance(items, list) else []):
         if not isinstance(item, dict):
             continue
+        for key, check in (("memory", units.parse_memory_mib), ("cores", units.parse_cores),
+                           ("priority", validate_priority)):
+            if key not in item:
+                continue
+            try:
+                check(item[key])
+            except (units.LimitError, ProfileError) as e:
+                out.append((("profiles", i, key), f"{source}: profiles[{i}]: {e}"))
+    return out
+
+
+def _rule_problems(source: str, doc: Dict[str, Any]) -> List[Problem]:
+    """What a schema cannot say, in a document the schema passes: profile
+    names (their form and uniqueness) and the CDI kind."""
+    out: List[Problem] = []
+    seen: Dict[str, int] = {}
+    for i, item in enumerate(doc.get("profiles", [])):
+        name = item["name"]
         try:
-            if "memory" in item:
-                units.parse_memory_mib(item["memory"])
-            if "cores" in item:
-                units.parse_cores(item["cores"])
-            if "priority" in item:
-                validate_priority(item["priority"])
-        except (units.LimitError, ProfileError) as e:
-            return f"{source}: profiles[{i}]: {e}"
-    return None
+            validate_profile_name(name)
+        except ProfileError as e:
+            out.append((("profiles", i, "name"), f"{source}: profiles[{i}]: {e}"))
+        if name in seen:
+            out.append((("profiles", i, "name"),
+                        f"{source}: profiles[{i}]: profile name {name!r} is already used by "
+                        f"profiles[{seen[name]}]; profile names must be unique"))
+        seen.setdefault(name, i)
+    try:
+        names.validate_kind(doc.get("cdi_kind", Config.cdi_kind))
+    except names.CdiNameError as e:
+        out.append((("cdi_kind",), f"{source}: cdi_kind: {e}"))
+    return out
+
+
+def problems(doc: Any, source: str, validator: Any = None) -> List[str]:
+    """Every problem of a parsed configuration, one line each, in the order of
+    the checks: values with a rule of their own, then the structure (a
+    value already said is not said again as a type error), then what the
+    schema cannot say (only once the structure holds)."""
+    if doc is None:
+        doc = {}
+    found = _value_problems(source, doc) if isinstance(doc, dict) else []
+    said = [path for path, _ in found]
+    structure = [(path, line) for path, line in _schema_problems(source, doc, validator)
+                 if not any(path[:len(p)] == p for p in said)]
+    found += structure
+    if not structure:
+        found += _rule_problems(source, doc)
+    return [line for _, line in found]
 
 
 def from_document(doc: Any, source: str) -> Config:
-    """Build a Config from a parsed document, or raise ConfigError."""
+    """Build a Config from a parsed document, or raise ConfigError with its
+    first problem."""
     if doc is None:
         doc = {}
-    problem = _value_error(source, doc) or _schema_error(source, doc)
-    if problem:
-        raise ConfigError(problem)
+    found = problems(doc, source)
+    if found:
+        raise ConfigError(found[0], found)
     cfg = Config(source=source)
     for key in ("cdi_kind", "spec_dir", "driver_root", "dev_root", "state_dir", "database",
                 "placement", "preload", "shim_path", "hook_path", "runtime_path"):
@@ -249,11 +290,7 @@ def from_document(doc: Any, source: str) -> Config:
     if "cores_limit" in doc:
         cfg.cores_limit = parse_cores_limit(doc["cores_limit"])
     if "profiles" in doc:
-        cfg.profiles = _profiles(source, doc["profiles"])
-    try:
-        names.validate_kind(cfg.cdi_kind)
-    except names.CdiNameError as e:
-        raise ConfigError(f"{source}: cdi_kind: {e}") from None
+        cfg.profiles = _profiles(doc["profiles"])
     return cfg
 
 
@@ -318,14 +355,15 @@ def parse_document(text: str, source: str) -> Any:
 
 
 def check_file(path: str) -> Config:
-    """Everything load() checks, and the structure once more with jsonschema itself."""
+    """Everything load() checks, and the structure once more with jsonschema
+    itself; a bad file raises ConfigError with every problem found."""
     doc = parse_document(_read(path), path)
-    cfg = from_document(doc, path)
     import jsonschema
 
-    from cdi.schemalite import first_problem
-
-    problem = first_problem(jsonschema.Draft7Validator(schema()), doc or {})
-    if problem:
-        raise ConfigError(f"{path}: {problem}")
-    return cfg
+    found = problems(doc, path)
+    for line in problems(doc, path, jsonschema.Draft7Validator(schema())):
+        if line not in found:
+            found.append(line)
+    if found:
+        raise ConfigError(found[0], found)
+    return from_document(doc, path)

@@ -22,8 +22,13 @@ def bounded(message: str, limit: int) -> str:
 
 
 def error(message: str) -> NoReturn:
-    print(f"gpuslice: error: {message}", file=sys.stderr)
+    error_line(message)
     sys.exit(EXIT_ERROR)
+
+
+def error_line(message: str) -> None:
+    """An error said without stopping: one of several (`config check`)."""
+    print(f"gpuslice: error: {message}", file=sys.stderr)
 
 
 def warn(message: str) -> None:

@@ -61,14 +61,25 @@ def parse_memory_mib(value: Union[str, int]) -> int:
                          "GiB or TiB (k, m, g, t)")
     if size_bytes % MIB:
         raise LimitError(f"memory {text!r} is not a whole number of MiB; it must be a "
-                         f"multiple of {MEMORY_STEP_MIB} MiB")
+                         f"multiple of {MEMORY_STEP_MIB} MiB: {_nearest(size_bytes / MIB)}")
     mib = size_bytes // MIB
     if mib < MEMORY_MIN_MIB:
-        raise LimitError(f"memory {text!r} is under the minimum of {MEMORY_MIN_MIB} MiB")
+        raise LimitError(f"memory {text!r} is under the minimum of {MEMORY_MIN_MIB} MiB; "
+                         f"write {format_mib(MEMORY_MIN_MIB)} or more")
     if mib % MEMORY_STEP_MIB:
         shown = text if text.strip() == f"{mib}MiB" else f"{text} ({mib} MiB)"
-        raise LimitError(f"memory {shown!r} is not a multiple of {MEMORY_STEP_MIB} MiB")
+        raise LimitError(f"memory {shown!r} is not a multiple of {MEMORY_STEP_MIB} MiB: "
+                         f"{_nearest(mib)}")
     return mib
+
+
+def _nearest(mib: float) -> str:
+    """The valid sizes on either side of mib, as a fix to write."""
+    below = max(MEMORY_MIN_MIB, int(mib // MEMORY_STEP_MIB) * MEMORY_STEP_MIB)
+    above = below + MEMORY_STEP_MIB if below < mib else below
+    if below == above or below > mib:
+        return f"write {format_mib(above)}"
+    return f"write {format_mib(below)} or {format_mib(above)}"
 
 
 def parse_cores(value: Union[str, int, None]) -> int:

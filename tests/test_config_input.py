@@ -197,6 +197,59 @@ def test_a_path_with_a_newline_or_control_is_refused(tmp_path, key, char, shown)
                       f"{shown}, which no path of gpuslice's may hold", "; remove it")
 
 
+# -- every problem at once ------------------------------------------------------
+
+def test_config_check_says_every_problem_of_a_file(tmp_path):
+    """Three errors of three kinds in one run, each one line with its fix; a
+    command that loads the file says the first only."""
+    path = tmp_path / "config.yaml"
+    path.write_text("spec_dri: /etc/cdi\ncores_limit: 101\nprofiles:\n"
+                    "  - {name: a, memory: 3000MiB}\n  - {name: b, memory: 4GiB, cores: 130}\n"
+                    "  - {name: c, memory: 4GiB, colour: red}\n")
+    res = gpuslice("config", "check", str(path))
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.splitlines()
+    assert lines == [
+        f"gpuslice: error: {path}: cores_limit 101 is not a whole number from 1 to 100 (the "
+        "sum of compute caps, in percent, that the slices of one card may carry); write e.g. "
+        "100 for no limit or 80",
+        f"gpuslice: error: {path}: profiles[0]: memory '3000MiB' is not a multiple of 128 MiB: "
+        "write 2944MiB or 3GiB",
+        f"gpuslice: error: {path}: profiles[1]: cores 130 is out of range; it must be 1 to 100 "
+        "(0 or empty for no cap)",
+        f"gpuslice: error: {path}: (top level): unknown key 'spec_dri'; did you mean "
+        "'spec_dir'?",
+        f"gpuslice: error: {path}: profiles[2]: unknown key 'colour'; known keys are "
+        "cores, memory, name, priority",
+    ], res.stderr
+    first = one_line_error(gpuslice("config", "show", config=path), path)
+    assert first == lines[0]
+
+
+def test_names_are_checked_with_the_values_once_the_structure_holds(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("profiles:\n  - {name: 2x4g, memory: 4GiB}\n  - {name: p, memory: 4GiB}\n"
+                    "  - {name: p, memory: 100m}\n")
+    res = gpuslice("config", "check", str(path))
+    assert res.returncode == 2
+    assert [ln.split(f"{path}: ", 1)[1] for ln in res.stderr.splitlines()] == [
+        "profiles[2]: memory '100m' is under the minimum of 128 MiB; write 128MiB or more",
+        "profiles[0]: profile name '2x4g' starts with a number and 'x', the form of a gang's device (2x4g: "
+        "two slices of 4g); name it otherwise, e.g. 4g",
+        "profiles[2]: profile name 'p' is already used by profiles[1]; profile names must be "
+        "unique",
+    ], res.stderr
+
+
+@pytest.mark.parametrize("value, fix", [("4097MiB", "write 4GiB or 4224MiB"),
+                                        ("129m", "write 128MiB or 256MiB"),
+                                        ("3000000000", "write 2816MiB or 2944MiB")])
+def test_a_size_off_the_grain_is_given_its_nearest(tmp_path, value, fix):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"profiles:\n  - {{name: p, memory: {value}}}\n")
+    refused_both_ways(path, "profiles[0]: ", fix)
+
+
 # -- the file itself ------------------------------------------------------------
 
 def test_a_file_starting_with_a_byte_order_mark_is_refused(tmp_path):
@@ -390,7 +443,9 @@ def test_fuzz_the_configuration_loader(tmp_path):
             cfg.policy()
             outcomes["valid"] += 1
         except config_mod.ConfigError as e:
-            assert "\n" not in str(e) and str(e).startswith(f"{path}: "), (data, str(e))
+            assert e.problems[0] == str(e), (data, e.problems)
+            for line in e.problems:
+                assert "\n" not in line and line.startswith(f"{path}: "), (data, line)
             outcomes["refused"] += 1
         except BaseException as e:  # noqa: BLE001 - the case is the report
             pytest.fail(f"{type(e).__name__}: {e} on {data!r}")
