@@ -261,13 +261,18 @@ def setup_containerd(state: State, config_toml: str, name: str,
     "gpuslice setup podman && podman run --rm --device gpuslice.io/gpu=0-4g IMAGE nvidia-smi"))
 @click.option("--containers-conf", metavar="PATH", default="/etc/containers/containers.conf",
               show_default=True, help="Podman's configuration file")
+@click.option("--podman-version", metavar="X.Y",
+              help="Podman's version [default: what podman --version prints]")
 @click.option("--dry-run", is_flag=True, help="print the diff; write nothing")
 @click.pass_obj
-def setup_podman(state: State, containers_conf: str, dry_run: bool) -> None:
-    """Make sure Podman reads the CDI spec dir (it reads CDI itself)."""
+def setup_podman(state: State, containers_conf: str, podman_version: Optional[str],
+                 dry_run: bool) -> None:
+    """Make sure Podman reads the CDI spec dir (it reads CDI itself). Podman
+    4.1-4.3 read only /etc/cdi and /var/run/cdi: there spec_dir must be one of
+    them."""
     from ocihook.setup import podman
 
-    sys.exit(podman.setup(state.config, containers_conf, dry_run))
+    sys.exit(podman.setup(state.config, containers_conf, dry_run, podman_version))
 
 
 # -- the accountant -----------------------------------------------------------

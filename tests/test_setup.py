@@ -543,14 +543,19 @@ def test_containerd_reads_the_result(setup: Setup) -> None:
 
 # -- podman ---------------------------------------------------------------------------
 
+# The edits below are for a Podman that reads cdi_spec_dirs (4.4 and later);
+# the machine's own Podman may be older.
+NEW_PODMAN = ("--podman-version", "5.4")
+
+
 def test_podman_adds_the_spec_dir(setup: Setup) -> None:
     conf = setup.tmp / "containers.conf"
-    res = setup.run("podman", "--containers-conf", str(conf))
+    res = setup.run("podman", "--containers-conf", str(conf), *NEW_PODMAN)
     assert res.returncode == 0, res.stderr
     assert conf.read_text() == (
         f'[engine]\ncdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "{setup.spec_dir}"]\n')
     assert "podman run --device gpuslice.io/gpu=0-4g" in res.stderr
-    res = setup.run("podman", "--containers-conf", str(conf))
+    res = setup.run("podman", "--containers-conf", str(conf), *NEW_PODMAN)
     assert res.returncode == 0 and res.stdout == ""
     assert "already reads" in res.stderr
 
@@ -559,7 +564,7 @@ def test_podman_adds_the_spec_dir(setup: Setup) -> None:
 def test_podman_not_needed(tmp_path: Path, spec_dir: str) -> None:
     setup = Setup(tmp_path, spec_dir=spec_dir)
     conf = tmp_path / "containers.conf"
-    res = setup.run("podman", "--containers-conf", str(conf))
+    res = setup.run("podman", "--containers-conf", str(conf), *NEW_PODMAN)
     assert res.returncode == 0, res.stderr
     assert res.stdout == ""
     assert f"podman already reads {spec_dir}" in res.stderr
@@ -571,7 +576,7 @@ def test_podman_engine_table_added_beside_other_tables(setup: Setup) -> None:
     text = ('[containers]\nulimits = ["nofile=1024:1024"]\n\n'
             '[engine.runtimes]\nrunc = ["/usr/sbin/runc"]\n')
     conf.write_text(text)
-    res = setup.run("podman", "--containers-conf", str(conf))
+    res = setup.run("podman", "--containers-conf", str(conf), *NEW_PODMAN)
     assert res.returncode == 0, res.stderr
     assert added_lines(text, conf.read_text()) == [
         "[engine]", f'cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi", "{setup.spec_dir}"]', ""]
@@ -590,7 +595,7 @@ def test_podman_engine_table_added_beside_other_tables(setup: Setup) -> None:
 def test_podman_existing_cdi_spec_dirs_extended(setup: Setup, text: str, expected: str) -> None:
     conf = setup.tmp / "containers.conf"
     conf.write_text(text)
-    res = setup.run("podman", "--containers-conf", str(conf))
+    res = setup.run("podman", "--containers-conf", str(conf), *NEW_PODMAN)
     assert res.returncode == 0, res.stderr
     assert conf.read_text() == expected.replace("{d}", setup.spec_dir)
     assert (setup.tmp / f"containers.conf{BACKUP}").read_text() == text
@@ -603,10 +608,57 @@ def test_podman_cdi_spec_dirs_without_the_default_dir(tmp_path: Path) -> None:
     setup = Setup(tmp_path, spec_dir="/etc/cdi")
     conf = tmp_path / "containers.conf"
     conf.write_text('[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n')
-    res = setup.run("podman", "--containers-conf", str(conf), "--dry-run")
+    res = setup.run("podman", "--containers-conf", str(conf), "--dry-run", *NEW_PODMAN)
     assert res.returncode == 0, res.stderr
     assert '+cdi_spec_dirs = ["/opt/cdi", "/etc/cdi"]' in res.stdout.splitlines()
     assert conf.read_text() == '[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n'
+
+
+@pytest.mark.parametrize("version", ["4.1", "4.3"])
+def test_podman_before_4_4_with_a_spec_dir_it_cannot_read(setup: Setup, version: str) -> None:
+    """Podman 4.1-4.3 ignore cdi_spec_dirs: one line that says what to do, and
+    nothing written."""
+    conf = setup.tmp / "containers.conf"
+    res = setup.run("podman", "--containers-conf", str(conf), "--podman-version", version)
+    line = one_error_line(res, f"podman {version} reads CDI specs only from /etc/cdi and "
+                          f"/var/run/cdi (cdi_spec_dirs came with 4.4), not from spec_dir "
+                          f"{setup.spec_dir}: set spec_dir: /etc/cdi in ")
+    assert "run `gpuslice cdi generate`, or upgrade Podman; nothing written" in line
+    assert not conf.exists()
+
+
+@pytest.mark.parametrize("spec_dir", ["/etc/cdi", "/var/run/cdi"])
+def test_podman_4_3_with_a_default_spec_dir(tmp_path: Path, spec_dir: str) -> None:
+    """A cdi_spec_dirs that 4.4 would read is no matter to 4.3: it reads its defaults."""
+    setup = Setup(tmp_path, spec_dir=spec_dir)
+    conf = tmp_path / "containers.conf"
+    conf.write_text('[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n')
+    res = setup.run("podman", "--containers-conf", str(conf), "--podman-version", "4.3")
+    assert res.returncode == 0, res.stderr
+    assert f"nothing to do: podman 4.3 reads {spec_dir}" in res.stderr and res.stdout == ""
+    assert conf.read_text() == '[engine]\ncdi_spec_dirs = ["/opt/cdi"]\n'
+
+
+def test_podman_before_4_1_is_told_to_upgrade(setup: Setup) -> None:
+    conf = setup.tmp / "containers.conf"
+    res = setup.run("podman", "--containers-conf", str(conf), "--podman-version", "4.0")
+    one_error_line(res, "podman 4.0 applies no CDI specs of cdiVersion 0.5.0 and later "
+                   "(Podman 4.1 is the first that does): upgrade Podman; nothing written")
+    assert not conf.exists()
+
+
+def test_podman_version_is_read_from_podman(setup: Setup) -> None:
+    """This machine's Podman, asked as setup asks it: its own version's path."""
+    found = subprocess.run(["podman", "--version"], capture_output=True, text=True,
+                           timeout=60).stdout
+    version = engine_version.parse_podman(found)
+    assert version is not None, found
+    conf = setup.tmp / "containers.conf"
+    res = setup.run("podman", "--containers-conf", str(conf), "--dry-run")
+    if version < podman.FIRST_SPEC_DIRS:
+        assert res.returncode == 2 and "reads CDI specs only from" in res.stderr, res.stderr
+    else:
+        assert res.returncode == 0 and "+cdi_spec_dirs" in res.stdout, res.stderr
 
 
 @pytest.mark.parametrize("text, words", [
@@ -621,7 +673,7 @@ def test_podman_refuses_what_it_cannot_edit(setup: Setup, text: str, words: List
     conf = setup.tmp / "containers.conf"
     conf.write_text(text)
     before = snapshot(conf)
-    one_error_line(setup.run("podman", "--containers-conf", str(conf)), str(conf), *words,
+    one_error_line(setup.run("podman", "--containers-conf", str(conf), *NEW_PODMAN), str(conf), *words,
                    "nothing written")
     assert snapshot(conf) == before
     assert not (setup.tmp / f"containers.conf{BACKUP}").exists()

@@ -19,6 +19,8 @@ _DOCKERD = re.compile(r"Docker version v?(\d+)\.(\d+)\b")
 # "containerd github.com/containerd/containerd v1.7.20 SHA", "containerd
 # containerd.io 1.7.27 SHA", "containerd github.com/containerd/containerd/v2 v2.0.0 SHA".
 _CONTAINERD = re.compile(r"containerd \S+ v?(\d+)\.(\d+)\b")
+# `podman --version`: "podman version 4.3.1", "podman version 5.4.2".
+_PODMAN = re.compile(r"podman version v?(\d+)\.(\d+)\b")
 
 
 def parse_option(value: str, option: str) -> Version:
@@ -29,14 +31,24 @@ def parse_option(value: str, option: str) -> Version:
     return int(m.group(1)), int(m.group(2))
 
 
-def parse_dockerd(printed: str) -> Optional[Version]:
-    m = _DOCKERD.match(printed.strip())
+def _parse(pattern: "re.Pattern[str]", printed: str) -> Optional[Version]:
+    m = pattern.match(printed.strip())
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def parse_dockerd(printed: str) -> Optional[Version]:
+    return _parse(_DOCKERD, printed)
 
 
 def parse_containerd(printed: str) -> Optional[Version]:
-    m = _CONTAINERD.match(printed.strip())
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return _parse(_CONTAINERD, printed)
+
+
+def parse_podman(printed: str) -> Optional[Version]:
+    return _parse(_PODMAN, printed)
+
+
+_PARSERS = {"dockerd": parse_dockerd, "containerd": parse_containerd, "podman": parse_podman}
 
 
 def show(version: Version) -> str:
@@ -46,7 +58,7 @@ def show(version: Version) -> str:
 def detect(program: str, option: str, example: str) -> Version:
     """The version `program --version` prints; a SetupError naming what was
     found, and the option that gives the version instead."""
-    parse = parse_dockerd if program == "dockerd" else parse_containerd
+    parse = _PARSERS[program]
     fix = f"give it with {option} X.Y (such as {option} {example})"
     path = shutil.which(program)
     if path is None:

@@ -5,6 +5,11 @@ cdi_spec_dirs, where the file sets it, replaces Podman's defaults: the dirs it
 names are kept and ours is added at the end; a list spread over several lines
 is written again one dir a line. Where the file does not set it, it gets
 Podman's defaults and ours.
+
+By Podman's version: 4.1 is the first to apply CDI specs of the versions we
+write; before 4.4 Podman reads no cdi_spec_dirs (its log says it failed to
+decode the key) and only its two default dirs, so there setup writes
+nothing and says to generate the spec into one of them.
 """
 from __future__ import annotations
 
@@ -16,16 +21,19 @@ from tomlkit.items import Item, Table
 from tomlkit.toml_document import TOMLDocument
 
 from cdi.registry import DEFAULT_SPEC_DIRS  # what the engine reads when its file names none
-from ocihook.config import Config
+from ocihook.config import DEFAULT_PATH as DEFAULT_CONFIG, Config
 from ocihook.messages import error, say, warn
 from ocihook.setup import toml_edit
 from ocihook.setup.common import (SetupError, check_file_option, edit_file, example_device,
                                   nothing_written, read_text, warn_no_spec)
+from ocihook.setup.engine_version import Version, show, version_of
 from ocihook.setup.toml_edit import insert, lay_out
 
 CONTAINERS_CONF = "/etc/containers/containers.conf"
 # The table and the key that name them.
 ENGINE, CDI_SPEC_DIRS = "engine", "cdi_spec_dirs"
+FIRST_CDI: Version = (4, 1)        # the first Podman that applies our specs
+FIRST_SPEC_DIRS: Version = (4, 4)  # the first that reads cdi_spec_dirs
 
 
 def same_dir(a: str, b: str) -> bool:
@@ -97,12 +105,16 @@ def _dirs_value(dirs: List[str], old: str) -> Item:
                                          for d in dirs) + "]")
 
 
-def setup(cfg: Config, containers_conf: str = CONTAINERS_CONF, dry_run: bool = False) -> int:
+def setup(cfg: Config, containers_conf: str = CONTAINERS_CONF, dry_run: bool = False,
+          podman_version: Optional[str] = None) -> int:
     """`gpuslice setup podman`: make sure Podman reads our CDI spec dir."""
     try:
         check_file_option(containers_conf, "--containers-conf")
         dirs, named = nothing_written(spec_dirs, read_text(containers_conf), containers_conf)
-        if any(same_dir(cfg.spec_dir, d) for d in dirs):
+        version = version_of("podman", podman_version, "--podman-version", "4.3")
+        if version < FIRST_SPEC_DIRS:
+            _old_podman(cfg, version)
+        elif any(same_dir(cfg.spec_dir, d) for d in dirs):
             how = f"{containers_conf} names it in cdi_spec_dirs" if named else \
                 "one of its default CDI spec dirs"
             say(f"nothing to do: podman already reads {cfg.spec_dir} ({how})")
@@ -120,3 +132,20 @@ def setup(cfg: Config, containers_conf: str = CONTAINERS_CONF, dry_run: bool = F
     warn_no_spec(cfg)
     say(f"run containers with: podman run --device {cfg.cdi_kind}={example_device(cfg)} IMAGE ...")
     return 0
+
+
+def _old_podman(cfg: Config, version: Version) -> None:
+    """Podman before 4.4: its default dirs or nothing; a SetupError that says
+    what to do where ours is not one of them."""
+    if version < FIRST_CDI:
+        raise SetupError(f"podman {show(version)} applies no CDI specs of cdiVersion 0.5.0 "
+                         f"and later (Podman {show(FIRST_CDI)} is the first that does): "
+                         "upgrade Podman; nothing written")
+    if not any(same_dir(cfg.spec_dir, d) for d in DEFAULT_SPEC_DIRS):
+        raise SetupError(f"podman {show(version)} reads CDI specs only from "
+                         f"{' and '.join(DEFAULT_SPEC_DIRS)} (cdi_spec_dirs came with "
+                         f"{show(FIRST_SPEC_DIRS)}), not from spec_dir {cfg.spec_dir}: set "
+                         f"spec_dir: {DEFAULT_SPEC_DIRS[0]} in {cfg.source or DEFAULT_CONFIG} "
+                         "and run `gpuslice cdi generate`, or upgrade Podman; nothing written")
+    say(f"nothing to do: podman {show(version)} reads {cfg.spec_dir} (one of the only CDI spec "
+        "dirs it reads)")
