@@ -139,9 +139,16 @@ if [ ! -e /etc/gpuslice/config.yaml ]; then
 fi
 "$gpuslice" config check /etc/gpuslice/config.yaml
 
+echo "gpuslice installed: $gpuslice"
 if python3 -c 'import ctypes; ctypes.CDLL("libnvidia-ml.so.1")' 2>/dev/null; then
   "$gpuslice" cdi generate
+  echo "the devices a container can ask for (podman run --device gpuslice.io/gpu=NAME ...):"
+  "$gpuslice" cdi list
+elif [ "$with_tests" = 1 ]; then
+  # No card here: show the product at work on the test suite's simulated one.
+  echo "no NVIDIA driver found: run 'gpuslice cdi generate' once it is installed; meanwhile, on a simulated card:"
+  echo
+  python3 tests/demo.py </dev/null || echo "install.sh: the demo failed (above); the install itself is done" >&2
 else
   echo "no NVIDIA driver found: run 'gpuslice cdi generate' once it is installed"
 fi
-echo "gpuslice installed: $gpuslice"
