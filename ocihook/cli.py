@@ -342,15 +342,16 @@ def gc_cmd(state: State) -> None:
 @click.option("--cores", metavar="N", help="the new compute cap, percent (0: none)")
 @click.pass_obj
 def resize_cmd(state: State, container: str, memory: Optional[str], cores: Optional[str]) -> None:
-    """Change the slice a running container holds (its id, an id prefix, or the
-    name its engine recorded): checked against its card as an admission is; its
+    """Change the slice a running container holds (its id, an id prefix, or its
+    name): checked against its card as an admission is; its
     processes see the new cap at their next allocation. A shrink below what they
     hold now is refused."""
-    from ocihook import resize
+    from ocihook import engine_names, resize
 
     acct = _accountant(state)
     try:
-        args = resize.hook_args(resize.find(acct, container), memory, cores)
+        args = resize.hook_args(resize.find(acct, container, engine_names.lookup(
+            state.config.podman_storage, state.config.docker_root)), memory, cores)
     except resize.ResizeError as e:
         fail(str(e))
     finally:
@@ -368,7 +369,7 @@ def resize_cmd(state: State, container: str, memory: Optional[str], cores: Optio
 @click.pass_obj
 def exporter_cmd(state: State, listen: str) -> None:
     """Serve Prometheus metrics of the cards, containers and processes (docs/metrics.md)."""
-    from ocihook import exporter
+    from ocihook import engine_names, exporter
 
     try:
         where = exporter.parse_listen(listen)
@@ -376,7 +377,8 @@ def exporter_cmd(state: State, listen: str) -> None:
         fail(str(e))
     cfg = state.config
     try:
-        exporter.serve(cfg.state_dir, cfg.database, cfg.driver_root, where)
+        exporter.serve(cfg.state_dir, cfg.database, cfg.driver_root, where,
+                       engine_names.lookup(cfg.podman_storage, cfg.docker_root))
     except OSError as e:
         fail(f"--listen {listen}: cannot serve there: {e.strerror}; pick a free port or "
              "another address")
@@ -389,10 +391,11 @@ def exporter_cmd(state: State, listen: str) -> None:
 def top_cmd(state: State, once: bool) -> None:
     """Cards, containers and processes live: memory against the slice, card time
     against the cap, throttling, priority, health. q quits."""
-    from ocihook import top
+    from ocihook import engine_names, top
 
     cfg = state.config
-    source = top.Source(cfg.state_dir, cfg.database, cfg.driver_root)
+    source = top.Source(cfg.state_dir, cfg.database, cfg.driver_root,
+                        engine_names.lookup(cfg.podman_storage, cfg.docker_root))
     if once:
         click.echo(top.once(source))
     elif not sys.stdout.isatty():

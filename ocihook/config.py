@@ -36,7 +36,7 @@ ENV_VAR = "GPUSLICE_CONFIG"
 SCHEMA_PATH = Path(__file__).with_name("config_schema.json")
 MAX_BYTES = 1 << 20  # a configuration is a few KiB; this bounds what a wrong file costs
 PATH_KEYS = ("spec_dir", "driver_root", "dev_root", "state_dir", "database", "shim_path",
-             "hook_path", "runtime_path")
+             "hook_path", "runtime_path", "podman_storage", "docker_root")
 
 DEFAULT_PROFILES: Tuple[Profile, ...] = (
     Profile("1g", 1024), Profile("2g", 2048), Profile("4g", 4096), Profile("8g", 8192),
@@ -93,6 +93,9 @@ class Config:
     shim_path: str = field(default_factory=_default_shim_path)
     hook_path: str = field(default_factory=_default_hook_path)
     runtime_path: str = field(default_factory=_default_runtime_path)
+    # Where the engines keep their containers' names (ocihook/engine_names.py).
+    podman_storage: str = "/var/lib/containers/storage"
+    docker_root: str = "/var/lib/docker"
     source: Optional[str] = None  # the file it came from; None for built-in defaults
 
     def card_dir(self) -> str:
@@ -134,6 +137,8 @@ class Config:
             "shim_path": self.shim_path,
             "hook_path": self.hook_path,
             "runtime_path": self.runtime_path,
+            "podman_storage": self.podman_storage,
+            "docker_root": self.docker_root,
         }
 
 
@@ -282,7 +287,8 @@ def from_document(doc: Any, source: str) -> Config:
         raise ConfigError(found[0], found)
     cfg = Config(source=source)
     for key in ("cdi_kind", "spec_dir", "driver_root", "dev_root", "state_dir", "database",
-                "placement", "preload", "shim_path", "hook_path", "runtime_path"):
+                "placement", "preload", "shim_path", "hook_path", "runtime_path",
+                "podman_storage", "docker_root"):
         if key in doc:
             setattr(cfg, key, doc[key])
     if "memory_overcommit" in doc:

@@ -22,7 +22,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ocihook import accountant, snapshot
+from ocihook import accountant, engine_names, snapshot
 from ocihook.nvml_sample import Sampler
 from ocihook.tenant_text import shown
 from ocihook.version import version
@@ -63,10 +63,12 @@ def parse_listen(text: str) -> Tuple[str, int]:
 class NodeCollector(Collector):
     """Reads the node at every collect(); keeps NVML started and the event totals."""
 
-    def __init__(self, state_dir: str, database: str, sampler: Optional[Sampler]) -> None:
+    def __init__(self, state_dir: str, database: str, sampler: Optional[Sampler],
+                 names: Optional[engine_names.Lookup] = None) -> None:
         self.state_dir = state_dir
         self.database = database
         self.sampler = sampler
+        self.names = names
         self.events = snapshot.EventCounters()
         self.acct: Optional[accountant.Accountant] = None
         self.version = version()
@@ -83,7 +85,7 @@ class NodeCollector(Collector):
     def snapshot(self) -> snapshot.Snapshot:
         acct, why = self._accountant()
         try:
-            snap = snapshot.take(self.state_dir, acct, self.sampler, self.events)
+            snap = snapshot.take(self.state_dir, acct, self.sampler, self.events, self.names)
         except Exception as e:  # noqa: BLE001 - a scrape answers whatever broke
             # Served as every source down, with the cause in the log, rather
             # than prometheus_client's bare HTTP 500.
@@ -175,7 +177,7 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
             r = k.reservation
             # Tenant text (the name is an annotation) by text.h's rule: a label
             # is shown in terminals and dashboards.
-            labels = [r.container_id, shown(r.name), c.card.uuid, shown(k.profile)]
+            labels = [r.container_id, shown(k.name), c.card.uuid, shown(k.profile)]
             info.add_metric(labels + [shown(r.device), r.priority, shown(r.runtime)], 1)
             limit.add_metric(labels, k.limit_bytes)
             if k.used_bytes is not None:
@@ -218,13 +220,14 @@ def registry(collector: NodeCollector) -> CollectorRegistry:
     return reg
 
 
-def serve(state_dir: str, database: str, driver_root: str, listen: Tuple[str, int]) -> None:
+def serve(state_dir: str, database: str, driver_root: str, listen: Tuple[str, int],
+          names: Optional[engine_names.Lookup] = None) -> None:
     """Serve /metrics until killed. Problems of a source are logged once per change."""
     from prometheus_client import make_wsgi_app
 
     from ocihook import httpserve
 
-    collector = NodeCollector(state_dir, database, Sampler(driver_root))
+    collector = NodeCollector(state_dir, database, Sampler(driver_root), names)
     app = make_wsgi_app(registry(collector))
     told: Dict[str, str] = {}
 

@@ -1,8 +1,10 @@
 """What `gpuslice resize CONTAINER` resizes: the container the operator names,
 found in the accountant's books, and the hook's arguments for it.
 
-CONTAINER is a full container id, the name the engine recorded for it
-(reservations.name), or a prefix of an id of at least MIN_PREFIX characters.
+CONTAINER is a full container id, its name (the one the hook recorded from
+config.json's annotations, reservations.name, or else the name Podman or
+Docker gave it: ocihook/engine_names.py), or a prefix of an id of at least
+MIN_PREFIX characters.
 A full id wins; otherwise names and id prefixes are matched together and
 must find exactly one container: a name is chosen by the tenant (an
 annotation) and may equal another container's short id, so two matches are
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ocihook import accountant, units
+from ocihook import accountant, engine_names, units
 
 MIN_PREFIX = 4
 
@@ -22,16 +24,21 @@ class ResizeError(ValueError):
     """A request that names no container, or a bad figure; one line."""
 
 
-def find(acct: accountant.Accountant, container: str) -> List[accountant.Reservation]:
-    """The rows of the one container `container` names (see the module's docstring)."""
+def find(acct: accountant.Accountant, container: str,
+         names: Optional[engine_names.Lookup] = None) -> List[accountant.Reservation]:
+    """The rows of the one container `container` names (see the module's
+    docstring); names gives the engines' names of containers that recorded
+    none."""
     rows = [r for u in acct.usage() for r in u.reservations]
     by_id = [r for r in rows if r.container_id == container]
     if by_id:
         return by_id  # a full id is the engine's, never the tenant's choice of name
-    # A name is the tenant's own (an annotation it sets): it may equal another
-    # container's id prefix, so a name and a prefix are weighed together and
-    # anything they match twice is refused, never guessed.
-    named = {r.container_id for r in rows if r.name and r.name == container}
+    # A name is the tenant's own (an annotation it sets, or --name): it may
+    # equal another container's id prefix, so a name and a prefix are weighed
+    # together and anything they match twice is refused, never guessed.
+    given = names([r.container_id for r in rows if not r.name]) if names else {}
+    named = {r.container_id for r in rows
+             if (r.name or given.get(r.container_id)) == container}
     long_enough = len(container) >= MIN_PREFIX
     prefixed = {r.container_id for r in rows
                 if long_enough and r.container_id.startswith(container)}

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from ocihook import accountant, region, statedir
+from ocihook import accountant, engine_names, region, statedir
 from ocihook.nvml_sample import CardSample, Sampler
 
 MIB = 1024 * 1024
@@ -114,6 +114,7 @@ class ContainerView:
     card_seconds: Optional[float]       # card time charged; None: not measured (no cap)
     throttled_seconds: Optional[float]  # time slept for the cap; None likewise
     gang: Optional[List[int]] = None    # a gang's slice: the gang's card indexes by slot
+    name: str = ""  # the recorded name, else its engine's (the tenant's text: show it by shown())
 
     @property
     def used_bytes(self) -> Optional[int]:
@@ -178,7 +179,7 @@ class Snapshot:
 
 def _container(cfg_state_dir: str, r: accountant.Reservation, card: accountant.Card,
                regions: Dict[str, "region.Region | region.RegionError"],
-               gang: Optional[List[int]] = None) -> ContainerView:
+               gang: Optional[List[int]] = None, name: str = "") -> ContainerView:
     if r.container_id not in regions:
         regions[r.container_id] = read_region(cfg_state_dir, r.container_id)
     claim = region_claim(regions[r.container_id], card)
@@ -189,13 +190,15 @@ def _container(cfg_state_dir: str, r: accountant.Reservation, card: accountant.C
     return ContainerView(r, profile_of(r), claim,
                          card.total_mib * MIB if r.exclusive else r.memory_mib * MIB, r.cores,
                          charged / NS if measured else None, slept / NS if measured else None,
-                         gang)
+                         gang, r.name or name)
 
 
 def take(state_dir: str, acct: Optional[accountant.Accountant], sampler: Optional[Sampler],
-         events: Optional[EventCounters] = None) -> Snapshot:
+         events: Optional[EventCounters] = None,
+         names: Optional[engine_names.Lookup] = None) -> Snapshot:
     """Everything, once. acct None (no database to read yet) or a sampler without
-    NVML leave those parts out and say why in `problems`."""
+    NVML leave those parts out and say why in `problems`; names, where given,
+    names the containers whose engine recorded no name for the hook."""
     snap = Snapshot(time.monotonic(), events=events or EventCounters())
     samples = sampler.sample() if sampler else {}
     if sampler and sampler.problem:
@@ -211,10 +214,13 @@ def take(state_dir: str, acct: Optional[accountant.Accountant], sampler: Optiona
         return snap
     regions: Dict[str, "region.Region | region.RegionError"] = {}
     gang_cards = gangs(usage)
+    given = names([r.container_id for u in usage for r in u.reservations if not r.name]) \
+        if names else {}
     for u in usage:
         snap.cards.append(CardView(
             u.card, u.reserved_mib, u.cores, u.exclusive, samples.get(u.card.uuid),
-            [_container(state_dir, r, u.card, regions, gang_cards.get((r.container_id, r.device)))
+            [_container(state_dir, r, u.card, regions, gang_cards.get((r.container_id, r.device)),
+                        given.get(r.container_id, ""))
              for r in u.reservations]))
     return snap
 

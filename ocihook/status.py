@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from cdi.profiles import DEFAULT_PRIORITY
-from ocihook import accountant, snapshot
+from ocihook import accountant, engine_names, snapshot
 from ocihook.config import Config
 from ocihook.policy import Policy
 from ocihook.tenant_text import shown
@@ -24,12 +24,14 @@ MIB = 1024 * 1024
 
 
 def _container(cfg: Config, r: accountant.Reservation, card: accountant.Card,
-               gangs: Dict[Tuple[str, str], List[int]]) -> Dict[str, Any]:
+               gangs: Dict[Tuple[str, str], List[int]], given: Dict[str, str]) -> Dict[str, Any]:
     claim = snapshot.region_claim(snapshot.read_region(cfg.state_dir, r.container_id), card)
     used = claim.used_bytes // MIB if claim.used_bytes is not None else None
     cards = gangs.get((r.container_id, r.device))
-    # The name is the tenant's (an annotation): shown by text.h's rule.
-    return {"id": r.container_id, "name": shown(r.name), "device": shown(r.device),
+    # The name is the tenant's (an annotation, or its engine's --name): shown
+    # by text.h's rule.
+    name = r.name or given.get(r.container_id, "")
+    return {"id": r.container_id, "name": shown(name), "device": shown(r.device),
             "gang": {"slices": len(cards), "slot": r.slot, "cards": cards} if cards else None,
             "memory_mib": r.memory_mib, "cores": r.cores, "priority": r.priority,
             "exclusive": r.exclusive, "used_mib": used, "region": claim.state,
@@ -67,8 +69,10 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     cards: List[Dict[str, Any]] = []
     usage = acct.usage()
     gangs = snapshot.gangs(usage)
+    given = engine_names.names([r.container_id for u in usage for r in u.reservations
+                                if not r.name], cfg.podman_storage, cfg.docker_root)
     for u in usage:
-        containers = [_container(cfg, r, u.card, gangs) for r in u.reservations]
+        containers = [_container(cfg, r, u.card, gangs, given) for r in u.reservations]
         used = sum(c["used_mib"] for c in containers if c["used_mib"] is not None)
         capacity = policy.capacity_mib(u.card.total_mib)
         cards.append({"index": u.card.index, "uuid": u.card.uuid, "name": u.card.name,
@@ -138,8 +142,9 @@ def render(doc: Dict[str, Any]) -> str:
                      f"{c['total_mib']} MiB reserved, {_card_used(c)}, "
                      f"{c['free_mib']} MiB free, {c['cores']}% compute reserved{state}")
         for k in c["containers"]:
-            lines.append(f"  {k['id'][:12]}  {k['device']:<10} {_held(k)}; {_container_used(k)}"
-                         f"{_gang(k)}")
+            named = f" ({k['name']})" if k["name"] else ""
+            lines.append(f"  {k['id'][:12]}{named}  {k['device']:<10} {_held(k)}; "
+                         f"{_container_used(k)}{_gang(k)}")
     if not doc["cards"]:
         lines.append("no cards known yet: run `gpuslice cdi generate`")
     return "\n".join(lines)

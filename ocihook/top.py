@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional, Tuple
 
-from ocihook import snapshot
+from ocihook import engine_names, snapshot
 from ocihook.tenant_text import shown
 from ocihook.nvml_sample import Sampler
 
@@ -82,7 +82,7 @@ def frame(snap: snapshot.Snapshot, prev: Optional[snapshot.Snapshot],
             mem = f"{used_mib}/{k.limit_bytes // MIB}"
             cap = f"{_pct(card)}/{k.core_limit}%" if k.core_limit else "no cap"
             # The name is the tenant's (an annotation): shown by text.h's rule.
-            lines.append(f"  {r.container_id[:12]:<12} {_cut(shown(r.name) or '-', 10):<10} "
+            lines.append(f"  {r.container_id[:12]:<12} {_cut(shown(k.name) or '-', 10):<10} "
                          f"{_cut(shown(k.profile), 8):<8} {mem:>13} {cap:>9} "
                          f"{_pct(slept) if k.core_limit else '-':>6} {r.priority:<6}")
             if k.claim.problem:
@@ -97,16 +97,18 @@ def frame(snap: snapshot.Snapshot, prev: Optional[snapshot.Snapshot],
 class Source:
     """Where frames come from: the accountant (read-only), the regions, NVML."""
 
-    def __init__(self, state_dir: str, database: str, driver_root: str) -> None:
+    def __init__(self, state_dir: str, database: str, driver_root: str,
+                 names: Optional[engine_names.Lookup] = None) -> None:
         self.state_dir = state_dir
         self.database = database
+        self.names = names
         self.sampler = Sampler(driver_root)
         self.acct, self.why = snapshot.open_accountant(database)
 
     def take(self) -> snapshot.Snapshot:
         if self.acct is None:
             self.acct, self.why = snapshot.open_accountant(self.database)
-        snap = snapshot.take(self.state_dir, self.acct, self.sampler)
+        snap = snapshot.take(self.state_dir, self.acct, self.sampler, names=self.names)
         if self.why:
             snap.problems["accountant"] = self.why
         return snap

@@ -137,14 +137,19 @@ def test_docker_slice_and_status(node: Node, docker: Dockerd) -> None:
         "node /dev/nvidia0", "node /dev/nvidiactl", "GPUSLICE_MEMORY_LIMIT=4096MiB",
         SHIM_MARKER, "cards"]
     assert wait_until(lambda: node.holders() == [])  # --rm: poststop gave it back
-    # While it runs, the accountant holds its slice; not after.
+    # While it runs, the accountant holds its slice; not after. Its name is
+    # Docker's (config.v2.json under docker_root: Docker writes none where
+    # the hook reads).
+    node.host.config.write_text(node.host.config.read_text()
+                                + f"docker_root: {node.tmp / 'docker' / 'data'}\n")
     run = docker.run(["sleep", "600"], runtime="gpuslice", env=["GPUSLICE=4g-30"],
-                     extra=["--detach"])
+                     extra=["--detach", "--name", "web"])
     assert run.returncode == 0, run.stderr
     cid = run.stdout.strip()
     card0 = node.status()["cards"][0]
-    assert [(c["id"], c["device"], c["memory_mib"], c["cores"]) for c in card0["containers"]] \
-        == [(cid, "4g-30", 4096, 30)]
+    assert [(c["id"], c["name"], c["device"], c["memory_mib"], c["cores"])
+            for c in card0["containers"]] == [(cid, "web", "4g-30", 4096, 30)]
+    assert f"  {cid[:12]} (web)  4g-30" in node.host.run("status").stdout
     assert docker.docker(["rm", "-f", cid]).returncode == 0
     assert wait_until(lambda: node.holders() == [])
 
