@@ -32,12 +32,21 @@ def _container(cfg: Config, r: accountant.Reservation, card: accountant.Card,
     # by text.h's rule.
     name = r.name or given.get(r.container_id, "")
     return {"id": r.container_id, "name": shown(name), "device": shown(r.device),
+            "resized": _resized(cfg, r),
             "gang": {"slices": len(cards), "slot": r.slot, "cards": cards} if cards else None,
             "memory_mib": r.memory_mib, "cores": r.cores, "priority": r.priority,
             "exclusive": r.exclusive, "used_mib": used, "region": claim.state,
             "region_problem": claim.problem, "pid": r.pid, "runtime": r.runtime,
             "processes": [{"pid": p.pid, "used_bytes": p.used_bytes, "by_kind": p.by_kind}
                           for p in claim.processes]}
+
+
+def _resized(cfg: Config, r: accountant.Reservation) -> bool:
+    """Whether the slice differs from its profile's: `gpuslice resize` changed it
+    (as far as the configuration still has the profile)."""
+    profile = next((p for p in cfg.profiles if p.name == snapshot.profile_of(r)), None)
+    return profile is not None and not r.exclusive and \
+        (profile.memory_mib, profile.cores) != (r.memory_mib, r.cores)
 
 
 def policy_words(policy: Policy) -> str:
@@ -95,7 +104,8 @@ def _held(k: Dict[str, Any]) -> str:
     goes unsaid to keep the line short."""
     if k["exclusive"]:
         return "whole card"
-    return (f"{k['memory_mib']} MiB" + (f", {k['cores']}%" if k["cores"] else "")
+    return (("resized to " if k["resized"] else "") + f"{k['memory_mib']} MiB"
+            + (f", {k['cores']}%" if k["cores"] else "")
             + (f", priority {k['priority']}" if k["priority"] != DEFAULT_PRIORITY else ""))
 
 

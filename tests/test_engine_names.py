@@ -49,7 +49,11 @@ def test_podman_names_in_status_top_and_resize(podman, node: Host) -> None:
     res = node.run("resize", "inference", "--memory", "8g")
     assert res.returncode == 0, res.stderr
     doc = json.loads(node.run("status", "--json").stdout)
-    assert doc["cards"][0]["containers"][0]["memory_mib"] == 8192
+    k = doc["cards"][0]["containers"][0]
+    assert (k["memory_mib"], k["resized"]) == (8192, True)
+    # The device it asked for stays its name; the new size is said beside it.
+    assert f"  {cid[:12]} (inference)  0-6g       resized to 8192 MiB; " \
+        in node.run("status").stdout
 
 
 def test_a_name_equal_to_another_id_prefix_is_refused(podman, node: Host) -> None:
