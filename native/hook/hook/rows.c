@@ -14,14 +14,20 @@
 #include "procs.h"
 #include "util.h"
 
+/* v (count used of *cap) with room for one more element of size bytes. */
+static void *room_for_one(void *v, size_t count, size_t *cap, size_t size)
+{
+    if (count < *cap)
+        return v;
+    *cap = *cap ? *cap * 2 : 8;
+    return gs_xrealloc(v, *cap * size);
+}
+
 /* ------------------------------------------------------ reservations */
 
 struct gs_reservation *gs_reservations_push(struct gs_reservations *list)
 {
-    if (list->n == list->cap) {
-        list->cap = list->cap ? list->cap * 2 : 4;
-        list->v = gs_xrealloc(list->v, list->cap * sizeof *list->v);
-    }
+    list->v = room_for_one(list->v, list->n, &list->cap, sizeof *list->v);
     struct gs_reservation *r = &list->v[list->n++];
     memset(r, 0, sizeof *r);
     r->card_index = -1;
@@ -224,10 +230,7 @@ int gs_load_cards(struct gs_acct *a, struct gs_card **out, size_t *n)
     size_t count = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (count == cap) {
-            cap = cap ? cap * 2 : 8;
-            v = gs_xrealloc(v, cap * sizeof *v);
-        }
+        v = room_for_one(v, count, &cap, sizeof *v);
         struct gs_card *c = &v[count++];
         c->index = sqlite3_column_int64(st, 0);
         c->uuid = gs_sql_col_text(st, 1);
@@ -260,10 +263,7 @@ int gs_card_usage(struct gs_acct *a, const struct gs_card *c, struct gs_usage *u
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (u->count == cap) {
-            cap = cap ? cap * 2 : 8;
-            ids = gs_xrealloc(ids, cap * sizeof *ids);
-        }
+        ids = room_for_one(ids, u->count, &cap, sizeof *ids);
         ids[u->count++] = gs_sql_col_text(st, 0);
         u->reserved_mib += sqlite3_column_int64(st, 1);
         u->cores += sqlite3_column_int64(st, 2);
@@ -293,10 +293,7 @@ int gs_load_links(struct gs_acct *a, struct gs_link **out, size_t *n)
     size_t count = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (count == cap) {
-            cap = cap ? cap * 2 : 8;
-            v = gs_xrealloc(v, cap * sizeof *v);
-        }
+        v = room_for_one(v, count, &cap, sizeof *v);
         v[count++] = (struct gs_link){gs_sql_col_text(st, 0), gs_sql_col_text(st, 1),
                                       gs_sql_col_text(st, 2), sqlite3_column_int64(st, 3)};
     }
