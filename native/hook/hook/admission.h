@@ -7,7 +7,7 @@
  * choice, fed here). The store (store.h) reads the cards, their usage, the
  * policy and the links; accountant.c writes what this file chose; resize.c
  * asks it whether a held slice may change. Rules and messages:
- * docs/architecture.md, Admission.
+ * docs/architecture.md, The hook and the accountant (a gang: Gangs).
  */
 #ifndef GS_ADMISSION_H
 #define GS_ADMISSION_H
