@@ -292,10 +292,13 @@ def _accountant(state: State) -> "accountant.Accountant":
 @click.pass_obj
 def status_cmd(state: State, as_json: bool) -> None:
     """Per card: reserved, used now, free, and each container with its slice."""
-    from ocihook import status
+    from ocihook import room, status
 
     acct = _accountant(state)
-    doc = status.collect(state.config, acct)
+    try:
+        doc = status.collect(state.config, acct)
+    except room.RoomError as e:
+        fail(str(e))
     if as_json:
         import json
 

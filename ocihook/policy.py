@@ -2,7 +2,8 @@
 says (ocihook/config.py parses it by these rules), what the accountant
 records in its policy table (ocihook/accountant.py; the table's CHECKs and
 gpuslice-hook's check of the row it reads say the same ranges) and what
-`gpuslice status` shows. The ranges are native/include/gpuslice/statedb.h's,
+`gpuslice status` shows. What a policy lets fit a card is the hook's rule
+alone (ocihook/room.py asks it). The ranges are native/include/gpuslice/statedb.h's,
 which the hook checks the recorded row against too. Imports nothing heavy
 (every `gpuslice` command loads the configuration): cheader reads #defines
 without cffi."""
@@ -41,7 +42,3 @@ class Policy:
     def to_dict(self) -> Dict[str, object]:
         return {"placement": self.placement, "memory_overcommit": self.memory_overcommit,
                 "cores_limit": self.cores_limit}
-
-    def capacity_mib(self, total_mib: int) -> int:
-        """What may be reserved on a card of total_mib (the hook rounds the same way)."""
-        return int(total_mib * self.memory_overcommit)

@@ -3,6 +3,9 @@ and what is in use now (each container's shared region), and the admission
 policy the accountant records (the hook's, which may differ from the
 configuration file's until `gpuslice config apply`).
 
+What is free on a card is the admission rule's answer (ocihook/room.py asks
+gpuslice-hook, its one owner), by the recorded policy.
+
 The reservations and the policy are the operator's record; a region is
 written by the container's own processes, so what it says is the tenant's
 claim. A claim is shown only when it could be true (no more used on a card
@@ -15,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from cdi.profiles import DEFAULT_PRIORITY
-from ocihook import accountant, engine_names, snapshot
+from ocihook import accountant, engine_names, room, snapshot
 from ocihook.config import Config
 from ocihook.policy import Policy
 from ocihook.tenant_text import shown
@@ -65,25 +68,26 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     a slice of a gang, else null), used_mib, region, region_problem, pid, runtime,
     processes: [{pid, used_bytes, by_kind: {context, alloc, vmm, pool, array}}]}]}]}: a
     process's pid is the one in its container, its bytes those on this card. Free
-    memory is by the recorded policy, the one the hook admits by. A card's used_mib sums the
+    memory is the hook's answer (room.read), by the recorded policy it admits by;
+    room.RoomError when the hook cannot give it. A card's used_mib sums the
     containers' believed figures, used_uncounted says how many were not (used_mib
     null), used_plausible is false when the sum is more than the card holds
     (tenants' claims that are each possible but not together)."""
     recorded: Optional[Policy] = acct.policy()
-    # Without a recorded policy the hook admits nothing; the defaults say what it would be.
-    policy = recorded or Policy()
     differs = {k: {"recorded": mine, "file": theirs}
-               for k, (mine, theirs) in policy.differences(cfg.policy()).items()} \
+               for k, (mine, theirs) in recorded.differences(cfg.policy()).items()} \
         if recorded else {}
     cards: List[Dict[str, Any]] = []
     usage = acct.usage()
+    rooms = room.read(cfg)
     gangs = snapshot.gangs(usage)
     given = engine_names.names([r.container_id for u in usage for r in u.reservations
                                 if not r.name], cfg.podman_storage, cfg.docker_root)
     for u in usage:
         containers = [_container(cfg, r, u.card, gangs, given) for r in u.reservations]
         used = sum(c["used_mib"] for c in containers if c["used_mib"] is not None)
-        capacity = policy.capacity_mib(u.card.total_mib)
+        # A card `gpuslice cdi generate` added between the two reads has nothing free yet.
+        free = rooms[u.card.uuid].free_mib if u.card.uuid in rooms else 0
         cards.append({"index": u.card.index, "uuid": u.card.uuid, "name": u.card.name,
                       "healthy": u.card.healthy, "health_reason": shown(u.card.health_reason),
                       "health_since": u.card.health_since, "mig": u.card.mig,
@@ -93,7 +97,7 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
                       "used_mib": used,
                       "used_uncounted": sum(c["used_mib"] is None for c in containers),
                       "used_plausible": used <= u.card.total_mib,
-                      "free_mib": 0 if u.exclusive else max(0, capacity - u.reserved_mib),
+                      "free_mib": free,
                       "cores": u.cores, "containers": containers})
     return {"policy": recorded.to_dict() if recorded else None,
             "policy_file_differs": differs, "cards": cards}

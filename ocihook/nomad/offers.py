@@ -1,8 +1,9 @@
 """Which instances each device group offers Nomad's scheduler, from the accountant.
 
 A group is a profile (``gpuslice/gpu/4g-30``); its instances are the slices of
-that profile that still fit on each card, recomputed from the accountant's
-reservations and policy as containers come and go (whoever started them).
+that profile that still fit on each card, as the admission rule's one owner
+answers (``gpuslice-hook room``, ocihook/room.py) from the accountant's
+reservations and policy, as containers come and go (whoever started them).
 Nomad counts an instance its allocations hold as used only while the plugin
 lists it as healthy, so an instance that was reserved leaves the list for good
 (its slice is in the accountant's books now), and the free ones keep their IDs
@@ -23,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from cdi.profiles import Profile
 from ocihook import accountant
-from ocihook.policy import Policy
+from ocihook.room import CardRoom
 
 Key = Tuple[str, str]  # (card uuid, profile name)
 
@@ -32,19 +33,6 @@ def offered_on(card: accountant.Card, profile: Profile) -> bool:
     """A profile is offered on a card as `gpuslice cdi generate` offers its
     device: not on a MIG card, not larger than the card."""
     return not card.mig and profile.memory_mib <= card.total_mib
-
-
-def slices_that_fit(use: accountant.CardUsage, policy: Policy, profile: Profile) -> int:
-    """How many more slices of profile the hook would admit on the card now, by
-    the rules of its admission (memory within total x memory_overcommit, compute
-    caps adding up to cores_limit, nothing beside a whole card), health aside."""
-    if use.exclusive:
-        return 0
-    free = max(0, policy.capacity_mib(use.card.total_mib) - use.reserved_mib)
-    n = free // profile.memory_mib
-    if profile.cores:
-        n = min(n, max(0, policy.cores_limit - use.cores) // profile.cores)
-    return n
 
 
 @dataclass(frozen=True)
@@ -71,21 +59,24 @@ class Offers:
         self._ids: Dict[Key, List[str]] = {}
         self._now: Dict[str, Instance] = {}
 
-    def update(self, usage: Sequence[accountant.CardUsage], policy: Policy,
+    def update(self, usage: Sequence[accountant.CardUsage], rooms: Dict[str, CardRoom],
                profiles: Sequence[Profile]) -> Dict[str, List[Instance]]:
-        """Recompute from one reading of the accountant; the instances by profile
-        name, every configured profile present (an empty group says it exists)."""
+        """Recompute from a reading of the accountant (its cards) and the hook's
+        room (room.read with these profiles); the instances by profile name,
+        every configured profile present (an empty group says it exists)."""
         groups: Dict[str, List[Instance]] = {p.name: [] for p in profiles}
         now: Dict[str, Instance] = {}
         seen = set()
         for use in usage:
-            for p in profiles:
+            fits = rooms[use.card.uuid].fits if use.card.uuid in rooms else ()
+            for k, p in enumerate(profiles):
                 if not offered_on(use.card, p):
                     continue
                 key = (use.card.uuid, p.name)
                 seen.add(key)
                 ids = self._ids.setdefault(key, [])
-                n = slices_that_fit(use, policy, p)
+                # A card the room did not see yet (added in between) offers nothing.
+                n = fits[k] if k < len(fits) else 0
                 del ids[n:]
                 while len(ids) < n:
                     ids.append(f"{use.card.index}-{p.name}-{self._mint()}")

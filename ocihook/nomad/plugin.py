@@ -18,7 +18,7 @@ from typing import Dict, Iterator, List, NoReturn, Optional, Tuple
 import grpc
 from google.protobuf import timestamp_pb2
 
-from ocihook import accountant, snapshot
+from ocihook import accountant, room, snapshot
 from ocihook.messages import bounded
 from ocihook.nomad import offers, reserve, settings
 from ocihook.nomad.proto import attribute_pb2, base_pb2, device_pb2, stats_pb2
@@ -175,9 +175,14 @@ class DevicePlugin:
             read = self._read(cfg)
         if read is None:
             return device_pb2.FingerprintResponse()
-        usage, policy = read
+        usage, _ = read
+        try:
+            rooms = room.read(cfg.gpuslice, cfg.gpuslice.profiles)
+        except room.RoomError as e:
+            self._problem(str(e))
+            return device_pb2.FingerprintResponse()
         self._problem(None)
-        groups = self._offers.update(usage, policy, cfg.gpuslice.profiles)
+        groups = self._offers.update(usage, rooms, cfg.gpuslice.profiles)
         try:
             version = reserve.driver_version(cfg.gpuslice)
         except reserve.ReserveError as e:

@@ -3,19 +3,20 @@
  * ocihook/accountant.py creates (schema, migrations, card records and the
  * admission policy are its; this side reads and writes rows only, and
  * never creates a table). It opens only a file whose application_id and
- * user_version are gpuslice/statedb.h's. The rules: memory within total x
- * memory_overcommit, whole cards exclusive, compute caps adding up to
- * cores_limit, no slice of a MIG card, nothing new on an unhealthy card;
- * placement binpack or spread; the policy (placement, memory_overcommit,
- * cores_limit) is the policy table's row, read inside each admission.
- * Each operation is one BEGIN IMMEDIATE transaction, so hooks that start at
- * the same moment serialise on the database's write lock.
+ * user_version are gpuslice/statedb.h's. What fits a card, the words of a
+ * refusal and the placement are admission.h's rule; the statements are
+ * store.h's; the policy (placement, memory_overcommit, cores_limit) is the
+ * policy table's row, read inside each admission. Each operation is one
+ * BEGIN IMMEDIATE transaction, so hooks that start at the same moment
+ * serialise on the database's write lock.
  */
 #ifndef GS_ACCOUNTANT_H
 #define GS_ACCOUNTANT_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+struct gs_str;
 
 #define GS_BUSY_TIMEOUT_MS 30000
 
@@ -99,6 +100,17 @@ struct gs_resize {
  * another one, a whole card. Nothing is written unless GS_OK. */
 int gs_acct_resize(struct gs_acct *a, const struct gs_resize *req, unsigned long long used_bytes,
                    struct gs_reservations *before, struct gs_reservations *after);
+
+/* What fits each card now (gpuslice-hook room): for every card, by index,
+ * one JSON object with its uuid, index, capacity_mib, reserved_mib, cores,
+ * exclusive, free_mib and fits (per profile i, how many more slices of
+ * memory_mib[i] and cores[i] the admission rule would take, health aside),
+ * in {"policy_recorded": true|false, "cards": [...]}, added to json. With
+ * no policy recorded, by overcommit GPUSLICE_POLICY_OVERCOMMIT_MIN and
+ * cores_limit GPUSLICE_POLICY_CORES_LIMIT_MAX (statedb.h), the
+ * configuration's defaults. One read snapshot, no write lock. */
+int gs_acct_room(struct gs_acct *a, const int64_t *memory_mib, const int64_t *cores,
+                 size_t nprofiles, struct gs_str *json);
 
 /* Reclaim the reservations whose process is gone; out gets them. */
 int gs_acct_gc(struct gs_acct *a, struct gs_reservations *out);

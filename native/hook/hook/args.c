@@ -26,6 +26,7 @@ static const char *const usages[] = {
     "[--priority high|normal|low] [--pid N [--pid-start T]] [--runtime NAME]",
     "gpuslice-hook resize --database DB --state-dir DIR --id CID --device NAME "
     "[--memory-mib N] [--cores N]",
+    "gpuslice-hook room --database DB [--state-dir DIR] [--profile MIB:CORES]...",
     "gpuslice-hook --help | --version",
 };
 
@@ -39,6 +40,8 @@ static const char help_text[] =
     "  admit    the accountant alone: prints \"<card uuid> <MiB>\" per reservation\n"
     "  resize   a held slice's new memory and/or cores, checked against its card as an\n"
     "           admission is, then written to the container's region\n"
+    "  room     what each card has free by the admission rule, and how many more slices of\n"
+    "           each --profile fit it; one line of JSON, nothing written\n"
     "\n"
     "Request: --card UUID (repeatable; none: placement picks), --exclusive (whole card(s);\n"
     "several --card: all or none), --memory-mib N (a slice), --cores N (0-100, 0: no cap),\n"
@@ -56,9 +59,10 @@ static const struct {
     unsigned verbs;
 } optdefs[O_COUNT] = {
     [O_DEVICE] = {"--device", 1, V_CREATE | V_ADMIT | V_RESIZE},
-    [O_DATABASE] = {"--database", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT | V_RESIZE},
-    /* admit makes no dir, but removes those of the dead containers it reclaims. */
-    [O_STATE_DIR] = {"--state-dir", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT | V_RESIZE},
+    [O_DATABASE] = {"--database", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT | V_RESIZE | V_ROOM},
+    /* admit makes no dir, but removes those of the dead containers it reclaims;
+     * room takes it (every caller passes the common two) and needs none. */
+    [O_STATE_DIR] = {"--state-dir", 1, V_CREATE | V_RELEASE | V_GC | V_ADMIT | V_RESIZE | V_ROOM},
     [O_CARD] = {"--card", 1, REQUEST_VERBS},
     [O_EXCLUSIVE] = {"--exclusive", 0, REQUEST_VERBS},
     [O_MEMORY] = {"--memory-mib", 1, REQUEST_VERBS | V_RESIZE},
@@ -70,6 +74,7 @@ static const struct {
     [O_PID_START] = {"--pid-start", 1, V_ADMIT},
     [O_RUNTIME] = {"--runtime", 1, V_ADMIT},
     [O_SLICES] = {"--slices", 1, REQUEST_VERBS},
+    [O_PROFILE] = {"--profile", 1, V_ROOM},
 };
 
 /* The policy options of gpuslice-hook before schema 3: a spec that still
@@ -91,6 +96,7 @@ static const char *usage_of(enum verb v)
     case V_GC: return usages[2];
     case V_ADMIT: return usages[3];
     case V_RESIZE: return usages[4];
+    case V_ROOM: return usages[5];
     }
     return "";
 }
@@ -225,86 +231,124 @@ static const char *const preloads[] = {"env", "ld.so.preload"};
 static const char *const priorities[] = {"high", "normal", "low"};
 #define COUNT(v) ((int)(sizeof v / sizeof v[0]))
 
-int gs_parse_args(int argc, char **argv, struct gs_args *a)
+static const char general_usage[] = "usage: gpuslice-hook create|release|gc|admit|resize|room "
+                                    "OPTIONS (gpuslice-hook --help says more)";
+
+/* argv[1], the verb, into a->verb and a->verb_name. */
+static int parse_verb(int argc, char **argv, struct gs_args *a)
 {
-    memset(a, 0, sizeof *a);
-    a->priority = "normal";
-    a->cards = gs_xmalloc((size_t)argc * sizeof *a->cards);
-    static const char general[] = "usage: gpuslice-hook create|release|gc|admit|resize OPTIONS "
-                                  "(gpuslice-hook --help says more)";
     if (argc < 2)
-        return gs_fail("%s", general);
+        return gs_fail("%s", general_usage);
     const char *verb = argv[1];
     static const struct { const char *name; enum verb v; } verbs[] = {
         {"create", V_CREATE}, {"release", V_RELEASE}, {"gc", V_GC}, {"admit", V_ADMIT},
-        {"resize", V_RESIZE}};
+        {"resize", V_RESIZE}, {"room", V_ROOM}};
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         if (strcmp(verb, verbs[i].name) == 0)
             a->verb = verbs[i].v;
     if (!a->verb) {
         char *r = quote(verb);
-        int rc = gs_fail("unknown command %s; %s", r, general);
+        int rc = gs_fail("unknown command %s; %s", r, general_usage);
         free(r);
         return rc;
     }
     a->verb_name = verb;
-    for (int i = 2; i < argc; i++) {
-        const char *arg = argv[i], *eq = strchr(arg, '='), *value = NULL;
-        size_t len = eq && strncmp(arg, "--", 2) == 0 ? (size_t)(eq - arg) : strlen(arg);
-        if (strncmp(arg, "--", 2) != 0 || len == 2)
-            return usage_error_quoted(a, "unexpected argument %s", arg, strlen(arg));
-        int o = 0;
-        while (o < O_COUNT && !(strlen(optdefs[o].name) == len &&
-                                strncmp(optdefs[o].name, arg, len) == 0))
-            o++;
-        if (o == O_COUNT && is_policy_option(arg, len))
-            return gs_fail("%s: %.*s is not an option since the admission policy moved into "
-                           "the accountant; this CDI spec was written by an older gpuslice: "
-                           "run `gpuslice cdi generate`", a->verb_name, (int)len, arg);
-        if (o == O_COUNT || !(optdefs[o].verbs & a->verb))
-            return usage_error_quoted(a, "unknown option %s", arg, len);
-        if (optdefs[o].takes_value) {
-            if (eq && len < strlen(arg))
-                value = eq + 1;
-            else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
-                value = argv[++i];
-            else
-                return usage_error(a, "%s needs a value", optdefs[o].name);
-        } else {
-            if (eq && len < strlen(arg))
-                return usage_error(a, "%s takes no value", optdefs[o].name);
-            value = "";
-        }
-        if (o == O_CARD) {
-            for (size_t k = 0; k < a->n_cards; k++)
-                if (strcmp(a->cards[k], value) == 0)
-                    return bad_value(O_CARD, value, "is given twice");
-            a->cards[a->n_cards++] = value;
-        } else if (a->value[o]) {
-            return usage_error(a, "%s is given twice", optdefs[o].name);
-        }
-        a->value[o] = value;
+    return GS_OK;
+}
+
+/* A --profile MIB:CORES of room: a slice's memory (as --memory-mib) and
+ * cores (as --cores). */
+static int profile(struct gs_args *a, const char *value)
+{
+    const char *colon = strchr(value, ':');
+    if (!colon)
+        return bad_value(O_PROFILE, value, "is not MIB:CORES (a slice's --memory-mib and "
+                                           "--cores, such as 4096:30)");
+    char *mib = gs_xstrndup(value, (size_t)(colon - value));
+    size_t k = a->n_profiles;
+    int rc = whole(O_PROFILE, mib, 1, 16777216, &a->profile_mib[k]);
+    if (rc == GS_OK)
+        rc = whole(O_PROFILE, colon + 1, 0, 100, &a->profile_cores[k]);
+    free(mib);
+    if (rc == GS_OK)
+        a->n_profiles++;
+    return rc;
+}
+
+/* The option at argv[*i] (and its value, which may be the next argument:
+ * *i moves past it) into a->value, or a --card into a->cards. */
+static int read_option(struct gs_args *a, int argc, char **argv, int *i)
+{
+    const char *arg = argv[*i], *eq = strchr(arg, '='), *value = NULL;
+    size_t len = eq && strncmp(arg, "--", 2) == 0 ? (size_t)(eq - arg) : strlen(arg);
+    if (strncmp(arg, "--", 2) != 0 || len == 2)
+        return usage_error_quoted(a, "unexpected argument %s", arg, strlen(arg));
+    int o = 0;
+    while (o < O_COUNT && !(strlen(optdefs[o].name) == len &&
+                            strncmp(optdefs[o].name, arg, len) == 0))
+        o++;
+    if (o == O_COUNT && is_policy_option(arg, len))
+        return gs_fail("%s: %.*s is not an option since the admission policy moved into "
+                       "the accountant; this CDI spec was written by an older gpuslice: "
+                       "run `gpuslice cdi generate`", a->verb_name, (int)len, arg);
+    if (o == O_COUNT || !(optdefs[o].verbs & a->verb))
+        return usage_error_quoted(a, "unknown option %s", arg, len);
+    if (optdefs[o].takes_value) {
+        if (eq && len < strlen(arg))
+            value = eq + 1;
+        else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0)
+            value = argv[++*i];
+        else
+            return usage_error(a, "%s needs a value", optdefs[o].name);
+    } else {
+        if (eq && len < strlen(arg))
+            return usage_error(a, "%s takes no value", optdefs[o].name);
+        value = "";
     }
-    /* What each verb needs. */
+    if (o == O_PROFILE) {
+        a->value[o] = value;
+        return profile(a, value);
+    }
+    if (o == O_CARD) {
+        for (size_t k = 0; k < a->n_cards; k++)
+            if (strcmp(a->cards[k], value) == 0)
+                return bad_value(O_CARD, value, "is given twice");
+        a->cards[a->n_cards++] = value;
+    } else if (a->value[o]) {
+        return usage_error(a, "%s is given twice", optdefs[o].name);
+    }
+    a->value[o] = value;
+    return GS_OK;
+}
+
+/* What each verb needs. */
+static int check_required(const struct gs_args *a)
+{
     static const enum opt needed[][4] = {
         {O_DEVICE, O_DATABASE, O_STATE_DIR, O_DEVICE}, /* create */
         {O_DATABASE, O_STATE_DIR, O_DATABASE, O_DATABASE},
         {O_DATABASE, O_STATE_DIR, O_DATABASE, O_DATABASE},
         {O_DATABASE, O_STATE_DIR, O_ID, O_DEVICE}, /* admit */
         {O_DATABASE, O_STATE_DIR, O_ID, O_DEVICE}, /* resize */
+        {O_DATABASE, O_DATABASE, O_DATABASE, O_DATABASE}, /* room */
     };
     int vi = a->verb == V_CREATE ? 0 : a->verb == V_RELEASE ? 1 : a->verb == V_GC ? 2
-           : a->verb == V_ADMIT ? 3 : 4;
+           : a->verb == V_ADMIT ? 3 : a->verb == V_RESIZE ? 4 : 5;
     for (int k = 0; k < 4; k++)
         if (!a->value[needed[vi][k]])
             return usage_error(a, "%s is required", optdefs[needed[vi][k]].name);
-    /* Each value against its rule. */
+    return GS_OK;
+}
+
+/* Each value against its rule, in the order of the options' table. */
+static int check_values(struct gs_args *a)
+{
     const char *const *v = a->value;
     if (v[O_DEVICE] && check_device(v[O_DEVICE]) != GS_OK)
         return GS_ERROR;
     if (check_abs_path(O_DATABASE, v[O_DATABASE]) != GS_OK)
         return GS_ERROR;
-    if (check_abs_path(O_STATE_DIR, v[O_STATE_DIR]) != GS_OK)
+    if (v[O_STATE_DIR] && check_abs_path(O_STATE_DIR, v[O_STATE_DIR]) != GS_OK)
         return GS_ERROR;
     for (size_t k = 0; k < a->n_cards; k++)
         if (check_card(a->cards[k]) != GS_OK)
@@ -339,7 +383,13 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
     }
     if (v[O_RUNTIME] && !gs_runtime_name_ok(v[O_RUNTIME]))
         return bad_value(O_RUNTIME, v[O_RUNTIME], "is not 1-32 letters, digits, '_', '.', '-'");
-    /* The request: a slice needs memory; a whole card is all of it. */
+    return GS_OK;
+}
+
+/* The request: a slice needs memory; a whole card is all of it. */
+static int check_request(const struct gs_args *a)
+{
+    const char *const *v = a->value;
     if (a->verb & REQUEST_VERBS) {
         if (v[O_EXCLUSIVE] && (v[O_MEMORY] || v[O_CORES]))
             return usage_error(a, "%s holds whole cards: --memory-mib and --cores do not go "
@@ -361,6 +411,30 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
     if (a->verb == V_RESIZE && !v[O_MEMORY] && !v[O_CORES])
         return usage_error(a, "%s N, --cores N or both are needed", "--memory-mib");
     return GS_OK;
+}
+
+int gs_parse_args(int argc, char **argv, struct gs_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->priority = "normal";
+    a->cards = gs_xmalloc((size_t)argc * sizeof *a->cards);
+    a->profile_mib = gs_xmalloc((size_t)argc * sizeof *a->profile_mib);
+    a->profile_cores = gs_xmalloc((size_t)argc * sizeof *a->profile_cores);
+    if (parse_verb(argc, argv, a) != GS_OK)
+        return GS_ERROR;
+    for (int i = 2; i < argc; i++)
+        if (read_option(a, argc, argv, &i) != GS_OK)
+            return GS_ERROR;
+    if (check_required(a) != GS_OK || check_values(a) != GS_OK || check_request(a) != GS_OK)
+        return GS_ERROR;
+    return GS_OK;
+}
+
+void gs_args_free(struct gs_args *a)
+{
+    free(a->cards);
+    free(a->profile_mib);
+    free(a->profile_cores);
 }
 
 void gs_print_help(void)

@@ -9,11 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum verb { V_CREATE = 1, V_RELEASE = 2, V_GC = 4, V_ADMIT = 8, V_RESIZE = 16 };
+enum verb { V_CREATE = 1, V_RELEASE = 2, V_GC = 4, V_ADMIT = 8, V_RESIZE = 16, V_ROOM = 32 };
 
 enum opt {
     O_DEVICE, O_DATABASE, O_STATE_DIR, O_CARD, O_EXCLUSIVE, O_MEMORY, O_CORES, O_PRELOAD,
-    O_PRIORITY, O_ID, O_PID, O_PID_START, O_RUNTIME, O_SLICES, O_COUNT
+    O_PRIORITY, O_ID, O_PID, O_PID_START, O_RUNTIME, O_SLICES, O_PROFILE, O_COUNT
 };
 
 #define REQUEST_VERBS (V_CREATE | V_ADMIT)
@@ -28,10 +28,15 @@ struct gs_args {
     int64_t slices; /* --slices N: a gang of N slices, one per card; 0 if not given */
     int preload_file; /* --preload ld.so.preload */
     const char *priority; /* --priority: "high", "normal" (the default) or "low" */
+    /* room: every --profile MIB:CORES, in order (malloc'ed, free them) */
+    int64_t *profile_mib, *profile_cores;
+    size_t n_profiles;
 };
 
-/* GS_OK, or GS_ERROR with the message. a->cards is malloc'ed (free it). */
+/* GS_OK, or GS_ERROR with the message. a->cards and the profiles are
+ * malloc'ed (gs_args_free). */
 int gs_parse_args(int argc, char **argv, struct gs_args *a);
+void gs_args_free(struct gs_args *a);
 
 /* The --help text, on stdout. */
 void gs_print_help(void);

@@ -1,7 +1,8 @@
 /*
  * Placing a gang: N slices of one device, each on its own card, all in one
- * admission (accountant.c reads the cards, their room and their links, and
- * writes the rows; this file only chooses). Two cards are as near as
+ * admission (rows.c reads the cards, their room and their links,
+ * admission.c weighs them and words a refusal, accountant.c writes the
+ * rows; this file only chooses). Two cards are as near as
  * gs_gang_nearness says: joined by NVLink or not first, then where they
  * meet in the PCIe tree (one switch, one host bridge, one NUMA node, the
  * system), so that NVLink pairs on one socket come before NVLink pairs

@@ -1,6 +1,6 @@
 /*
  * gpuslice-hook: the OCI hook that admits a container to a card, and
- * releases it. The command line, the five verbs, and the one line a
+ * releases it. The command line, the six verbs, and the one line a
  * failure prints. The CDI spec passes the request and where things are as
  * arguments (no configuration file is read); the admission policy is the
  * accountant's.
@@ -11,6 +11,8 @@
  *   gc       reclaim what dead containers hold
  *   admit    the accountant alone, for tests and operators
  *   resize   a held slice's new figures: the accountant, then the region
+ *   room     what fits each card now, in JSON: the admission rule's answer
+ *            for the Python readers (gpuslice status, the Nomad plugin)
  *
  * Exit 0 ok, 1 a refusal ("no": the card is full), 2 bad input or usage,
  * or a hook in a user namespace (userns.h), which is granted nothing.
@@ -357,6 +359,22 @@ static int cmd_resize(const struct gs_args *a)
     return rc;
 }
 
+/* Read-only: grants nothing, so a user namespace is no concern here (the
+ * database's permissions are). */
+static int cmd_room(const struct gs_args *a)
+{
+    struct gs_acct *acct;
+    if (gs_acct_open(a->value[O_DATABASE], &acct) != GS_OK)
+        return GS_ERROR;
+    struct gs_str json = {0};
+    int rc = gs_acct_room(acct, a->profile_mib, a->profile_cores, a->n_profiles, &json);
+    gs_acct_close(acct);
+    if (rc == GS_OK)
+        printf("%s\n", json.s);
+    gs_str_free(&json);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -376,9 +394,10 @@ int main(int argc, char **argv)
         case V_GC: rc = cmd_gc(&a); break;
         case V_ADMIT: rc = cmd_admit(&a); break;
         case V_RESIZE: rc = cmd_resize(&a); break;
+        case V_ROOM: rc = cmd_room(&a); break;
         }
     }
-    free(a.cards);
+    gs_args_free(&a);
     if (fflush(stdout) != 0 && rc == GS_OK)
         rc = gs_fail("stdout: %s", strerror(errno));
     if (rc != GS_OK) { /* one line, whatever a database row put in it */
