@@ -61,7 +61,7 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     """The --json document: {"policy": {placement, memory_overcommit, cores_limit} or
     null (none recorded yet), "policy_file_differs": {key: {"recorded", "file"}},
     "cards": [{index, uuid, total_mib, reserved_mib, used_mib, used_uncounted,
-    used_plausible, free_mib, healthy, health_reason ("" while healthy), health_since
+    used_plausible, unreserved_mib (what the accountant can still promise), healthy, health_reason ("" while healthy), health_since
     (seconds since the epoch, null while healthy), pci_bus_id, numa_node (null: unknown),
     cpu_affinity (a cpulist, "" unknown), containers: [{id, name, device, memory_mib,
     cores, priority, gang ({slices, slot, cards: the gang's card indexes by slot} for
@@ -97,7 +97,7 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
                       "used_mib": used,
                       "used_uncounted": sum(c["used_mib"] is None for c in containers),
                       "used_plausible": used <= u.card.total_mib,
-                      "free_mib": free,
+                      "unreserved_mib": free,
                       "cores": u.cores, "containers": containers})
     return {"policy": recorded.to_dict() if recorded else None,
             "policy_file_differs": differs, "cards": cards}
@@ -154,7 +154,7 @@ def render(doc: Dict[str, Any]) -> str:
             f"; OUT OF SERVICE: {c['health_reason'] or 'no reason recorded'}"
         lines.append(f"card {c['index']} {c['uuid']} {c['name']}: {c['reserved_mib']} of "
                      f"{c['total_mib']} MiB reserved, {_card_used(c)}, "
-                     f"{c['free_mib']} MiB free, {c['cores']}% compute reserved{state}")
+                     f"{c['unreserved_mib']} MiB unreserved, {c['cores']}% compute reserved{state}")
         for k in c["containers"]:
             named = f" ({k['name']})" if k["name"] else ""
             lines.append(f"  {k['id'][:12]}{named}  {k['device']:<10} {_held(k)}; "

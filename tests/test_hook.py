@@ -638,10 +638,10 @@ def test_status_release_and_gc(node: Node) -> None:
     doc = json.loads(gpuslice(node, "status", "--json").stdout)
     c0, c1 = doc["cards"]
     assert (c0["index"], c0["uuid"], c0["total_mib"]) == (0, fake_gpu(0)["uuid"], 16384)
-    assert c0["reserved_mib"] == 10240 and c0["free_mib"] == 6144 and c0["cores"] == 30
+    assert c0["reserved_mib"] == 10240 and c0["unreserved_mib"] == 6144 and c0["cores"] == 30
     assert [(k["id"], k["memory_mib"], k["cores"], k["used_mib"]) for k in c0["containers"]] \
         == [("a" * 64, 6144, 0, 0), ("b" * 64, 4096, 30, 0)]
-    assert c1["free_mib"] == 0 and c1["containers"][0]["exclusive"] is True
+    assert c1["unreserved_mib"] == 0 and c1["containers"][0]["exclusive"] is True
     text = gpuslice(node, "status").stdout
     assert "card 0 " in text and "10240 of 16384 MiB reserved" in text and "aaaaaaaaaaaa" in text
     # An operator releases a container; the id is checked.
@@ -710,10 +710,10 @@ def test_status_believes_a_region_only_as_far_as_the_card_goes(node: Node) -> No
     text = gpuslice(node, "status").stdout.splitlines()
     card0, card1 = [line for line in text if line.startswith("card ")]
     lines = {line.split()[0][0]: line for line in text if line.startswith("  ")}
-    assert "16384 of 16384 MiB reserved, 1536 MiB used (3 regions not counted), 0 MiB free" \
+    assert "16384 of 16384 MiB reserved, 1536 MiB used (3 regions not counted), 0 MiB unreserved" \
         in card0
     assert ("16384 of 16384 MiB reserved, 18432 MiB used (1 region not counted; IMPLAUSIBLE: "
-            "more than the card holds, a region lies), 0 MiB free") in card1
+            "more than the card holds, a region lies), 0 MiB unreserved") in card1
     assert lines["a"].endswith("4096 MiB; 1536 MiB used")
     assert lines["b"].endswith(f"4096 MiB; ? MiB used (region IMPLAUSIBLE: {region_of['b']} "
                                "claims 17592186044415 MiB used on card 0, which holds 16384 MiB)")
@@ -918,7 +918,7 @@ def test_policy_has_one_owner_the_accountant(node: Node) -> None:
     assert doc["policy_file_differs"] == {
         "memory_overcommit": {"recorded": 1.0, "file": 1.5},
         "cores_limit": {"recorded": 100, "file": 60}}
-    assert doc["cards"][0]["free_mib"] == 4096
+    assert doc["cards"][0]["unreserved_mib"] == 4096
     text = gpuslice(node, "status").stdout.splitlines()
     assert text[:3] == [
         "policy: placement binpack, memory_overcommit 1, cores_limit 100",
@@ -934,7 +934,7 @@ def test_policy_has_one_owner_the_accountant(node: Node) -> None:
     assert spec.read_bytes() == generated  # the spec is not touched
     assert node.create("c", "0-6g").returncode == 0  # 18 of 24 GiB
     doc = json.loads(gpuslice(node, "status", "--json").stdout)
-    assert doc["policy_file_differs"] == {} and doc["cards"][0]["free_mib"] == 24576 - 18432
+    assert doc["policy_file_differs"] == {} and doc["cards"][0]["unreserved_mib"] == 24576 - 18432
     assert node.create("p1", "1-1g-40").returncode == 0
     res = node.create("p2", "1-1g-40")
     assert res.returncode == 1 and "has 20% of its compute left, 40% asked" in err(res)

@@ -114,7 +114,7 @@ def test_thirty_at_once_where_twenty_fit(podman, node20: Host) -> None:
         assert all("0 MiB free of 20480 MiB, 1024 MiB asked" in r.stderr for r in refused), \
             [r.stderr[-300:] for r in refused]
         card = status(node20)["cards"][0]
-        assert card["reserved_mib"] == 20480 and card["free_mib"] == 0
+        assert card["reserved_mib"] == 20480 and card["unreserved_mib"] == 0
         assert sorted(c["id"] for c in card["containers"]) == \
             sorted(r.stdout.strip() for r in ok)
         ids = [r.stdout.strip() for r in ok]
