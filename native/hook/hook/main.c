@@ -309,6 +309,8 @@ static int cmd_gc(const struct gs_args *a)
                (int)gs_utf8_prefix(r->container_id, 12), r->container_id, r->device,
                (long long)r->memory_mib, r->card_uuid, pid);
     }
+    if (rc == GS_OK && dead.n == 0) /* an answer either way, for the operator who asked */
+        printf("nothing to reclaim: every holder whose process is recorded is alive\n");
     gs_reservations_free(&dead);
     return rc;
 }
