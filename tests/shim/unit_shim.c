@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* The memory policy and the wrappers are not linked in: stubs for what the
+/* The charging rules and the wrappers are not linked in: stubs for what the
  * linked parts ask of them (the pid the driver knows, NVML queries). */
 unsigned int gs_driver_pid(void) { return 0; }
 __thread int gs_own_query;

@@ -1,5 +1,5 @@
 /*
- * The memory policy: what a process is charged, when a charge is settled on
+ * The charging rules: what a process is charged, when a charge is settled on
  * what the driver holds, and what is tried before an allocation is refused.
  * The API families (cuda_mem.c, cuda_ctx.c, graphs.c) call it; it calls
  * only what lies beneath: the region's books (ledger.c), what the driver
@@ -129,7 +129,7 @@ static void ctx_unref(int dev)
  * made (modules loaded at their first launch, cuBLAS, ...), and growth
  * inside the charge can never take the cap past what it is. Near the cap
  * and before a refusal the charge comes down to the driver's figure. */
-static int settle(int dev, int up_only)
+static int settle_ctx(int dev, int up_only)
 {
     if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_driver_pid() || !gs_limit(dev))
         return 0;
@@ -181,7 +181,7 @@ static int settle(int dev, int up_only)
 
 int gs_ctx_settle(int dev)
 {
-    return settle(dev, 0);
+    return settle_ctx(dev, 0);
 }
 
 /* Within this share of the cap, an allocation is admitted only with room
@@ -273,7 +273,7 @@ void gs_ctx_settle_due(int dev)
         return;
     unsigned long long last = __atomic_load_n(&settled_ns[dev], __ATOMIC_RELAXED);
     if (gs_now_ns() - last >= SETTLE_NS)
-        settle(dev, 1);
+        settle_ctx(dev, 1);
 }
 
 /* Before the first context on dev: what NVML lists there (ctx_cost.c). */
@@ -289,7 +289,7 @@ static void ctx_after(int dev)
     if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_limit(dev))
         return;
     gs_ctx_cost_after(dev);
-    settle(dev, 1);
+    settle_ctx(dev, 1);
 }
 
 /* A context is about to be made on dev: its first one is charged the

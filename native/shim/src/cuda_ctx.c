@@ -1,7 +1,7 @@
 /*
  * cuInit, contexts, module loads, limits, and what programs see
  * (cuMemGetInfo, cuDeviceTotalMem): the wrappers. What a context is charged,
- * and when that charge follows the driver's figure, is the memory policy's
+ * and when that charge follows the driver's figure, is the charging rules'
  * (account.c, "The context charge"); these wrappers tell it when a context
  * is made and destroyed, and ask it to settle where a program looks.
  */

@@ -3,7 +3,7 @@
  * card's UUID as NVML writes it, and the card's UUID and memory recorded
  * in the region the first time a process sees it (readers outside the
  * process, NVML's answers and the card files go by them). Beneath the
- * memory policy and the API families: it calls only the driver and the
+ * charging rules and the API families: it calls only the driver and the
  * region.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -7,7 +7,7 @@
  *   config.c     the environment, parsed once
  *   region.c     the shared region file, slots, the robust lock
  *   ledger.c     the region's books: charge/uncharge under the region lock
- *   account.c    the memory policy: charge, settle, retry; the context charge
+ *   account.c    the charging rules: charge, settle, retry; the context charge
  *   ptrmap.c     per-process map: allocation -> (device, kind, bytes)
  *   interpose.c  finding real functions, dlsym, cuGetProcAddress, fork
  *   devices.c    the current device, card UUIDs, a card noted in the region
@@ -19,7 +19,9 @@
  *   graphs.c     graph memory nodes: charged at instantiation
  *   nvml_hooks.c NVML memory, process and utilization queries
  *   rm_filter.c  the driver's process lists, whatever route asks for them
- *   pace.c       the compute limiter's decisions (no CUDA: simulated in tests)
+ *   pace.c       the compute limiter's pacer (no CUDA: simulated in tests),
+ *   pace_card.c  ... the card file's seats and stamps,
+ *   pace_turns.c ... the turns on a shared card
  *   launch.c     kernel launches: fences, the bucket, the card file
  */
 #ifndef GPUSLICE_INTERNAL_H
@@ -193,7 +195,7 @@ void gs_charge_held(int dev, int kind, unsigned long long bytes); /* no check: a
 void gs_uncharge(int dev, int kind, unsigned long long bytes);
 
 /* ---------------------------------------------------------------- pools.c */
-/* What stream-ordered pools hold (the memory policy charges it). */
+/* What stream-ordered pools hold (the charging rules charge it). */
 #define GS_MAX_POOLS 64
 unsigned long long gs_pool_reserved(CUmemoryPool pool, int *ok); /* ok: the driver said */
 unsigned long long gs_pool_spare(CUmemoryPool pool); /* reserved - used; 0 if unknown */
@@ -236,7 +238,7 @@ unsigned gs_graph_mem_trim_retired(void);
 void gs_graph_mem_fork_child(void);
 
 /* -------------------------------------------------------------- account.c */
-/* The memory policy. */
+/* The charging rules. */
 
 /* Brackets around every charge-then-driver-call and forget-then-free, so a
  * settle can tell that nothing of this process is half done. */

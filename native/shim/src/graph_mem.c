@@ -2,7 +2,7 @@
  * The graph memory of each device: what executable graphs may map from the
  * driver's per-device graph memory pool. graphs.c (the API family) says why
  * graph memory is charged ahead, at instantiation; this file keeps the
- * figures the memory policy (account.c) charges and settles by:
+ * figures the charging rules (account.c) charge and settle by:
  *
  *   live     the bytes of the alloc nodes of every live executable graph
  *            (each node rounded up to 2 MiB): an upper bound of what they
@@ -14,7 +14,7 @@
  *   held     max(reserved now, live + retired): the device's graph memory
  *            charge (a pool record in pools.c, kind POOL).
  *
- * Beneath the memory policy: it calls the driver (the pool's reservation, a
+ * Beneath the charging rules: it calls the driver (the pool's reservation, a
  * trim) and reads pools.c's record, never a charge. Its mutex is never held
  * across a driver call.
  */

@@ -17,7 +17,7 @@
  * Instantiation needs held(after) - charged: refused if that does not fit.
  * Launch and upload need nothing (already charged): the launch path is not
  * touched. When an allocation would be refused and destroyed graphs left
- * memory in the pool, the memory policy (account.c) trims the device's
+ * memory in the pool, the charging rules (account.c) trim the device's
  * graph memory (what the program would have to do to get it back) and
  * settles.
  *

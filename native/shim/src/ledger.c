@@ -2,10 +2,10 @@
  * The region's books: a charge or an uncharge of this process's slot and
  * the device's total, under the region lock. The check and the charge are
  * one step, so two processes racing for the last bytes of a cap cannot both
- * win. Callers (the memory policy, account.c) call the driver after the
+ * win. Callers (the charging rules, account.c) call the driver after the
  * charge, outside the lock (a lock held across a driver call would
  * serialise every allocation of the container behind the slowest one), and
- * give the charge back when the driver refuses. No policy here: what to
+ * give the charge back when the driver refuses. No rules here: what to
  * charge, when to settle and when to retry is account.c's.
  *
  * Order of updates under the lock: the slot first, then the device total.

@@ -3,7 +3,7 @@
  * A pool keeps memory it has freed, up to its release threshold (CuPy's
  * async pool keeps all of it), and gives it back only when trimmed or at a
  * synchronisation point. What a pool holds is on the card, so that is what
- * the memory policy (account.c) charges: each pool's reserved memory
+ * the charging rules (account.c) charge: each pool's reserved memory
  * (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not what is live in it.
  *
  * This file reads what the driver says a pool holds and keeps the table of
