@@ -59,3 +59,14 @@ def test_a_call_up_is_seen(tmp_path: Path) -> None:
     (tmp_path / "cuda_mem.c").write_text("int gs_family(void) { return gs_rules(); }\n")
     assert calls_between_files(tmp_path) == {"account.c": {"cuda_mem.c"},
                                              "cuda_mem.c": {"account.c"}}
+
+
+def test_the_readme_and_the_internal_header_name_every_source_file() -> None:
+    # The lists of parts are kept by hand: a file added or gone shows here.
+    readme = (SRC.parent / "README.md").read_text()
+    table = set(re.findall(r"`src/([\w.]+)`", readme.split("## How it works", 1)[1]))
+    files = {p.name for p in SRC.iterdir() if p.suffix in (".c", ".h")}
+    assert table == files
+    header = (SRC / "gpuslice.h").read_text().split("*/", 1)[0]
+    assert set(re.findall(r"^ \*\s+(\w+\.c)\b", header, re.M)) == {f for f in files
+                                                                   if f.endswith(".c")}
