@@ -224,7 +224,8 @@ unsigned long long gs_pace_queued_ns(const struct gs_pacer *p)
 static void stamp(struct gs_pacer *p, struct gs_pace_io *io, int what, unsigned long long now)
 {
     if (io->card)
-        io->seat = gs_card_stamp(io->card, io->seat, io->token, what, now + gs_pace_queued_ns(p), now);
+        io->seat = gs_card_stamp(io->card, io->seat, io->token, what,
+                                 now + gs_pace_queued_ns(p), now);
 }
 
 /* Block until the oldest entry completes; the process competes meanwhile. */

@@ -126,7 +126,7 @@ static void raise_to(unsigned long long *w, unsigned long long v, unsigned long 
  * (a queue that has run dry since does not; one announced further ahead
  * than `believed` is not believed). */
 unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, int mine,
-                                           unsigned long long now, unsigned long long believed)
+                                            unsigned long long now, unsigned long long believed)
 {
     unsigned long long most = 0;
     for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
@@ -146,7 +146,7 @@ unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, i
  * dry between its launches, the GPU turns to us, and a launch it made
  * before it saw our turn would cut into our turn at the next time slice. */
 int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
-                            unsigned long long since, unsigned long long now)
+                             unsigned long long since, unsigned long long now)
 {
     for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
         const struct gpuslice_cardfile_seat *s = &c->seats[i];
@@ -187,7 +187,7 @@ void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long l
  * and in *rank whether only for normal work (we are low). A high process
  * and a guest never stand aside. */
 unsigned long long gs_pace_aside_until(const struct gs_pacer *p, struct gs_pace_io *io,
-                                      unsigned long long now, int *rank)
+                                       unsigned long long now, int *rank)
 {
     struct gpuslice_cardfile *c = io->card;
     unsigned long long t = 0, v;

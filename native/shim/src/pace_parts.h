@@ -15,8 +15,8 @@
 /* A card-file stamp t at most `behind` before now or `ahead` after it (a
  * time after our `now` may be fresh: written by someone who read the clock
  * after us); anything else is stale, or garbage. */
-static inline int within(unsigned long long t, unsigned long long now, unsigned long long ahead,
-                  unsigned long long behind)
+static inline int within(unsigned long long t, unsigned long long now,
+                         unsigned long long ahead, unsigned long long behind)
 {
     return t >= now ? t - now <= ahead : now - t <= behind;
 }
