@@ -157,6 +157,9 @@ static struct gpuslice_cardfile *card_of(struct pacer_dev *pd, int dev)
 
 /* ----------------------------------------------------------- mode, once */
 
+/* Under pthread_once, with the driver asked (the device count, the cards'
+ * UUIDs): every thread's first paced launch must wait for the mode and the
+ * pacers' mutexes made here; it happens once per process. */
 static void decide_mode(void)
 {
     for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
