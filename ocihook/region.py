@@ -156,7 +156,7 @@ def read(path: str) -> Region:
 class Card:
     path: str
     managed_ns: int                  # CLOCK_MONOTONIC when a capped or prioritised tenant last ran; 0: none
-    backlog_ns: List[Tuple[int, int]]  # (owner token, backlog until) of every taken slot
+    backlog_ns: List[Tuple[int, int]]  # (owner token, backlog until) of every taken seat
     turn_owner: int                  # token of the process whose turn it is; 0: nobody's
 
 
@@ -170,6 +170,6 @@ def read_card(path: str) -> Card:
     if (c.magic, c.version) != (lib.GPUSLICE_CARDFILE_MAGIC, lib.GPUSLICE_CARDFILE_VERSION):
         raise RegionError(f"{path}: magic/version {(c.magic, c.version)} is not a gpuslice "
                           "card file of this version")
-    slots = [(c.slots[i].owner, c.slots[i].backlog_ns) for i in range(lib.GPUSLICE_CARDFILE_SLOTS)
-             if c.slots[i].owner]
-    return Card(path, c.managed_ns, slots, c.turn_owner)
+    seats = [(c.seats[i].owner, c.seats[i].backlog_ns) for i in range(lib.GPUSLICE_CARDFILE_SEATS)
+             if c.seats[i].owner]
+    return Card(path, c.managed_ns, seats, c.turn_owner)

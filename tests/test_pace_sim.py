@@ -1,4 +1,4 @@
-"""The compute limiter as a unit: native/shim/src/pace.c under a simulated clock.
+"""The compute limiter as a unit: native/shim/src/pace*.c under a simulated clock.
 
 tests/shim/pace_sim runs the very code the shim runs against a simulated GPU
 that behaves as bench/card_handover measured an H200: one context at a time,

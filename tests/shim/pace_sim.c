@@ -1,5 +1,5 @@
 /*
- * pace_sim: the compute limiter (native/shim/src/pace.c, the very code the
+ * pace_sim: the compute limiter (native/shim/src/pace*.c, the very code the
  * shim runs) driven by a simulated GPU under a simulated clock.
  *
  * Each simulated process is a coroutine (ucontext) that runs a launch loop
@@ -538,7 +538,7 @@ static void simulate(double seconds)
             .event_take = ev_take, .event_give = ev_give, .event_record = ev_record,
             .capturing = not_capturing, .event_done = ev_done, .event_wait = ev_wait, .event_gap_ns = ev_gap,
             .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
-            .cap = io_cap, .card = &card, .slot = -1, .token = (unsigned long long)i + 1,
+            .cap = io_cap, .card = &card, .seat = -1, .token = (unsigned long long)i + 1,
             .turns = turns, .prio = p->prio, .wait_word = io_wait_word,
             .wake_word = io_wake_word, .pause = io_pause,
         };

@@ -1,7 +1,9 @@
 /*
  * The card file: <state dir>/cards/<GPU UUID> (GPUSLICE_CARDFILES_DIR,
  * statedir.h), one per card for the whole host, mapped by every process of
- * every container that has the card in a slice. It says whose turn the card
+ * every container that has the card in a slice. Each such process takes a
+ * seat here (its random token as the owner), where it says how long its
+ * queue lasts and whether it waits for the turn. The file says whose turn the card
  * is, who waits for it, and whose work others stand aside for
  * (docs/compute-limit.md). Fields are written with relaxed atomic stores,
  * never under a lock: any tenant can write here, so a reader trusts nothing
@@ -12,12 +14,12 @@
 
 #define GPUSLICE_CARDFILE_MAGIC 0x43535047
 #define GPUSLICE_CARDFILE_VERSION 3
-#define GPUSLICE_CARDFILE_SLOTS 256
+#define GPUSLICE_CARDFILE_SEATS 256
 
-/* A slot's flags while it waits: it takes the turn when given (capped). */
+/* A seat's flags while its process waits: it takes the turn when given (capped). */
 #define GPUSLICE_CARDFILE_WAITS_CAPPED 1
 
-struct gpuslice_cardfile_slot {
+struct gpuslice_cardfile_seat {
     unsigned long long owner;         /* a process's random token; 0 = free */
     unsigned long long backlog_ns;    /* CLOCK_MONOTONIC until which it has GPU work queued */
     unsigned long long drained_ns;    /* when it last let its queue run dry */
@@ -34,7 +36,7 @@ struct gpuslice_cardfile {
     unsigned int seq;                  /* changes when the turn changes hands: waiters sleep on it */
     unsigned long long managed_ns;     /* last time a capped or prioritised process ran here; 0: none */
     unsigned long long low_ns;         /* last time a low-priority process ran here; 0: none */
-    unsigned long long turn_owner;     /* the process (its slot's token) whose turn it is; 0: nobody's */
+    unsigned long long turn_owner;     /* the process (its seat's token) whose turn it is; 0: nobody's */
     unsigned long long turn_until_ns;  /* its lease: renewed while it runs */
     unsigned long long turn_since_ns;  /* when its turn began: waiters wake in time for its end */
     unsigned long long free_until_ns;  /* a holder that yielded leaves the card to uncapped tenants until then */
@@ -42,7 +44,7 @@ struct gpuslice_cardfile {
     unsigned long long high_until_ns;  /* high-priority work is queued until then */
     unsigned long long guest_until_ns; /* a fresh request (a guest) runs until then */
     unsigned long long normal_until_ns; /* normal work is queued until then (said while a low tenant is here) */
-    struct gpuslice_cardfile_slot slots[GPUSLICE_CARDFILE_SLOTS];
+    struct gpuslice_cardfile_seat seats[GPUSLICE_CARDFILE_SEATS];
 };
 
 #endif

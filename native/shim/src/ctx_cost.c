@@ -51,6 +51,8 @@ static void nvml_init(void)
     __atomic_store_n(&nvml_state, s, __ATOMIC_RELEASE);
 }
 
+/* A caller that needs NVML before the thread started at cuInit has it up
+ * waits for it (pthread_once, across nvmlInit): there is no answer before. */
 static int nvml_up(void)
 {
     pthread_once(&nvml_once, nvml_init);

@@ -1,81 +1,13 @@
 /*
- * cuInit, contexts and what programs see (cuMemGetInfo, cuDeviceTotalMem).
- *
- * A context costs device memory the allocation calls never show (code,
- * stacks, the driver's own heaps), and how much differs by card, driver and
- * program (about 520-610 MiB on an H200). When a process first holds a
- * context on a device it is charged GPUSLICE_CONTEXT_RESERVE, checked
- * against the cap like an allocation. From then on the charge follows what
- * the driver really holds for the process beyond its tracked allocations,
- * as NVML reports it (ctx_cost.c): raised to it right after the context is
- * made and at most every SETTLE_NS on the allocation path; brought down to
- * it near the cap (gs_ctx_headroom), before an allocation is refused and
- * when a program asks how much is free (settle()). Where NVML cannot tell,
- * the fixed charge stays. It is given back when the process holds no
- * context there any more.
+ * cuInit, contexts, module loads, limits, and what programs see
+ * (cuMemGetInfo, cuDeviceTotalMem): the wrappers. What a context is charged,
+ * and when that charge follows the driver's figure, is the charging rules'
+ * (account.c, "The context charge"); these wrappers tell it when a context
+ * is made and destroyed, and ask it to settle where a program looks.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gpuslice.h"
 
-#include <pthread.h>
-#include <stdio.h>
-#include <string.h>
-
-/* ------------------------------------------------------------- devices */
-
-static unsigned int noted; /* bit per device: UUID and total recorded */
-
-int gs_current_device(void)
-{
-    CUdevice dev;
-    if (!HAS_REAL(cuCtxGetDevice) || REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS)
-        return -1;
-    return dev;
-}
-
-void gs_format_uuid(const CUuuid *u, char *out, size_t len)
-{
-    const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(out, len,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
-}
-
-void gs_device_note(int dev)
-{
-    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES ||
-        (__atomic_load_n(&noted, __ATOMIC_RELAXED) & (1u << dev)))
-        return;
-    /* Ask the driver first, with no lock held. */
-    char uuid[GPUSLICE_UUID_SIZE] = "";
-    CUuuid u;
-    if (HAS_REAL(cuDeviceGetUuid) && REAL(cuDeviceGetUuid)(&u, dev) == CUDA_SUCCESS)
-        gs_format_uuid(&u, uuid, sizeof uuid);
-    size_t total = 0;
-    if (HAS_REAL(cuDeviceTotalMem_v2))
-        REAL(cuDeviceTotalMem_v2)(&total, dev);
-    struct gpuslice_region *r = gs_region();
-    if (gs_region_lock(r) != 0)
-        return;
-    struct gpuslice_device *d = &r->devices[dev];
-    int clash = 0;
-    if (uuid[0]) {
-        if (!d->uuid[0])
-            memcpy(d->uuid, uuid, sizeof uuid);
-        else
-            clash = strcmp(d->uuid, uuid) != 0;
-    }
-    if (total)
-        __atomic_store_n(&d->total_bytes, (unsigned long long)total, __ATOMIC_RELAXED);
-    if (r->device_count < (unsigned)dev + 1)
-        __atomic_store_n(&r->device_count, (unsigned)dev + 1, __ATOMIC_RELAXED);
-    gs_region_unlock(r);
-    if (clash)
-        gs_log_write(GS_LOG_WARN, "device %d is %s here but %s in the region: processes of this "
-                     "container see different device orders", dev, uuid, d->uuid);
-    __atomic_fetch_or(&noted, 1u << dev, __ATOMIC_RELAXED);
-}
 
 GS_API CUresult cuInit(unsigned int flags)
 {
@@ -97,230 +29,12 @@ GS_API CUresult cuInit(unsigned int flags)
 
 /* ------------------------------------------------------------ contexts */
 
-static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
-static unsigned int ctx_refs[GPUSLICE_MAX_DEVICES];
-static unsigned char ctx_charged[GPUSLICE_MAX_DEVICES];
-static unsigned long long ctx_bytes[GPUSLICE_MAX_DEVICES]; /* the context charge now */
-static unsigned long long settled_ns[GPUSLICE_MAX_DEVICES];
-
-/* Growth of the driver's own memory (modules loaded lazily, a second
- * context) shows up in the cap within this time of the next allocation. */
-#define SETTLE_NS 100000000ull
-
-/* Take a context reference on dev, charging the reservation on the first. */
-static CUresult ctx_ref(int dev)
-{
-    if (gs_cfg.fail_closed)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES)
-        return gs_charge(dev, GPUSLICE_KIND_CONTEXT, 0) == GS_DENIED
-                   ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
-    gs_device_note(dev);
-    /* ctx_mu orders first-reference decisions; it is never held across a
-     * driver call (only across the region lock, always in this order). */
-    pthread_mutex_lock(&ctx_mu);
-    if (ctx_refs[dev] == 0) {
-        int c = gs_charge(dev, GPUSLICE_KIND_CONTEXT, gs_cfg.context_reserve);
-        if (c == GS_DENIED) {
-            pthread_mutex_unlock(&ctx_mu);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        ctx_charged[dev] = c == GS_CHARGED;
-        ctx_bytes[dev] = c == GS_CHARGED ? gs_cfg.context_reserve : 0;
-    }
-    ctx_refs[dev]++;
-    pthread_mutex_unlock(&ctx_mu);
-    return CUDA_SUCCESS;
-}
-
-static void ctx_unref(int dev)
-{
-    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES)
-        return;
-    pthread_mutex_lock(&ctx_mu);
-    if (ctx_refs[dev] > 0 && --ctx_refs[dev] == 0 && ctx_charged[dev]) {
-        ctx_charged[dev] = 0;
-        gs_uncharge(dev, GPUSLICE_KIND_CONTEXT, ctx_bytes[dev]);
-        ctx_bytes[dev] = 0;
-    }
-    pthread_mutex_unlock(&ctx_mu);
-}
-
-/* up_only: only ever raise the charge. Far from the cap the fixed charge
- * stays while it covers what the driver holds: a context grows after it is
- * made (modules loaded at their first launch, cuBLAS, ...), and growth
- * inside the charge can never take the cap past what it is. Near the cap
- * and before a refusal the charge comes down to the driver's figure. */
-static int settle(int dev, int up_only)
-{
-    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_driver_pid() || !gs_limit(dev))
-        return 0;
-    /* The driver's figure and ours must describe the same moment: nothing
-     * of this process may be between its charge and the driver's answer. */
-    unsigned int started = gs_mem_ops_started();
-    if (gs_mem_ops_others_open())
-        return 0;
-    unsigned long long held;
-    if (gs_ctx_cost_read(dev, &held) != 0)
-        return 0;
-    /* Graph memory is charged before the driver maps it (graphs.c): that
-     * part is not in the driver's figure, and must not shrink the context. */
-    unsigned long long ahead = gs_graph_ahead(dev);
-    struct gpuslice_region *r = gs_region();
-    if (gs_region_lock(r) != 0)
-        return 0;
-    int slot = gs_slot_locked(r);
-    unsigned long long tracked = 0;
-    for (int k = 0; slot >= 0 && k < GPUSLICE_KINDS; k++)
-        if (k != GPUSLICE_KIND_CONTEXT)
-            tracked += r->procs[slot].used[dev][k];
-    gs_region_unlock(r);
-    if (slot < 0 || gs_mem_ops_others_open() || gs_mem_ops_started() != started)
-        return 0;
-    tracked = tracked > ahead ? tracked - ahead : 0;
-    /* What we track but the driver does not hold (managed memory not yet
-     * resident) leaves the context at 0: the charge never falls below the
-     * driver's figure. */
-    unsigned long long target = held > tracked ? held - tracked : 0;
-    int lowered = 0;
-    pthread_mutex_lock(&ctx_mu);
-    if (ctx_refs[dev] && ctx_charged[dev] && target != ctx_bytes[dev] &&
-        (!up_only || target > ctx_bytes[dev])) {
-        if (target > ctx_bytes[dev]) {
-            gs_charge_held(dev, GPUSLICE_KIND_CONTEXT, target - ctx_bytes[dev]);
-        } else {
-            gs_uncharge(dev, GPUSLICE_KIND_CONTEXT, ctx_bytes[dev] - target);
-            lowered = 1;
-        }
-        GS_LOG(GS_LOG_DEBUG, "device %d: context charge %llu -> %llu bytes (driver holds %llu)",
-               dev, ctx_bytes[dev], target, held);
-        ctx_bytes[dev] = target;
-    }
-    __atomic_store_n(&settled_ns[dev], gs_now_ns(), __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&ctx_mu);
-    return lowered;
-}
-
-int gs_ctx_settle(int dev)
-{
-    return settle(dev, 0);
-}
-
-/* Within this share of the cap, an allocation is admitted only with room
- * for what the driver itself takes for it (page tables and the like: about
- * 1.3 % of what was allocated on an H200, unseen until a settle), charged
- * to the context at once, and the context is settled right after the
- * driver's answer. Then no process's unsettled share can take the cap past
- * what it is, whatever its neighbours in the container do meanwhile. */
-#define NEAR_SHARE 8
-#define HEADROOM_MIN (2ull << 20)
-#define HEADROOM_SHIFT 5 /* 1/32 of the request */
-
-static __thread int settle_after; /* dev + 1: settle once this thread's operation ends */
-
-int gs_ctx_headroom(int dev, unsigned long long bytes)
-{
-    unsigned long long limit;
-    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_driver_pid() || !(limit = gs_limit(dev)))
-        return GS_UNCAPPED;
-    unsigned long long used = gs_used(dev);
-    if (used < limit && bytes < limit - used && limit - used - bytes > limit / NEAR_SHARE)
-        return GS_UNCAPPED;
-    gs_ctx_settle(dev);
-    unsigned long long margin = bytes >> HEADROOM_SHIFT;
-    margin = margin < HEADROOM_MIN ? HEADROOM_MIN : margin;
-    int c = GS_UNCAPPED;
-    pthread_mutex_lock(&ctx_mu);
-    if (ctx_refs[dev] && ctx_charged[dev]) {
-        c = gs_charge(dev, GPUSLICE_KIND_CONTEXT, margin);
-        if (c == GS_CHARGED) {
-            ctx_bytes[dev] += margin;
-            settle_after = dev + 1;
-        }
-    }
-    pthread_mutex_unlock(&ctx_mu);
-    return c;
-}
-
-/* The charge and ctx_bytes move together under ctx_mu, as in a settle. */
-static int grow_locked(int dev, unsigned long long bytes)
-{
-    int c = GS_UNCAPPED;
-    pthread_mutex_lock(&ctx_mu);
-    if (ctx_refs[dev] && ctx_charged[dev]) {
-        c = gs_charge(dev, GPUSLICE_KIND_CONTEXT, bytes);
-        if (c == GS_CHARGED)
-            ctx_bytes[dev] += bytes;
-    }
-    pthread_mutex_unlock(&ctx_mu);
-    return c;
-}
-
-int gs_ctx_grow(int dev, unsigned long long bytes)
-{
-    gs_ctx_settle_due(dev);
-    int c = grow_locked(dev, bytes);
-    /* As gs_charge_settling: stale pool, graph and context charges first. */
-    if (c == GS_DENIED && (gs_pools_settle_all() | gs_graphs_trim_retired() | gs_ctx_settle(dev)))
-        c = grow_locked(dev, bytes);
-    if (c == GS_CHARGED)
-        settle_after = dev + 1;
-    return c;
-}
-
-void gs_ctx_shrink(int dev, unsigned long long bytes)
-{
-    pthread_mutex_lock(&ctx_mu);
-    if (ctx_charged[dev]) {
-        bytes = bytes > ctx_bytes[dev] ? ctx_bytes[dev] : bytes;
-        ctx_bytes[dev] -= bytes;
-        gs_uncharge(dev, GPUSLICE_KIND_CONTEXT, bytes);
-    }
-    pthread_mutex_unlock(&ctx_mu);
-}
-
-void gs_ctx_op_ended(void)
-{
-    int dev = settle_after - 1;
-    if (dev >= 0) {
-        settle_after = 0;
-        gs_ctx_settle(dev);
-    }
-}
-
-void gs_ctx_settle_due(int dev)
-{
-    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_driver_pid())
-        return;
-    unsigned long long last = __atomic_load_n(&settled_ns[dev], __ATOMIC_RELAXED);
-    if (gs_now_ns() - last >= SETTLE_NS)
-        settle(dev, 1);
-}
-
-/* Before the first context on dev: what NVML lists there (ctx_cost.c). */
-static void ctx_before(int dev)
-{
-    if (dev >= 0 && dev < GPUSLICE_MAX_DEVICES && gs_limit(dev) && !gs_driver_pid())
-        gs_ctx_cost_before(dev);
-}
-
-/* After a context was made on dev: learn our pid, then settle. */
-static void ctx_after(int dev)
-{
-    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_limit(dev))
-        return;
-    gs_ctx_cost_after(dev);
-    settle(dev, 1);
-}
-
 /* handle: the new context (a CUcontext or a CUgreenCtx), when r is success. */
 static void ctx_created(CUresult r, void *handle, int dev)
 {
-    if (r != CUDA_SUCCESS) {
-        ctx_unref(dev);
+    gs_ctx_opened(dev, r == CUDA_SUCCESS);
+    if (r != CUDA_SUCCESS)
         return;
-    }
-    ctx_after(dev);
     struct gs_alloc a = {.dev = dev, .kind = GPUSLICE_KIND_CONTEXT, .bytes = 0};
     if (gs_ptrmap_put(GS_NS_CTX, (uint64_t)(uintptr_t)handle, &a) != 0)
         GS_LOG(GS_LOG_WARN, "out of memory tracking a context; its reservation stays charged");
@@ -332,8 +46,7 @@ static void ctx_created(CUresult r, void *handle, int dev)
         return CUDA_ERROR_NOT_FOUND;                                                          \
     if (gs_cfg.disabled)                                                                      \
         return REAL(fn) call;                                                                 \
-    ctx_before(dev);                                                                          \
-    CUresult r = ctx_ref(dev);                                                                \
+    CUresult r = gs_ctx_open(dev);                                                            \
     if (r != CUDA_SUCCESS)                                                                    \
         return r;                                                                             \
     r = REAL(fn) call;                                                                        \
@@ -352,7 +65,7 @@ static void ctx_created(CUresult r, void *handle, int dev)
     CUresult r = REAL(fn)(ctx);                                                               \
     if (found) {                                                                              \
         if (r == CUDA_SUCCESS)                                                                \
-            ctx_unref(a.dev);                                                                 \
+            gs_ctx_closed(a.dev);                                                             \
         else                                                                                  \
             gs_ptrmap_put(GS_NS_CTX, (uint64_t)(uintptr_t)(ctx), &a);                        \
     }                                                                                         \
@@ -542,15 +255,11 @@ GS_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_NOT_FOUND;
     if (gs_cfg.disabled)
         return REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
-    ctx_before(dev);
-    CUresult r = ctx_ref(dev);
+    CUresult r = gs_ctx_open(dev);
     if (r != CUDA_SUCCESS)
         return r;
     r = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
-    if (r != CUDA_SUCCESS)
-        ctx_unref(dev);
-    else
-        ctx_after(dev);
+    gs_ctx_opened(dev, r == CUDA_SUCCESS);
     return r;
 }
 
@@ -560,7 +269,7 @@ static CUresult primary_release(gs_cuDevicePrimaryCtxRelease_v2_fn real, CUdevic
         return CUDA_ERROR_NOT_FOUND;
     CUresult r = real(dev);
     if (r == CUDA_SUCCESS && !gs_cfg.disabled)
-        ctx_unref(dev);
+        gs_ctx_closed(dev);
     return r;
 }
 
@@ -574,27 +283,6 @@ GS_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
     gs_cuda_ready();
     return primary_release(REAL(cuDevicePrimaryCtxRelease_v2), dev);
-}
-
-void gs_ctx_fork_prepare(void)
-{
-    pthread_mutex_lock(&ctx_mu);
-}
-
-void gs_ctx_fork_parent(void)
-{
-    pthread_mutex_unlock(&ctx_mu);
-}
-
-void gs_ctx_fork_child(void)
-{
-    /* Contexts do not survive fork: the child holds none. */
-    memset(ctx_refs, 0, sizeof ctx_refs);
-    memset(ctx_charged, 0, sizeof ctx_charged);
-    memset(ctx_bytes, 0, sizeof ctx_bytes);
-    memset(settled_ns, 0, sizeof settled_ns);
-    gs_ctx_cost_fork_child();
-    pthread_mutex_init(&ctx_mu, NULL);
 }
 
 /* ------------------------------------------------------ what programs see */

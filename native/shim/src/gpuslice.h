@@ -6,17 +6,22 @@
  *   log.c        GS_LOG, level read once
  *   config.c     the environment, parsed once
  *   region.c     the shared region file, slots, the robust lock
- *   account.c    charge/uncharge: the memory policy
+ *   ledger.c     the region's books: charge/uncharge under the region lock
+ *   account.c    the charging rules: charge, settle, retry; the context charge
  *   ptrmap.c     per-process map: allocation -> (device, kind, bytes)
  *   interpose.c  finding real functions, dlsym, cuGetProcAddress, fork
- *   cuda_ctx.c   cuInit, contexts, what programs see (cuMemGetInfo ...)
+ *   devices.c    the current device, card UUIDs, a card noted in the region
  *   ctx_cost.c   what the driver holds for this process (NVML), its host pid
+ *   pools.c      what stream-ordered pools hold, and what each was charged
+ *   graph_mem.c  what executable graphs may map (the device's graph memory)
+ *   cuda_ctx.c   cuInit, contexts, what programs see (cuMemGetInfo ...)
  *   cuda_mem.c   the allocation families
- *   pools.c      stream-ordered pools (and graph memory) charged what they hold
  *   graphs.c     graph memory nodes: charged at instantiation
  *   nvml_hooks.c NVML memory, process and utilization queries
  *   rm_filter.c  the driver's process lists, whatever route asks for them
- *   pace.c       the compute limiter's decisions (no CUDA: simulated in tests)
+ *   pace.c       the compute limiter's pacer (no CUDA: simulated in tests),
+ *   pace_card.c  ... the card file's seats and stamps,
+ *   pace_turns.c ... the turns on a shared card
  *   launch.c     kernel launches: fences, the bucket, the card file
  */
 #ifndef GPUSLICE_INTERNAL_H
@@ -181,42 +186,98 @@ void gs_reclaim_locked(struct gpuslice_region *r);
 void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg);
 unsigned long long gs_proc_start_time(int pid); /* 0: unknown */
 
-/* -------------------------------------------------------------- account.c */
+/* --------------------------------------------------------------- ledger.c */
 
 enum { GS_UNCAPPED = 0, GS_CHARGED = 1, GS_DENIED = 2 };
+/* Check and charge as one step; GS_UNCAPPED: dev has no cap, nothing done. */
 int gs_charge(int dev, int kind, unsigned long long bytes);
-/* Brackets around every charge-then-driver-call and forget-then-free, so a
- * settle can tell that nothing of this process is half done. */
-void gs_mem_op_begin(void);
-void gs_mem_op_end(void);
-unsigned int gs_mem_ops_started(void);
-unsigned int gs_mem_ops_others_open(void);
-void gs_mem_ops_fork_child(void);
 void gs_charge_held(int dev, int kind, unsigned long long bytes); /* no check: already held */
 void gs_uncharge(int dev, int kind, unsigned long long bytes);
 
 /* ---------------------------------------------------------------- pools.c */
+/* What stream-ordered pools hold (the charging rules charge it). */
+#define GS_MAX_POOLS 64
+unsigned long long gs_pool_reserved(CUmemoryPool pool, int *ok); /* ok: the driver said */
+unsigned long long gs_pool_spare(CUmemoryPool pool); /* reserved - used; 0 if unknown */
+/* Record that a pool (graph: the device's graph memory) holds `reserved`
+ * (ok 0: unknown; the provisional charge is then kept as the pool's).
+ * Returns the change the region's charge must make: reserved - (what was
+ * charged + provisional); *dev: the pool's device. */
+long long gs_pool_record(CUmemoryPool pool, int graph, int *dev, unsigned long long reserved,
+                         int ok, unsigned long long provisional);
+unsigned long long gs_graph_charged(int dev);
+/* A destroyed pool's record dropped: 1, with its device and charge. */
+int gs_pool_drop(CUmemoryPool pool, int *dev, unsigned long long *charged);
+struct gs_pool_ref {
+    CUmemoryPool pool;
+    int graph;
+    int dev;
+};
+int gs_pools_list(struct gs_pool_ref *out); /* out: GS_MAX_POOLS entries */
+void gs_pools_fork_child(void);
+
+/* ------------------------------------------------------------ graph_mem.c */
+/* What executable graphs may map per device: live and destroyed graphs. */
+unsigned long long gs_add_sat(unsigned long long a, unsigned long long b);
+/* What the device's graph memory may hold at most (ok: 1). */
+unsigned long long gs_graph_held(int dev, int *ok);
+/* What of the device's graph memory charge the driver has not mapped yet. */
+unsigned long long gs_graph_ahead(int dev);
+/* live + retired on dev, plus `more`. */
+unsigned long long gs_graph_mem_bound(int dev, unsigned long long more);
+/* What `exec` holds per device into bytes: 1 if it is recorded. */
+int gs_graph_mem_of(CUgraphExec exec, unsigned long long *bytes);
+/* `exec` was instantiated or updated from old to now bytes per device. */
+void gs_graph_mem_record(CUgraphExec exec, const unsigned long long *old,
+                         const unsigned long long *now);
+void gs_graph_mem_retire(CUgraphExec exec); /* destroyed: held until a trim */
+void gs_graph_mem_trimmed(int dev);         /* after a trim of dev */
+/* Trim every device that destroyed graphs left memory on: a bit per device
+ * trimmed (the caller settles them). */
+unsigned gs_graph_mem_trim_retired(void);
+void gs_graph_mem_fork_child(void);
+
+/* -------------------------------------------------------------- account.c */
+/* The charging rules. */
+
+/* Brackets around every charge-then-driver-call and forget-then-free, so a
+ * settle can tell that nothing of this process is half done. */
+void gs_mem_op_begin(void);
+void gs_mem_op_end(void);
+/* gs_charge, with the context's headroom near the cap; if refused, stale
+ * charges are settled and it is tried once more. */
+int gs_charge_settling(int dev, int kind, unsigned long long bytes);
 /* Stream-ordered pools are charged what they hold (their reserved memory). */
-int gs_charge_settling(int dev, int kind, unsigned long long bytes); /* gs_charge, then
-                                                    settle pools and retry if refused */
 int gs_pool_admit(CUmemoryPool pool, int dev, unsigned long long bytes,
                   unsigned long long *provisional);
 void gs_pool_settle(CUmemoryPool pool, int dev, unsigned long long provisional);
 int gs_pools_settle_all(void); /* 1 if any charge went down */
 void gs_pool_forget(CUmemoryPool pool); /* destroyed: what it held is gone */
-void gs_pools_fork_child(void);
 /* The device's graph memory, settled like a pool: moved to gs_graph_held. */
 int gs_graph_settle(int dev, unsigned long long provisional); /* 1 if it went down */
-unsigned long long gs_graph_charged(int dev);
+/* A context on dev: gs_ctx_open before the driver makes it (the first is
+ * charged the reserve; CUDA_ERROR_OUT_OF_MEMORY if it does not fit), then
+ * gs_ctx_opened with whether it did; gs_ctx_closed when one is destroyed. */
+CUresult gs_ctx_open(int dev);
+void gs_ctx_opened(int dev, int made);
+void gs_ctx_closed(int dev);
+/* The context charge moved to what the driver holds for this process beyond
+ * its tracked allocations; 1 if it went down. _due: only if SETTLE_NS passed. */
+int gs_ctx_settle(int dev);
+void gs_ctx_settle_due(int dev);
+/* Near the cap: room for the driver's own share of an allocation, charged
+ * to the context (GS_DENIED: none); the settle follows at gs_mem_op_end. */
+int gs_ctx_headroom(int dev, unsigned long long bytes);
+/* Memory the context is about to take (a raised limit): charged to it now,
+ * checked against the cap (GS_DENIED), settled at gs_mem_op_end;
+ * gs_ctx_shrink gives it back if the driver refused. */
+int gs_ctx_grow(int dev, unsigned long long bytes);
+void gs_ctx_shrink(int dev, unsigned long long bytes);
+void gs_account_fork_prepare(void);
+void gs_account_fork_parent(void);
+void gs_account_fork_child(void);
 
 /* --------------------------------------------------------------- graphs.c */
-/* What the device's graph memory may hold at most (ok: 1). */
-unsigned long long gs_graph_held(int dev, int *ok);
-/* What of the device's graph memory charge the driver has not mapped yet. */
-unsigned long long gs_graph_ahead(int dev);
-/* Under pressure: trim graph memory that destroyed graphs left; 1 if any
- * charge went down. */
-int gs_graphs_trim_retired(void);
 void gs_graphs_fork_child(void);
 
 static inline unsigned long long gs_limit(int dev)
@@ -253,30 +314,13 @@ void gs_ptrmap_fork_prepare(void);
 void gs_ptrmap_fork_parent(void);
 void gs_ptrmap_fork_child(void);
 
-/* ------------------------------------------------------------ cuda_ctx.c */
+/* -------------------------------------------------------------- devices.c */
 
 /* Record the card's UUID and total in the region the first time it is seen. */
 void gs_device_note(int dev);
 void gs_format_uuid(const CUuuid *u, char *out, size_t len); /* "GPU-...", as NVML names cards */
 /* The current context's device, through the real driver; -1 if none. */
 int gs_current_device(void);
-void gs_ctx_fork_prepare(void);
-/* The context charge moved to what the driver holds for this process beyond
- * its tracked allocations; 1 if it went down. _due: only if SETTLE_NS passed. */
-int gs_ctx_settle(int dev);
-void gs_ctx_settle_due(int dev);
-/* Near the cap: room for the driver's own share of an allocation, charged
- * to the context (GS_DENIED: none); the settle follows when the operation
- * ends (gs_ctx_op_ended, from gs_mem_op_end). */
-int gs_ctx_headroom(int dev, unsigned long long bytes);
-void gs_ctx_op_ended(void);
-/* Memory the context is about to take (a raised limit): charged to it now,
- * checked against the cap (GS_DENIED), settled when the operation ends;
- * gs_ctx_shrink gives it back if the driver refused. */
-int gs_ctx_grow(int dev, unsigned long long bytes);
-void gs_ctx_shrink(int dev, unsigned long long bytes);
-void gs_ctx_fork_parent(void);
-void gs_ctx_fork_child(void);
 
 /* -------------------------------------------------------------- launch.c */
 

@@ -71,14 +71,14 @@ static GS_NO_SANITIZE dlsym_fn real_dlsym(void)
 
 static void fork_prepare(void)
 {
-    gs_ctx_fork_prepare();
+    gs_account_fork_prepare();
     gs_ptrmap_fork_prepare();
 }
 
 static void fork_parent(void)
 {
     gs_ptrmap_fork_parent();
-    gs_ctx_fork_parent();
+    gs_account_fork_parent();
 }
 
 static void fork_child(void)
@@ -86,9 +86,10 @@ static void fork_child(void)
     gs_ptrmap_fork_child();
     gs_pools_fork_child();
     gs_graphs_fork_child();
-    gs_mem_ops_fork_child();
+    gs_graph_mem_fork_child();
     gs_launch_fork_child();
-    gs_ctx_fork_child(); /* region.c resets its own slot (its own atfork handler) */
+    gs_ctx_cost_fork_child();
+    gs_account_fork_child(); /* region.c resets its own slot (its own atfork handler) */
 }
 
 static pthread_once_t core_once = PTHREAD_ONCE_INIT;

@@ -1,9 +1,9 @@
 /*
  * Kernel launches: the compute limiter's side that talks to the driver.
- * pace.c decides; this file records the events it asks for, reads them
- * back, moves charges into the container's bucket in the region, sleeps
- * when the bucket is in debt, and keeps this process's slot in the card file
- * up to date. Reasoning: docs/compute-limit.md.
+ * pace.c, pace_card.c and pace_turns.c decide; this file records the events
+ * they ask for, reads them back, moves charges into the container's bucket
+ * in the region, sleeps when the bucket is in debt, and keeps this
+ * process's seat in the card file up to date. Reasoning: docs/compute-limit.md.
  *
  * Cost: a process without a cap, on a host without card files, gets the
  * driver's own launch functions from dlsym and cuGetProcAddress (nothing in
@@ -34,6 +34,18 @@ int gs_pace_mode = -1;
 
 struct pacer_dev {
     struct gs_pace_io io; /* first: the callbacks find the rest from it */
+    /* The pacer's decisions run under mu, and some call the driver: the
+     * event calls of the io (create, record, query, synchronize, elapsed
+     * time, whether the stream is captured). It is held across them on
+     * purpose. Holding back is what the pacer does: while it waits for its
+     * oldest fence, sleeps for the bucket, waits for a turn or stands
+     * aside, every other thread of the process launching on this device
+     * must wait too (they queue on mu; enter() withdraws the tickets), or
+     * they would launch through a throttle. And a fence's record and its
+     * place in the ring are one step, on events of the context pd->ctx,
+     * which another thread may replace (a reset, under mu). The driver's
+     * launch itself never runs under mu (PACED), and launches between
+     * fence points skip it (tickets). */
     pthread_mutex_t mu;
     struct gs_pacer p;
     int dev;
@@ -138,13 +150,16 @@ static struct gpuslice_cardfile *card_of(struct pacer_dev *pd, int dev)
         /* The name becomes a path: only what a UUID is made of. */
         if (uuid[0] && strspn(uuid, "GPU-MIG0123456789abcdef") == strlen(uuid))
             pd->io.card = open_card(uuid);
-        pd->io.slot = -1;
+        pd->io.seat = -1;
     }
     return pd->io.card;
 }
 
 /* ----------------------------------------------------------- mode, once */
 
+/* Under pthread_once, with the driver asked (the device count, the cards'
+ * UUIDs): every thread's first paced launch must wait for the mode and the
+ * pacers' mutexes made here; it happens once per process. */
 static void decide_mode(void)
 {
     for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
@@ -353,7 +368,7 @@ static void io_init(struct pacer_dev *pd, int dev)
         .event_take = event_take, .event_give = event_give, .event_record = event_record,
         .capturing = io_capturing, .event_done = event_done, .event_wait = event_wait, .event_gap_ns = event_gap_ns,
         .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
-        .cap = io_cap, .card = pd->io.card, .slot = -1, .token = card_token,
+        .cap = io_cap, .card = pd->io.card, .seat = -1, .token = card_token,
         .turns = gs_cfg.compute_turns, .wait_word = io_wait_word, .wake_word = io_wake_word,
         .pause = io_pause,
         .prio = gs_cfg.priority == GPUSLICE_PRIORITY_HIGH  ? GS_PRIO_HIGH
@@ -485,7 +500,10 @@ static void end(struct launch *L, CUresult r)
     leave(pd);
 }
 
-/* The driver's launch runs with no lock of ours held. */
+/* The driver's launch runs with no lock of ours held: begin() and end()
+ * each take and release pd->mu (see struct pacer_dev for what runs under
+ * it). With no cap and no card to watch: no lock, no allocation, a load
+ * of the mode, and the driver. */
 #define PACED(name, stream, ptsz, args)                                                       \
     do {                                                                                      \
         gs_cuda_ready();                                                                      \
@@ -570,7 +588,7 @@ __attribute__((destructor)) static void flush_at_exit(void)
 
 void gs_launch_fork_child(void)
 {
-    /* The parent's contexts and events are unusable here; its card slot is
+    /* The parent's contexts and events are unusable here; its card seat is
      * its own. Mutexes may have been held by threads that do not exist. */
     for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
         pthread_mutex_init(&pacers[i].mu, NULL);

@@ -31,7 +31,7 @@
 #define GS_PACE_GAP_NS 2000000ull       /* no launch for this long: maybe a new busy period */
 #define GS_PACE_RESUME_NS 12000000ull   /* credit a throttled container sleeps for */
 #define GS_PACE_BURST_NS 20000000ull    /* most credit an idle container keeps */
-#define GS_PACE_BACKLOG_NS 5000000ull   /* a slot's backlog counts this long past its end */
+#define GS_PACE_BACKLOG_NS 5000000ull   /* a seat's backlog counts this long past its end */
 #define GS_PACE_AHEAD_NS 100000000ull   /* furthest ahead a stamp may be; beyond is garbage */
 #define GS_PACE_STALE_NS 1000000000ull  /* no managed tenant seen for this long: none left */
 #define GS_PACE_LEASE_NS 500000ull      /* a turn lapses this long after its holder's queue */
@@ -160,7 +160,7 @@ struct gs_pace_io {
     void (*throttled)(struct gs_pace_io *io, unsigned long long ns);
     unsigned (*cap)(struct gs_pace_io *io);
     struct gpuslice_cardfile *card; /* NULL: no view of the neighbours */
-    int slot;
+    int seat; /* our seat in the card file; -1: none yet */
     unsigned long long token;
     /* Tenants of a card take turns and stand aside for guests and higher
      * priorities (GPUSLICE_COMPUTE_TURNS, on unless 0); a turn is a process's. */
@@ -200,19 +200,19 @@ void gs_bucket_charge(struct gpuslice_bucket *b, unsigned long long ns);
  * to reach GS_PACE_RESUME_NS. */
 unsigned long long gs_bucket_wait_ns(const struct gpuslice_bucket *b, unsigned cap);
 
-/* How many other processes' slots say they have GPU work queued now (or
+/* How many other processes' seats say they have GPU work queued now (or
  * had, until GS_PACE_BACKLOG_NS ago) and have not let their queue run dry
  * since: they compete for the card (a turn taker waits for them). */
 unsigned gs_card_competitors(const struct gpuslice_cardfile *c, int mine, unsigned long long now);
-/* A slot for token (its own, a free or a stale one); -1 if none. */
-int gs_card_claim(struct gpuslice_cardfile *c, unsigned long long token, unsigned long long now);
+/* A seat for token (its own, a free or a stale one); -1 if none. */
+int gs_card_seat(struct gpuslice_cardfile *c, unsigned long long token, unsigned long long now);
 /* Say that we have work queued until at least `until` (GS_CARD_BACKLOG), or
- * that our queue ran dry (GS_CARD_DRAINED, until ignored); returns our slot
+ * that our queue ran dry (GS_CARD_DRAINED, until ignored); returns our seat
  * (it may have moved). */
 enum { GS_CARD_BACKLOG, GS_CARD_DRAINED };
-int gs_card_stamp(struct gpuslice_cardfile *c, int slot, unsigned long long token, int what,
+int gs_card_stamp(struct gpuslice_cardfile *c, int seat, unsigned long long token, int what,
                   unsigned long long until, unsigned long long now);
-/* Who waits for the turn on a card, but `mine`: next, the slot of the capped
+/* Who waits for the turn on a card, but `mine`: next, the seat of the capped
  * process (GPUSLICE_CARDFILE_WAITS_CAPPED) to pass the turn to, -1 if there is
  * none or uncapped waiters have waited longer (they get a window, together);
  * uncapped: whether any uncapped process waits; any: whether anyone does;

@@ -1,0 +1,206 @@
+/*
+ * The card file as the pacer reads and writes it: a process's seat (taken
+ * by its token, given up to another when stale), the backlog stamps by
+ * which tenants see each other compete, who waits for the turn, and whose
+ * work others stand aside for. Anyone can write the file: nothing read here
+ * is trusted beyond the bounds each reader checks.
+ */
+#include "pace_parts.h"
+
+/* Queued work it has not yet let run dry: a backlog that lasts until now or
+ * ended at most GS_PACE_BACKLOG_NS ago, announced no further ahead than
+ * GS_PACE_AHEAD_NS. */
+static int seat_competes(const struct gpuslice_cardfile_seat *s, unsigned long long now)
+{
+    unsigned long long owner = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
+    unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
+    unsigned long long d = __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED);
+    return owner && d < t && within(t, now, GS_PACE_AHEAD_NS, GS_PACE_BACKLOG_NS);
+}
+
+unsigned gs_card_competitors(const struct gpuslice_cardfile *c, int mine, unsigned long long now)
+{
+    unsigned n = 0;
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++)
+        if (i != mine && seat_competes(&c->seats[i], now))
+            n++;
+    return n;
+}
+
+int gs_card_seat(struct gpuslice_cardfile *c, unsigned long long token, unsigned long long now)
+{
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++)
+        if (__atomic_load_n(&c->seats[i].owner, __ATOMIC_RELAXED) == token)
+            return i;
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
+        struct gpuslice_cardfile_seat *s = &c->seats[i];
+        unsigned long long owner = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
+        unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
+        /* Free, or its owner has not competed for a second (dead or idle:
+         * an idle owner takes another seat when it competes again). */
+        if (owner == 0 || !within(t, now, GS_PACE_AHEAD_NS, GS_PACE_STALE_NS)) {
+            if (__atomic_compare_exchange_n(&s->owner, &owner, token, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED)) {
+                __atomic_store_n(&s->backlog_ns, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&s->drained_ns, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&s->want_ns, 0, __ATOMIC_RELAXED);
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+
+int gs_card_stamp(struct gpuslice_cardfile *c, int seat, unsigned long long token, int what,
+                  unsigned long long until, unsigned long long now)
+{
+    /* Someone took the seat while we were idle: take another. */
+    if (seat < 0 || seat >= GPUSLICE_CARDFILE_SEATS ||
+        __atomic_load_n(&c->seats[seat].owner, __ATOMIC_RELAXED) != token)
+        seat = gs_card_seat(c, token, now);
+    if (seat >= 0) {
+        struct gpuslice_cardfile_seat *s = &c->seats[seat];
+        if (what == GS_CARD_DRAINED) {
+            /* The backlog ends here: announced further, it would outlive the drain. */
+            __atomic_store_n(&s->backlog_ns, now, __ATOMIC_RELAXED);
+            __atomic_store_n(&s->drained_ns, now, __ATOMIC_RELAXED);
+        } else {
+            __atomic_store_n(&s->backlog_ns, until < now ? now : until, __ATOMIC_RELAXED);
+        }
+    }
+    return seat;
+}
+
+void gs_card_waiters(const struct gpuslice_cardfile *c, int mine, unsigned long long now,
+                     struct gs_waiters *w)
+{
+    unsigned long long capped_since = 0, uncapped_since = 0;
+    w->next = -1;
+    w->uncapped = 0;
+    w->parties = 0;
+    w->oldest_ns = 0;
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
+        const struct gpuslice_cardfile_seat *s = &c->seats[i];
+        if (i == mine || !__atomic_load_n(&s->owner, __ATOMIC_RELAXED))
+            continue;
+        /* A waiter renews its want every poll: an older one is gone. */
+        if (!within(__atomic_load_n(&s->want_ns, __ATOMIC_RELAXED), now, GS_PACE_WANT_NS,
+                    GS_PACE_WANT_NS))
+            continue;
+        unsigned long long t = __atomic_load_n(&s->want_since_ns, __ATOMIC_RELAXED);
+        if (!within(t, now, GS_PACE_WANT_NS, GS_PACE_STALE_NS))
+            t = now; /* since when, it cannot say: from now on */
+        if (!w->oldest_ns || t < w->oldest_ns)
+            w->oldest_ns = t;
+        if (__atomic_load_n(&s->flags, __ATOMIC_RELAXED) & GPUSLICE_CARDFILE_WAITS_CAPPED) {
+            w->parties++;
+            if (w->next < 0 || t < capped_since) {
+                w->next = i;
+                capped_since = t;
+            }
+        } else if (!w->uncapped || t < uncapped_since) {
+            w->uncapped = 1;
+            uncapped_since = t;
+        }
+    }
+    /* Whoever has waited longest goes first: the uncapped ones, together. */
+    if (w->next >= 0 && w->uncapped && uncapped_since < capped_since)
+        w->next = -1;
+    w->parties += w->uncapped;
+    w->any = w->parties != 0;
+}
+
+/* *w = max(*w, v), unless *w is garbage (beyond GS_PACE_AHEAD_NS): then v. */
+static void raise_to(unsigned long long *w, unsigned long long v, unsigned long long now)
+{
+    unsigned long long old = load(w);
+    for (int tries = 0; tries < 8; tries++) {
+        if (old >= v && old - now <= GS_PACE_AHEAD_NS)
+            return;
+        if (__atomic_compare_exchange_n(w, &old, v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return;
+    }
+}
+
+/* How much longer the longest queue of the others lasts, as their seats say
+ * (a queue that has run dry since does not; one announced further ahead
+ * than `believed` is not believed). */
+unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, int mine,
+                                            unsigned long long now, unsigned long long believed)
+{
+    unsigned long long most = 0;
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
+        const struct gpuslice_cardfile_seat *s = &c->seats[i];
+        unsigned long long b = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
+        if (i != mine && b > now && b - now <= believed && b - now > most &&
+            __atomic_load_n(&s->owner, __ATOMIC_RELAXED) &&
+            __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED) < b)
+            most = b - now;
+    }
+    return most;
+}
+
+/* Whether another process may still launch into a turn taken at `since`:
+ * it said it had work queued within the last GS_PACE_GAP_NS (one busy
+ * period) and has not let its queue run dry since. A host-bound one runs
+ * dry between its launches, the GPU turns to us, and a launch it made
+ * before it saw our turn would cut into our turn at the next time slice. */
+int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
+                             unsigned long long since, unsigned long long now)
+{
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
+        const struct gpuslice_cardfile_seat *s = &c->seats[i];
+        unsigned long long b = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
+        if (i != mine && __atomic_load_n(&s->owner, __ATOMIC_RELAXED) &&
+            __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED) < since &&
+            within(b, now, GS_PACE_AHEAD_NS, GS_PACE_GAP_NS))
+            return 1;
+    }
+    return 0;
+}
+
+/* What others should know before we launch (a guest, high-priority work,
+ * normal work a low tenant yields to): until when they should stand aside.
+ * Our work runs after what they have queued now: the stamp lasts past that,
+ * or a neighbour with long launches (graph replays) would take the card
+ * back before our work has run and the GPU would have to cut in. */
+void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    struct gpuslice_cardfile *c = io->card;
+    unsigned long long *w = io->prio == GS_PRIO_HIGH ? &c->high_until_ns
+                            : p->guest_since_ns      ? &c->guest_until_ns
+                            : io->prio == GS_PRIO_NORMAL && recent(load(&c->low_ns), now)
+                                ? &c->normal_until_ns
+                                : NULL;
+    if (!w)
+        return;
+    unsigned long long ahead = GS_PACE_ASIDE_NS;
+    if (w != &c->normal_until_ns) {
+        unsigned long long theirs =
+            gs_card_others_queued_ns(c, io->seat, now, GS_PACE_TURN_NS) + GS_PACE_ASIDE_NS / 5;
+        ahead = theirs > ahead ? theirs : ahead;
+    }
+    raise_to(w, now + gs_pace_queued_ns(p) + ahead, now);
+}
+
+/* Until when we should stand aside for someone else's work (0: we need not),
+ * and in *rank whether only for normal work (we are low). A high process
+ * and a guest never stand aside. */
+unsigned long long gs_pace_aside_until(const struct gs_pacer *p, struct gs_pace_io *io,
+                                       unsigned long long now, int *rank)
+{
+    struct gpuslice_cardfile *c = io->card;
+    unsigned long long t = 0, v;
+    *rank = 0;
+    if (io->prio == GS_PRIO_HIGH || p->guest_since_ns)
+        return 0;
+    if (lasts(v = load(&c->high_until_ns), now) && v > t)
+        t = v;
+    if (lasts(v = load(&c->guest_until_ns), now) && v > t)
+        t = v;
+    if (io->prio == GS_PRIO_LOW && !t && lasts(v = load(&c->normal_until_ns), now)) {
+        t = v;
+        *rank = 1;
+    }
+    return t;
+}

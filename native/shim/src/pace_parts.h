@@ -1,0 +1,77 @@
+/*
+ * What the compute limiter's parts share among themselves: the pacer
+ * (pace.c), the card file (pace_card.c) and the turns (pace_turns.c). Not
+ * for launch.c nor the simulator, which see pace.h only.
+ */
+#ifndef GPUSLICE_PACE_PARTS_H
+#define GPUSLICE_PACE_PARTS_H
+
+#include "pace.h"
+
+#include <stddef.h>
+
+/* --------------------------------------------- card-file stamps, read raw */
+
+/* A card-file stamp t at most `behind` before now or `ahead` after it (a
+ * time after our `now` may be fresh: written by someone who read the clock
+ * after us); anything else is stale, or garbage. */
+static inline int within(unsigned long long t, unsigned long long now,
+                         unsigned long long ahead, unsigned long long behind)
+{
+    return t >= now ? t - now <= ahead : now - t <= behind;
+}
+
+static inline unsigned long long load(unsigned long long *w)
+{
+    return __atomic_load_n(w, __ATOMIC_RELAXED);
+}
+
+static inline void store(unsigned long long *w, unsigned long long v)
+{
+    __atomic_store_n(w, v, __ATOMIC_RELAXED);
+}
+
+/* A stamp that says "until t": still in force, and not garbage. */
+static inline int lasts(unsigned long long t, unsigned long long now)
+{
+    return t >= now && t - now <= GS_PACE_AHEAD_NS;
+}
+
+static inline int recent(unsigned long long t, unsigned long long now)
+{
+    return t && within(t, now, GS_PACE_STALE_NS, GS_PACE_STALE_NS);
+}
+
+/* ----------------------------------------------------------------- pace.c */
+
+/* GPU work we have queued: the launches in flight at the learned time each. */
+unsigned long long gs_pace_queued_ns(const struct gs_pacer *p);
+/* Let our queue run dry, say so in the card, start a new busy period next. */
+void gs_pace_drain(struct gs_pacer *p, struct gs_pace_io *io, void *stream);
+
+/* ------------------------------------------------------------ pace_card.c */
+
+/* How much longer the longest queue of the others lasts (their seats). */
+unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, int mine,
+                                            unsigned long long now,
+                                            unsigned long long believed);
+/* Whether another process may still launch into a turn taken at `since`. */
+int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
+                             unsigned long long since, unsigned long long now);
+/* Until when others should stand aside for our work, said in the card. */
+void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
+/* Until when we should stand aside (0: not); *rank: only for normal work. */
+unsigned long long gs_pace_aside_until(const struct gs_pacer *p, struct gs_pace_io *io,
+                                       unsigned long long now, int *rank);
+
+/* ----------------------------------------------------------- pace_turns.c */
+
+/* Before a launch on a card with turns: returns with our launch allowed. */
+void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream);
+/* Give the card up if we hold it (window: to uncapped waiters first), and
+ * let our queue run dry. */
+void gs_pace_give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int window);
+/* Our lease of the turn renewed: our queue, and a little. */
+void gs_pace_renew(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
+
+#endif

@@ -1,0 +1,409 @@
+/*
+ * Turns on a card with capped or prioritised tenants: a capped process
+ * holds the card while it runs and passes it on when others wait, an
+ * uncapped one waits while another holds it, everyone stands aside for a
+ * guest and higher priorities; patience and courtesy (allowances) bound
+ * what any wait costs, whatever the card file says. Reasoning:
+ * docs/compute-limit.md.
+ */
+#include "pace_parts.h"
+
+/* ------------------------------------------------------------ allowances */
+
+/* Refill a to `pct` of the wall time since it was last looked at (at most
+ * `max` saved): whatever the card file says (anyone can write it), a process
+ * waits at most that share of its time. Once spent, nothing is allowed
+ * until a quarter of `max` is back: the process then runs for a while, not
+ * for one launch between two waits. 1 if waiting is allowed. */
+static int allowed(struct gs_allowance *a, unsigned long long pct, unsigned long long max,
+                   unsigned long long now)
+{
+    if (a->stamp_ns == 0 || now < a->stamp_ns) {
+        a->left_ns = (long long)max;
+    } else {
+        unsigned long long dt = now - a->stamp_ns;
+        if (dt > max)
+            dt = max;
+        long long v = a->left_ns + (long long)(dt * pct / 100);
+        a->left_ns = v > (long long)max ? (long long)max : v;
+    }
+    a->stamp_ns = now;
+    if (a->left_ns <= 0)
+        a->spent = 1;
+    else if (a->spent && a->left_ns >= (long long)(max / 4))
+        a->spent = 0;
+    return !a->spent;
+}
+
+static int patient(struct gs_pacer *p, unsigned long long now)
+{
+    return allowed(&p->patience, GS_PACE_PATIENCE_PCT, GS_PACE_PATIENCE_NS, now);
+}
+
+static int courteous(struct gs_pacer *p, unsigned long long now)
+{
+    return allowed(&p->courtesy, GS_PACE_COURTESY_PCT, GS_PACE_COURTESY_NS, now);
+}
+
+/* Sleep for ns (or on the card's seq, when seq is given), charging the time
+ * to a; how long it slept. */
+static unsigned long long wait_spending(struct gs_pace_io *io, struct gs_allowance *a,
+                                        unsigned *seq, unsigned seen, unsigned long long ns)
+{
+    unsigned long long t0 = io->now(io);
+    if (seq)
+        io->wait_word(io, seq, seen, ns);
+    else
+        io->sleep(io, ns);
+    unsigned long long took = io->now(io) - t0;
+    a->left_ns -= (long long)took;
+    return took;
+}
+
+/* ------------------------------------------------------------------ turns */
+
+/* A window a holder left uncapped waiters (their turn): it ends after the
+ * holder's queue and uncapped_turn(), no further ahead than a round. */
+static int window_open(unsigned long long until, unsigned long long now)
+{
+    return until > now && until - now <= GS_PACE_ROUND_NS + GS_PACE_DRAIN_NS;
+}
+
+/* Whose turn it is, if it is someone else's and still running. */
+static int turn_elsewhere(struct gs_pace_io *io, unsigned long long now)
+{
+    struct gpuslice_cardfile *c = io->card;
+    unsigned long long owner = load(&c->turn_owner), until = load(&c->turn_until_ns);
+    return owner && owner != io->token && until > now && lasts(until, now);
+}
+
+/* Our lease lasts as long as our queue, and a little: a holder that stops
+ * launching frees the card within GS_PACE_LEASE_NS of its last work. The
+ * little is twice what our waits for the queue took lately, if more: a
+ * holder whose kernels are slowed (by a neighbour that ran beside it) must
+ * not lose the card while it waits for them, or the neighbour runs beside
+ * it again. */
+void gs_pace_renew(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    unsigned long long slack = 2 * p->blocked_ns > GS_PACE_LEASE_NS ? 2 * p->blocked_ns
+                                                                    : GS_PACE_LEASE_NS;
+    if (slack > GS_PACE_DRAIN_NS)
+        slack = GS_PACE_DRAIN_NS;
+    store(&io->card->turn_until_ns, now + gs_pace_queued_ns(p) + slack);
+}
+
+static void changed_hands(struct gs_pace_io *io)
+{
+    __atomic_add_fetch(&io->card->seq, 1, __ATOMIC_RELAXED);
+    io->wake_word(io, &io->card->seq);
+}
+
+/* The uncapped tenants' turn, when a capped holder leaves them the card: their
+ * part of a round of GS_PACE_ROUND_NS, (100 - cap) % of it (the holder's turn,
+ * should_yield, is the rest); at least GS_PACE_TURN_MIN_NS. */
+static unsigned long long uncapped_turn(struct gs_pace_io *io)
+{
+    unsigned cap = io->cap(io);
+    unsigned long long t = cap >= 100 ? 0 : GS_PACE_ROUND_NS * (100 - cap) / 100;
+    return t < GS_PACE_TURN_MIN_NS ? GS_PACE_TURN_MIN_NS : t;
+}
+
+/* Give the card up, if we hold it, and let our queue run dry: to the capped
+ * process that has waited longest, or to nobody; with `window`, a capped
+ * process (us too) leaves it to uncapped waiters for their turn
+ * (uncapped_turn, after our queue) before taking it again. We pass it as we
+ * stop launching, before our queue is dry: the next one's launches wait in
+ * its own queue while ours runs out,
+ * then the GPU turns to it at once (what it is charged starts there). */
+void gs_pace_give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int window)
+{
+    struct gpuslice_cardfile *c = io->card;
+    if (p->turn) {
+        p->turn = 0;
+        p->lost_ns = window ? io->now(io) : 0; /* away from here on (not while it sleeps) */
+        unsigned long long now = io->now(io), mine = io->token, ours = gs_pace_queued_ns(p);
+        struct gs_waiters w;
+        gs_card_waiters(c, io->seat, now, &w);
+        unsigned long long token = w.next >= 0 ? load(&c->seats[w.next].owner) : 0;
+        if (load(&c->turn_owner) == mine) { /* else taken from us (our lease lapsed) */
+            if (token) {
+                store(&c->turn_until_ns, now + ours + GS_PACE_PASS_NS);
+                store(&c->turn_owner, token);
+            } else {
+                __atomic_compare_exchange_n(&c->turn_owner, &mine, 0, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED);
+                if (window && w.uncapped)
+                    store(&c->free_until_ns, now + ours + uncapped_turn(io));
+            }
+            changed_hands(io);
+        }
+    }
+    gs_pace_drain(p, io, stream);
+}
+
+/* A holder passes the card on when others wait. To uncapped waiters (they
+ * take their turn together, uncapped_turn, then the holder takes the card back): once
+ * the card time it was charged in this turn, with what it still has queued,
+ * is a quarter more than cap / (100 - cap) times as long as it was away
+ * from the card last time (their turn, the hand-overs, a neighbour's long
+ * kernel that had to run out; got_turn), so that its share of the rounds is
+ * at least its cap whatever the hand-overs cost, and its bucket decides. To
+ * capped waiters: after GS_PACE_CAPPED_TURN_NS shared among the parties
+ * waiting, or once one has waited that long; each pass costs the card a
+ * context switch (0.2 ms on an H200), and their buckets, not the turns,
+ * divide the card between them. Both count what the holder still has
+ * queued (its last work runs before theirs). */
+static int should_yield(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    struct gpuslice_cardfile *c = io->card;
+    unsigned long long held = now - p->turn_since_ns;
+    if (held < GS_PACE_TURN_MIN_NS ||
+        !within(load(&c->want_ns), now, GS_PACE_WANT_NS, GS_PACE_WANT_NS))
+        return 0;
+    struct gs_waiters w;
+    gs_card_waiters(c, io->seat, now, &w);
+    unsigned long long q = gs_pace_queued_ns(p);
+    if (!w.any)
+        return 0;
+    if (w.next < 0)
+        return p->turn_card_ns + q >= p->turn_len_ns;
+    unsigned long long turn = GS_PACE_CAPPED_TURN_NS;
+    return held + q >= turn / w.parties || now - w.oldest_ns + q >= turn;
+}
+
+/* Our turn begins. How long we hold it while uncapped processes wait: a
+ * quarter more than cap / (100 - cap) times as long as we were away from the
+ * card since we last gave it up (should_yield), at least GS_PACE_TURN_MIN_NS,
+ * at most GS_PACE_LONG_TURN_NS; `drained_ns`, our wait for the others'
+ * queues, counts as away too (a neighbour whose single kernel runs for
+ * milliseconds cannot be drained sooner). */
+static void got_turn(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now,
+                     unsigned long long drained_ns)
+{
+    unsigned cap = io->cap(io);
+    unsigned long long away = p->lost_ns && now > p->lost_ns ? now - p->lost_ns : drained_ns;
+    /* A quarter more than its share: the turns must never be what holds a
+     * capped process below its cap (a hand-over may cost more than the round
+     * shows); its bucket, which is exact, stops it at its cap, and the card
+     * is the uncapped ones' while it sleeps. */
+    unsigned long long t = !cap || cap >= 100 ? GS_PACE_LONG_TURN_NS
+                                              : away * cap * 5 / ((100 - cap) * 4);
+    p->turn_len_ns = t < GS_PACE_TURN_MIN_NS    ? GS_PACE_TURN_MIN_NS
+                     : t > GS_PACE_LONG_TURN_NS ? GS_PACE_LONG_TURN_NS
+                                                : t;
+    p->lost_ns = 0;
+    p->turn_card_ns = 0;
+    p->turn = 1;
+    p->turn_since_ns = now;
+    store(&io->card->turn_since_ns, now);
+    gs_pace_renew(p, io, now);
+}
+
+/* When the holder's turn should end, as a waiter that has waited since
+ * `since` can tell: GS_PACE_TURN_NS after it began, or GS_PACE_WAIT_NS
+ * after we began to wait, whichever comes first. */
+static unsigned long long turn_due(struct gs_pace_io *io, unsigned long long since,
+                                   unsigned long long now)
+{
+    unsigned long long began = load(&io->card->turn_since_ns);
+    unsigned long long due = since + GS_PACE_WAIT_NS;
+    if (within(began, now, 0, GS_PACE_STALE_NS) && began + GS_PACE_TURN_NS < due)
+        due = began + GS_PACE_TURN_NS;
+    return due;
+}
+
+/* Another's turn: say we wait, and wait (our queue empty) until it is over,
+ * it is passed to us, or our patience runs out. Asleep until shortly before
+ * the turn should end, then awake: a sleeper on a virtual machine wakes a
+ * few hundred microseconds after it is woken, and the card would idle
+ * meanwhile. An honest holder passes the card within a round of turns: a
+ * wait shorter than GS_PACE_GRACE_NS costs no patience. One that outlasts
+ * it (a holder that never lets go: anyone can write the card file) makes us
+ * doubt, and until a wait ends within the grace again every wait spends
+ * patience from its start. */
+static void wait_for_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, int capped)
+{
+    struct gpuslice_cardfile *c = io->card;
+    gs_pace_drain(p, io, stream);
+    if (io->seat < 0)
+        return; /* no seat to say so in: nobody would pass us the card */
+    struct gpuslice_cardfile_seat *s = &c->seats[io->seat];
+    unsigned long long now = io->now(io), since = now;
+    unsigned long long grace_until = p->doubt ? now : now + GS_PACE_GRACE_NS;
+    store(&s->want_since_ns, now);
+    __atomic_store_n(&s->flags, capped ? GPUSLICE_CARDFILE_WAITS_CAPPED : 0u, __ATOMIC_RELAXED);
+    for (;;) {
+        store(&s->want_ns, now);
+        store(&c->want_ns, now);
+        unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
+        if (!turn_elsewhere(io, now)) {
+            if (now < grace_until)
+                p->doubt = 0;
+            break;
+        }
+        if (now >= grace_until) {
+            p->doubt = 1;
+            if (!patient(p, now))
+                break;
+        }
+        unsigned long long t0 = now, due = turn_due(io, since, now);
+        if (due <= now + GS_PACE_SPIN_NS && now <= due + GS_PACE_SPIN_NS) {
+            io->pause(io);
+        } else {
+            unsigned long long ns = load(&c->turn_until_ns) - now + 1;
+            if (due > now + GS_PACE_SPIN_NS && due - now - GS_PACE_SPIN_NS < ns)
+                ns = due - now - GS_PACE_SPIN_NS;
+            io->wait_word(io, &c->seq, seen, ns < GS_PACE_POLL_NS ? ns : GS_PACE_POLL_NS);
+        }
+        now = io->now(io);
+        unsigned long long from = t0 > grace_until ? t0 : grace_until;
+        if (now > from)
+            p->patience.left_ns -= (long long)(now - from);
+    }
+    p->held_ns += now - since;
+    store(&s->want_ns, 0);
+}
+
+/* A capped process takes the free card, then gives the others' queues (up
+ * to GS_PACE_DRAIN_NS) to run out to their last GS_PACE_QUEUE_NS, so that
+ * what it is charged from here on is its own work. 0: not now (a window
+ * left to uncapped waiters, or another took it first). */
+static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    struct gpuslice_cardfile *c = io->card;
+    unsigned long long now = io->now(io);
+    unsigned long long free_until = load(&c->free_until_ns);
+    if (window_open(free_until, now) && patient(p, now)) {
+        /* Woken early when the uncapped ones close it (window_too_short). */
+        unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
+        if (load(&c->free_until_ns) == free_until)
+            p->held_ns += wait_spending(io, &p->patience, &c->seq, seen, free_until - now);
+        return 0;
+    }
+    unsigned long long owner = load(&c->turn_owner);
+    if (!__atomic_compare_exchange_n(&c->turn_owner, &owner, io->token, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return 0;
+    p->turn = 1;
+    gs_pace_renew(p, io, now);
+    changed_hands(io); /* an uncapped process that used its window waits for this */
+    /* Our first work may queue behind the last few hundred microseconds of
+     * theirs: our marker completes when the GPU gets to us, so the charge
+     * stays ours, and the GPU need not idle while we hand over. */
+    unsigned long long t0 = now;
+    while (now - t0 < GS_PACE_DRAIN_NS &&
+           (gs_card_others_queued_ns(c, io->seat, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS ||
+            gs_card_others_launching(c, io->seat, t0, now))) {
+        io->sleep(io, GS_PACE_POLL_NS / 5);
+        gs_pace_renew(p, io, now = io->now(io));
+    }
+    p->held_ns += now - t0;
+    got_turn(p, io, now, now - t0); /* the turn's length counts from our own work */
+    return 1;
+}
+
+/* Stand aside (our queue empty) while a guest or higher-priority work runs,
+ * as far as our courtesy (or, for a low process beside normal work, our
+ * patience) goes. */
+static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
+{
+    gs_pace_drain(p, io, stream);
+    for (;;) {
+        unsigned long long now = io->now(io);
+        int rank;
+        unsigned long long until = gs_pace_aside_until(p, io, now, &rank);
+        struct gs_allowance *a = rank ? &p->patience : &p->courtesy;
+        if (!until || !(rank ? patient(p, now) : courteous(p, now)))
+            return;
+        p->held_ns += wait_spending(io, a, NULL, 0, until - now < GS_PACE_POLL_NS
+                                                        ? until - now + 1
+                                                        : GS_PACE_POLL_NS);
+        if (p->turn)
+            gs_pace_renew(p, io, io->now(io));
+    }
+}
+
+/* An uncapped process in the window a holder left it: a launch that would
+ * still run well after the window ends (more than the GS_PACE_QUEUE_NS the
+ * holder waits for anyway) waits for the next one, but the first of its
+ * window goes, however long; or the holder would wait for it, or share its
+ * turn with it (a neighbour whose kernels run for ten milliseconds). */
+static int window_too_short(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    unsigned long long w = load(&io->card->free_until_ns);
+    return window_open(w, now) && p->count &&
+           now + gs_pace_queued_ns(p) + p->per_launch_ns > w + GS_PACE_QUEUE_NS;
+}
+
+/* Before a launch on a card with a turn: a capped process holds the card
+ * while it runs and passes it on after GS_PACE_TURN_NS when others wait; an
+ * uncapped one waits while another holds it; all stand aside for guests and
+ * higher priorities. Returns with our launch allowed. */
+void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
+{
+    struct gpuslice_cardfile *c = io->card;
+    int capped = io->cap(io) != 0;
+    unsigned long long now = io->now(io);
+    gs_pace_announce(p, io, now);
+    if (io->prio == GS_PRIO_HIGH || p->guest_since_ns)
+        return; /* they never wait: others stand aside for them */
+    int checked = 0;
+    for (;;) {
+        now = io->now(io);
+        int rank;
+        unsigned long long until = gs_pace_aside_until(p, io, now, &rank);
+        int wait_aside = until && (rank ? patient(p, now) : courteous(p, now));
+        if (!p->turn && load(&c->turn_owner) == io->token)
+            got_turn(p, io, now, 0); /* passed to us */
+        int elsewhere = turn_elsewhere(io, now);
+        if (elsewhere)
+            p->turn = 0;
+        int yield = p->turn && should_yield(p, io, now);
+        int wait_turn = elsewhere && (!p->doubt || patient(p, now));
+        int late = !capped && !elsewhere && window_too_short(p, io, now);
+        if (!wait_aside && !yield && !wait_turn && !late && (!capped || p->turn || elsewhere))
+            return;
+        if (!checked) {
+            /* A launch into a graph being captured runs later, when the graph does. */
+            if (io->capturing(io, stream))
+                return;
+            checked = 1;
+        }
+        if (wait_aside) {
+            stand_aside(p, io, stream);
+        } else if (yield) {
+            gs_pace_give_turn(p, io, stream, 1);
+        } else if (wait_turn) {
+            wait_for_turn(p, io, stream, capped);
+        } else if (late) {
+            /* The window closes now (the holder waits for it on seq), and we
+             * wait until the holder takes the card back (or a little after
+             * the window, if it does not come): then its turn, and ours after. */
+            unsigned long long w = load(&c->free_until_ns);
+            if (!patient(p, now))
+                return;
+            if (__atomic_compare_exchange_n(&c->free_until_ns, &w, now, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED))
+                changed_hands(io);
+            unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
+            p->held_ns += wait_spending(io, &p->patience, &c->seq, seen,
+                                        w - now + GS_PACE_SPIN_NS);
+            if (__atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seen &&
+                !turn_elsewhere(io, io->now(io)))
+                return;
+        } else if (take_turn(p, io)) {
+            return;
+        }
+    }
+}
+
+void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    if (!io->card || !p->turn)
+        return;
+    unsigned long long mine = io->token;
+    p->turn = 0;
+    if (__atomic_compare_exchange_n(&io->card->turn_owner, &mine, 0, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        changed_hands(io);
+}
