@@ -25,11 +25,6 @@
 #define GPUSLICE_KIND_ARRAY 4
 #define GPUSLICE_KINDS 5
 
-/* A container's compute priority, as its environment (GPUSLICE_PRIORITY) says. */
-#define GPUSLICE_PRIORITY_NORMAL 0
-#define GPUSLICE_PRIORITY_HIGH 1
-#define GPUSLICE_PRIORITY_LOW 2
-
 #define GPUSLICE_SLOT_FREE 0
 #define GPUSLICE_SLOT_LIVE 1
 
@@ -50,7 +45,7 @@ struct gpuslice_device {
     unsigned long long total_bytes;  /* the card's memory, as the driver reported it */
     unsigned long long used_bytes;   /* sum of live slots' usage on this device */
     unsigned int core_limit;         /* percent; 0 = none */
-    unsigned int priority;           /* GPUSLICE_PRIORITY_* */
+    unsigned int priority;           /* GPUSLICE_PRIORITY_* of limits.h */
     struct gpuslice_bucket compute;
 };
 

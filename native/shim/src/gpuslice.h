@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "gpuslice/cuda_api.h"
+#include "gpuslice/limits.h"
 #include "gpuslice/region.h"
 #include "gpuslice/statedir.h"
 #include "functions.h"

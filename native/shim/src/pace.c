@@ -444,9 +444,9 @@ static unsigned long long others_queued_ns(const struct gpuslice_cardfile *c, in
 static void announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
     struct gpuslice_cardfile *c = io->card;
-    unsigned long long *w = io->prio == GS_PRIO_HIGH ? &c->high_until_ns
+    unsigned long long *w = io->prio == GPUSLICE_PRIORITY_HIGH ? &c->high_until_ns
                             : p->guest_since_ns      ? &c->guest_until_ns
-                            : io->prio == GS_PRIO_NORMAL && recent(load(&c->low_ns), now)
+                            : io->prio == GPUSLICE_PRIORITY_NORMAL && recent(load(&c->low_ns), now)
                                 ? &c->normal_until_ns
                                 : NULL;
     if (!w)
@@ -469,13 +469,13 @@ static unsigned long long aside_until(const struct gs_pacer *p, struct gs_pace_i
     struct gpuslice_cardfile *c = io->card;
     unsigned long long t = 0, v;
     *rank = 0;
-    if (io->prio == GS_PRIO_HIGH || p->guest_since_ns)
+    if (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_since_ns)
         return 0;
     if (lasts(v = load(&c->high_until_ns), now) && v > t)
         t = v;
     if (lasts(v = load(&c->guest_until_ns), now) && v > t)
         t = v;
-    if (io->prio == GS_PRIO_LOW && !t && lasts(v = load(&c->normal_until_ns), now)) {
+    if (io->prio == GPUSLICE_PRIORITY_LOW && !t && lasts(v = load(&c->normal_until_ns), now)) {
         t = v;
         *rank = 1;
     }
@@ -838,7 +838,7 @@ static void gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     int capped = io->cap(io) != 0;
     unsigned long long now = io->now(io);
     announce(p, io, now);
-    if (io->prio == GS_PRIO_HIGH || p->guest_since_ns)
+    if (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_since_ns)
         return; /* they never wait: others stand aside for them */
     int checked = 0;
     for (;;) {
@@ -921,9 +921,9 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
              * holder taking the card must see that it still launches. */
             stamp(p, io, GS_CARD_BACKLOG, now);
         }
-        if (cap || io->prio != GS_PRIO_NORMAL) {
+        if (cap || io->prio != GPUSLICE_PRIORITY_NORMAL) {
             store(&c->managed_ns, now);
-            if (io->prio == GS_PRIO_LOW)
+            if (io->prio == GPUSLICE_PRIORITY_LOW)
                 store(&c->low_ns, now);
         } else {
             unsigned long long t = load(&c->managed_ns);
@@ -951,10 +951,10 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
      * queue costs it nothing), and still bounded: by the ring (every launch
      * fenced, so what it has queued is known) and by its first service
      * left (work queued past that would run as it stops being first). */
-    if (taking_turns && (io->prio == GS_PRIO_HIGH || (p->guest_since_ns && p->per_launch_ns)) &&
+    if (taking_turns && (io->prio == GPUSLICE_PRIORITY_HIGH || (p->guest_since_ns && p->per_launch_ns)) &&
         others_queued_ns(c, io->slot, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS) {
         while (p->count >= GS_PACE_RING - 1 ||
-               (p->count > 1 && io->prio != GS_PRIO_HIGH &&
+               (p->count > 1 && io->prio != GPUSLICE_PRIORITY_HIGH &&
                 (long long)queued_ns(p) > p->guest_credit_ns))
             wait_oldest(p, io);
     } else {
@@ -981,7 +981,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
  * always served first and needs no credit. */
 static void guest(struct gs_pacer *p, struct gs_pace_io *io, int fresh, unsigned long long now)
 {
-    if (io->prio != GS_PRIO_NORMAL) {
+    if (io->prio != GPUSLICE_PRIORITY_NORMAL) {
         p->guest_since_ns = 0;
         return;
     }
