@@ -44,7 +44,7 @@ class DeviceUsage:
     total_bytes: int
     used_bytes: int
     core_limit: int
-    priority: str              # what the container's env claims: a word of limits.h
+    priority: str              # a word of limits.h: the accountant's (the hook wrote it)
     compute_charged_ns: int    # card time charged to the container's compute budget
     compute_throttled_ns: int  # time its processes slept for the cap
     compute_launches: int      # launches the limiter saw
@@ -55,7 +55,6 @@ class Region:
     path: str
     devices: List[DeviceUsage]
     procs: List[ProcUsage]
-    host_resizes: int = 0  # resizes the host wrote (gpuslice resize); 0: the spec's limits
 
 
 def _read_exactly(path: str, size: int, what: str) -> bytes:
@@ -161,7 +160,7 @@ def read(path: str) -> Region:
             procs.append(ProcUsage(p.pid, p.start_time,
                                    [[p.used[d][k] for k in range(lib.GPUSLICE_KINDS)]
                                     for d in range(n)], p.host_pid))
-    return Region(path, devices, procs, r.host_resizes)
+    return Region(path, devices, procs)
 
 
 @dataclass(frozen=True)

@@ -676,11 +676,12 @@ def test_status_believes_a_region_only_as_far_as_the_card_goes(node: Node) -> No
         "e" * 64: ("1-4g", [(uuid1, 0, 9 << 30)]),  # e and f: each could be true, not both
         "f" * 64: ("1-4g", [(uuid1, 0, 9 << 30)]),
         "g" * 64: ("1-4g", "link"),
-        "h" * 64: ("1-4g", None),  # no CUDA process yet: no region
+        "h" * 64: ("1-4g", None),  # its region gone (the tenant's to remove): absent
     }
     for cid, (device, claim) in claims.items():
         assert node.create(cid, device).returncode == 0
         path = node.state_dir / "containers" / cid / "region"
+        path.unlink()  # the one the hook made with the caps: each case puts its own
         if claim == "fifo":
             os.mkfifo(path)
         elif claim == "link":
@@ -872,10 +873,12 @@ def test_a_reused_id_gets_a_fresh_folder_and_only_its_own_cap(node: Node, asan: 
     assert node.held()[fake_gpu(0)["uuid"]] == [cid]
     reclaimed = rows(node.db, "SELECT container_id FROM events WHERE kind='reclaim'")
     assert reclaimed == [(cid,)]
-    # Fresh: no region, no placement of the old container (0-1g names its card);
-    # only the mount point of the card files, made again.
-    assert sorted(p.name for p in folder.iterdir()) == ["cards"]
+    # Fresh: no placement of the old container (0-1g names its card), the
+    # mount point of the card files made again, and a new region with the new
+    # admission's cap, which no process has used yet.
+    assert sorted(p.name for p in folder.iterdir()) == ["cards", "region"]
     assert list((folder / "cards").iterdir()) == []
+    assert region.read(str(folder / "region")).procs == []
     new = cuprog(node, cid, "0-1g", "init", "pctx", "0", "info", "fill", "64M", "alloc", "1")
     assert new[2] == ["info", "0", str(gib), str(gib)]  # cuMemGetInfo: free, total = 1 GiB
     assert new[3] == ["fill", "2", str(gib)] and new[4] == ["alloc", "2"]

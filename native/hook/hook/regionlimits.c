@@ -211,7 +211,6 @@ static int make_region(struct gs_region_hold *h, unsigned long long limit, unsig
         limits[i] = limit;
         core_limits[i] = cores;
     }
-    r->host_resizes = 1; /* before the magic: the caps are the host's */
     gpuslice_region_format(r, limits, core_limits, priority);
     return GS_OK;
 }
@@ -244,8 +243,6 @@ int gs_region_set(struct gs_region_hold *h, long long limit_mib, long long cores
             __atomic_store_n(&r->devices[i].limit_bytes, limit, __ATOMIC_RELAXED);
             __atomic_store_n(&r->devices[i].core_limit, (unsigned)cores, __ATOMIC_RELAXED);
         }
-        unsigned n = __atomic_load_n(&r->host_resizes, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->host_resizes, n + 1 ? n + 1 : n, __ATOMIC_RELEASE);
     }
     guard_off();
     gs_region_drop(h);

@@ -11,7 +11,7 @@
 #define GPUSLICE_REGION_H
 
 #define GPUSLICE_REGION_MAGIC 0x53555047
-#define GPUSLICE_REGION_VERSION 6
+#define GPUSLICE_REGION_VERSION 7
 #define GPUSLICE_MAX_DEVICES 16
 #define GPUSLICE_MAX_PROCS 128
 #define GPUSLICE_UUID_SIZE 96
@@ -39,6 +39,10 @@ struct gpuslice_bucket {
     unsigned long long launches;     /* launches seen by the limiter */
 };
 
+/* A device's caps are written by whoever makes the region (gpuslice-hook
+ * at a container's create, from the accountant's row; else the first
+ * process, from its environment) and then by gpuslice-hook resize only: a
+ * process never changes them (docs/architecture.md, Where a cap lives). */
 struct gpuslice_device {
     char uuid[GPUSLICE_UUID_SIZE]; /* "GPU-..." once a CUDA process has seen it */
     unsigned long long limit_bytes;  /* memory cap; 0 = none */
@@ -69,11 +73,6 @@ struct gpuslice_region {
     unsigned char lock[GPUSLICE_LOCK_SIZE]; /* process-shared robust pthread mutex */
     struct gpuslice_device devices[GPUSLICE_MAX_DEVICES];
     struct gpuslice_proc procs[GPUSLICE_MAX_PROCS];
-    /* How many times the host (gpuslice-hook resize) has set the limits
-     * above. 0: the spec's environment sets them, and a process whose
-     * environment says other limits makes them its own; from 1 on the
-     * host's figures hold and no process's environment changes them. */
-    unsigned int host_resizes;
 };
 
 #endif
