@@ -25,7 +25,8 @@ struct gs_region_hold {
 };
 
 /* Take the region of container cid (<state_dir>/containers/<cid>/region),
- * making an empty file if there is none (the shim sizes it), and hold its
+ * making an empty file if there is none (gs_region_set makes the region in
+ * it; dropped instead, a process of the container will), and hold its
  * locks until gs_region_set or gs_region_drop: the shim's processes
  * allocate nothing meanwhile, so used_bytes stays true. GS_OK or GS_ERROR
  * with the line. */
