@@ -1046,12 +1046,14 @@ def test_malformed_card_dir_is_named(shim: Shim) -> None:
     assert "an absolute path" in errors[0]
 
 
-def tenant_of_a_card(shim: Shim, tmp_path: Path, cap: Optional[str]) -> Tuple[Shim, Path]:
-    """The shim with a card dir of its own (and `cap`), and its card file, made."""
+def tenant_of_a_card(shim: Shim, tmp_path: Path, cap: Optional[str],
+                     priority: Optional[str] = None) -> Tuple[Shim, Path]:
+    """The shim with a card dir of its own (and `cap`, `priority`), its card
+    file and its region (with them), made."""
     cards = tmp_path / "cards"
     cards.mkdir()
     s = shim.with_env(GPUSLICE_CORE_LIMIT=cap, FAKECUDA_KERNEL_NS=str(KERNEL_NS),
-                      GPUSLICE_CARD_DIR=str(cards))
+                      GPUSLICE_CARD_DIR=str(cards), GPUSLICE_PRIORITY=priority)
     s.run("gpa", "init", "pctx", "0")
     return s, card_path(s, cards)
 
@@ -1219,8 +1221,7 @@ def test_priority_is_recorded_in_the_region(shim: Shim, tmp_path: Path, priority
 def test_high_priority_says_so_on_the_card(shim: Shim, tmp_path: Path) -> None:
     # Uncapped but high: its launches are paced (it must say, at each, until
     # when its work is queued, so that others stand aside) and never wait.
-    s, path = tenant_of_a_card(shim, tmp_path, None)
-    s = s.with_env(GPUSLICE_PRIORITY="high")
+    s, path = tenant_of_a_card(shim, tmp_path, None, "high")
     before = time.monotonic_ns()
     rows = results(s.run("gpa", "init", "pctx", "0", "launchfrom", "launch", "kernel", "20"))
     assert value_of_word(rows, "launchfrom") == "shim"
@@ -1229,6 +1230,16 @@ def test_high_priority_says_so_on_the_card(shim: Shim, tmp_path: Path) -> None:
     assert card_field(path, "high_until_ns") > before
     assert card_field(path, "managed_ns") >= before
     assert card_field(path, "guest_until_ns") == 0  # high needs no guest stretch
+
+
+def test_the_regions_priority_holds_over_the_environments(shim: Shim, tmp_path: Path) -> None:
+    # The region's maker (the hook, from the accountant) set normal: a process
+    # whose environment says high neither runs high nor changes the region.
+    s, path = tenant_of_a_card(shim, tmp_path, None, "normal")
+    before = time.monotonic_ns()
+    s.with_env(GPUSLICE_PRIORITY="high").run("gpa", "init", "pctx", "0", "launch", "kernel", "20")
+    assert card_field(path, "high_until_ns") < before
+    assert s.region().devices[0].priority == "normal"
 
 
 def test_an_uncapped_neighbour_of_high_work_still_finishes(shim: Shim, tmp_path: Path) -> None:

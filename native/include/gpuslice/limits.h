@@ -17,7 +17,7 @@
 /* HAMi's names for the same, taken when ours are not set. */
 #define GPUSLICE_ENV_MEMORY_LIMIT_ALIAS "CUDA_DEVICE_MEMORY_LIMIT"
 #define GPUSLICE_ENV_CORE_LIMIT_ALIAS "CUDA_DEVICE_SM_LIMIT"
-/* One of the GPUSLICE_PRIORITY_*_WORD below. */
+/* One of the GPUSLICE_PRIORITY_*_WORD below; a region's priority holds over it. */
 #define GPUSLICE_ENV_PRIORITY "GPUSLICE_PRIORITY"
 /* The driver a spec was made for (spec-wide; `gpuslice cdi generate --check`
  * and the Nomad plugin read it back). */

@@ -39,10 +39,11 @@ struct gpuslice_bucket {
     unsigned long long launches;     /* launches seen by the limiter */
 };
 
-/* A device's caps are written by whoever makes the region (gpuslice-hook
- * at a container's create, from the accountant's row; else the first
- * process, from its environment) and then by gpuslice-hook resize only: a
- * process never changes them (docs/architecture.md, Where a cap lives). */
+/* A device's caps and priority are written by whoever makes the region
+ * (gpuslice-hook at a container's create, from the accountant's row; else
+ * the first process, from its environment), the caps then by gpuslice-hook
+ * resize only: a process never changes them, and every process of the
+ * container takes them from here (docs/architecture.md, Where a cap lives). */
 struct gpuslice_device {
     char uuid[GPUSLICE_UUID_SIZE]; /* "GPU-..." once a CUDA process has seen it */
     unsigned long long limit_bytes;  /* memory cap; 0 = none */

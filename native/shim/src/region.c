@@ -173,6 +173,12 @@ static struct gpuslice_region *open_file(void)
                      GPUSLICE_REGION_MAGIC, GPUSLICE_REGION_VERSION, sizeof *r);
         munmap(m, sizeof *r);
         r = NULL;
+    } else {
+        /* The priority too is the region's maker's: the pacer reads it only
+         * after the region is open (gs_region() before gs_cfg.priority). */
+        unsigned p = __atomic_load_n(&r->devices[0].priority, __ATOMIC_RELAXED);
+        if (p < GPUSLICE_PRIORITIES)
+            gs_cfg.priority = p;
     }
     gs_map_done(fd);
     return r;
