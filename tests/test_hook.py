@@ -887,6 +887,28 @@ def test_a_reused_id_gets_a_fresh_folder_and_only_its_own_cap(node: Node, asan: 
     assert not folder.exists()
 
 
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_caps_that_cannot_be_written_refuse_the_start(node: Node, asan: bool,
+                                                      tmp_path: Path) -> None:
+    """A second device of a running container keeps its folder, where the
+    tenant put a link at the region's name: the hook writes nothing through
+    it and refuses the start, holding nothing for the container."""
+    if asan:  # the region's hold is given back on this path too
+        node.hook_path = build_hook(asan=True)
+    with_profile(node, "{name: 1g, memory: 1GiB}")
+    assert node.create("two", "0-6g").returncode == 0
+    region_path = node.state_dir / "containers" / "two" / "region"
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"")
+    region_path.unlink()
+    region_path.symlink_to(target)
+    res = node.create("two", "0-1g")
+    assert res.returncode == 2
+    assert err(res) == f"gpuslice-hook: error: {region_path} is a symbolic link, not a region"
+    assert target.read_bytes() == b""
+    assert all(v == [] for v in node.held().values())
+
+
 def test_a_leftover_folder_that_cannot_go_is_refused(node: Node) -> None:
     """What gpuslice did not put in a container's folder keeps it from being made
     fresh: the start is refused with the folder named, and nothing is held."""

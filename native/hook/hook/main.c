@@ -141,8 +141,10 @@ static int write_caps(const char *state_dir, const char *cid, const struct gs_re
 {
     struct gs_region_hold h;
     int rc = gs_region_take(state_dir, cid, &h);
-    if (rc != GS_OK)
+    if (rc != GS_OK) {
+        gs_region_drop(&h);
         return rc;
+    }
     const struct gs_reservation *r = &held->v[0];
     return gs_region_set(&h, (long long)r->memory_mib, (long long)r->cores, r->priority);
 }
