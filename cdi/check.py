@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import List
 
-from cdi.generate import DRIVER_VERSION_ENV
+from cdi.limits import DRIVER_VERSION_ENV
 from cdi.spec import Spec
 
 

@@ -13,14 +13,15 @@ any device of ours. Devices:
   topology; offered from 2 up to the cards that fit the profile (at most
   MAX_GANG).
 
-Slices carry the limits and the compute priority as GPUSLICE_* env, the shim
-(mounted and preloaded), the host's card files (read-write: how tenants of
-one card see each other compete, docs/compute-limit.md) and the create and
-release hooks, always: a slice whose shim or hook is missing fails to start
-rather than run unlimited. Whole cards carry the hooks too, so that the
-accountant sees them, but only once the hook is installed: until then a whole
-card works as any CDI whole-card device does, unaccounted (and `--check`
-reports the spec stale when the hook appears). A whole card has no priority:
+Slices carry the limits and the compute priority as GPUSLICE_* env
+(cdi/slice_env.py), the shim (mounted and preloaded), the host's card files
+(read-write: how tenants of one card see each other compete,
+docs/compute-limit.md) and the create and release hooks, always: a slice
+whose shim or hook is missing fails to start rather than run unlimited.
+Whole cards carry the hooks too, so that the accountant sees them, but only
+once the hook is installed: until then a whole card works as any CDI
+whole-card device does, unaccounted (and `--check` reports the spec stale
+when the hook appears). A whole card has no priority:
 no one shares it.
 """
 from __future__ import annotations
@@ -30,14 +31,14 @@ from typing import List, Optional, Sequence, Tuple
 
 from cdi import devnodes, driverfiles
 from cdi.nvml import DiscoveryError, Gpu, Inventory
+from cdi.limits import DRIVER_VERSION_ENV
 from cdi.profiles import MAX_GANG, Profile, gang_device_name, slice_device_name
+from cdi.slice_env import slice_env
 from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdi.version import minimum_version
 
 SHIM_CONTAINER_PATH = "/usr/lib/gpuslice/libgpuslice.so"
 CARD_DIR_OPTIONS = ["rw", "nosuid", "nodev", "noexec", "bind"]
-DRIVER_VERSION_ENV = "GPUSLICE_DRIVER_VERSION"
-PRIORITY_ENV = "GPUSLICE_PRIORITY"  # read by the shim: high, normal or low
 HOOK_ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -91,13 +92,7 @@ def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: P
     request = (["--card", gpu.uuid] if gpu else []) + [
         "--memory-mib", str(profile.memory_mib), "--cores", str(profile.cores or 0),
         "--priority", profile.priority] + (["--slices", str(slices)] if slices > 1 else [])
-    env = [f"GPUSLICE_MEMORY_LIMIT={profile.memory_mib}MiB"]
-    if profile.cores:
-        env.append(f"GPUSLICE_CORE_LIMIT={profile.cores}")
-    # Always, normal too: a spec's env replaces a variable of the same name
-    # that the container set itself, so the operator's priority is the one it
-    # starts with (the accountant records the same).
-    env.append(f"{PRIORITY_ENV}={profile.priority}")
+    env = [f"{k}={v}" for k, v in slice_env(profile).items()]
     env.append(f"LD_PRELOAD={SHIM_CONTAINER_PATH}")
     shim = Mount(opts.shim_path, SHIM_CONTAINER_PATH, options=list(driverfiles.MOUNT_OPTIONS))
     cards = Mount(opts.card_dir, opts.card_dir_mount, options=list(CARD_DIR_OPTIONS))

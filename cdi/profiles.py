@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from cdi.limits import DEFAULT_PRIORITY, PRIORITIES
+
 
 _PROFILE_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _RESERVED = ("all",)
@@ -25,10 +27,6 @@ _GANG_RE = re.compile(r"^[0-9]+x")
 # region (GPUSLICE_MAX_DEVICES in native/include/gpuslice/region.h, which
 # tests/test_gang.py compares; cdi/ reads no header).
 MAX_GANG = 16
-# In the order of precedence. The accountant's CHECK (ocihook/accountant.py)
-# and gpuslice-hook's --priority (native/hook/hook/args.c) list the same three.
-PRIORITIES = ("high", "normal", "low")
-DEFAULT_PRIORITY = "normal"
 
 
 class ProfileError(ValueError):
@@ -65,8 +63,9 @@ def validate_profile_name(name: str) -> None:
 def validate_priority(value: object) -> None:
     # isinstance first: YAML gives `priority: 3` as an int and `priority: yes` as a bool.
     if not isinstance(value, str) or value not in PRIORITIES:
-        raise ProfileError(f"priority {value!r} is not high, normal or low; use one of "
-                           f"those, or leave priority out for {DEFAULT_PRIORITY}")
+        raise ProfileError(f"priority {value!r} is not {', '.join(PRIORITIES[:-1])} or "
+                           f"{PRIORITIES[-1]}; use one of those, or leave priority out for "
+                           f"{DEFAULT_PRIORITY}")
 
 
 def slice_device_name(card_index: int, profile: Profile) -> str:

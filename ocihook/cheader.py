@@ -3,7 +3,8 @@
 native/include/gpuslice/ holds one header per contract between the hook, the
 shim and the host tools: region.h (a container's shared region), cardfile.h
 (a card's file), statedir.h (the state dir's names), statedb.h (how the
-accountant's database names itself). This module parses them with cffi, so
+accountant's database names itself), limits.h (a slice's environment names
+and the priority's words and numbers). This module parses them with cffi, so
 that each contract has one definition. An installed package carries copies
 in ocihook/native/ (setup.py puts them there).
 
@@ -21,7 +22,7 @@ from typing import Any, Dict, Union
 
 # Every shared header, in the order cffi reads them (none includes another).
 HEADERS = ("region.h", "cardfile.h", "statedir.h", "statedb.h", "cdicache.h", "claim.h",
-           "text.h")
+           "text.h", "limits.h")
 _DIRS = (
     Path(__file__).resolve().parent / "native",  # an installed package
     Path(__file__).resolve().parent.parent / "native" / "include" / "gpuslice",  # the tree

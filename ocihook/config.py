@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from cdi import names, regularfile
-from cdi.profiles import (DEFAULT_PRIORITY, Profile, ProfileError, validate_priority,
-                          validate_profile_name)
+from cdi.limits import DEFAULT_PRIORITY
+from cdi.profiles import Profile, ProfileError, validate_priority, validate_profile_name
 from ocihook import statedir, units
 from ocihook.policy import (CORES_LIMIT_MAX, CORES_LIMIT_MIN, OVERCOMMIT_MAX, OVERCOMMIT_MIN,
                             Policy)

@@ -11,7 +11,7 @@ import os
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 from cdi import regularfile
 from ocihook import cheader
@@ -44,7 +44,7 @@ class DeviceUsage:
     total_bytes: int
     used_bytes: int
     core_limit: int
-    priority: str              # what the container's env claims: high, normal or low
+    priority: str              # a word of limits.h: the accountant's (the hook wrote it)
     compute_charged_ns: int    # card time charged to the container's compute budget
     compute_throttled_ns: int  # time its processes slept for the cap
     compute_launches: int      # launches the limiter saw
@@ -55,7 +55,6 @@ class Region:
     path: str
     devices: List[DeviceUsage]
     procs: List[ProcUsage]
-    host_resizes: int = 0  # resizes the host wrote (gpuslice resize); 0: the spec's limits
 
 
 def _read_exactly(path: str, size: int, what: str) -> bytes:
@@ -99,6 +98,19 @@ _Constants = _ConstantsOf()
 
 
 @lru_cache(maxsize=None)
+def _priority_words() -> Dict[int, str]:
+    codes = ("GPUSLICE_PRIORITY_NORMAL", "GPUSLICE_PRIORITY_HIGH", "GPUSLICE_PRIORITY_LOW")
+    return {cheader.constant(c): cheader.string(c + "_WORD") for c in codes}
+
+
+def priority_word(code: int) -> str:
+    """The word of a region's priority number (limits.h); a number it does not
+    define is the tenant's lie, shown as the default."""
+    words = _priority_words()
+    return words.get(code, words[cheader.constant("GPUSLICE_PRIORITY_NORMAL")])
+
+
+@lru_cache(maxsize=None)
 def _state_bytes() -> Tuple[int, int]:
     """Where the low byte of procs[0].state lies in a region, and the slots' stride."""
     ffi = cheader.ffi()
@@ -129,10 +141,9 @@ def read(path: str) -> Region:
         raise RegionError(f"{path}: magic/version/size {got} is not a gpuslice region {want}; "
                           "refusing to guess its layout")
     n = min(r.device_count, lib.GPUSLICE_MAX_DEVICES)
-    priorities = {lib.GPUSLICE_PRIORITY_HIGH: "high", lib.GPUSLICE_PRIORITY_LOW: "low"}
     devices = [DeviceUsage(i, ffi.string(d.uuid).decode(errors="replace"), d.limit_bytes,
                            d.total_bytes, d.used_bytes, d.core_limit,
-                           priorities.get(d.priority, "normal"), d.compute.charged_ns,
+                           priority_word(d.priority), d.compute.charged_ns,
                            d.compute.throttled_ns, d.compute.launches)
                for i, d in ((i, r.devices[i]) for i in range(n))]
     procs = []
@@ -149,7 +160,7 @@ def read(path: str) -> Region:
             procs.append(ProcUsage(p.pid, p.start_time,
                                    [[p.used[d][k] for k in range(lib.GPUSLICE_KINDS)]
                                     for d in range(n)], p.host_pid))
-    return Region(path, devices, procs, r.host_resizes)
+    return Region(path, devices, procs)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ RELEASE_KINDS = ("release", "operator-release", "undo")
 @dataclass(frozen=True)
 class RegionClaim:
     """What a container's region says about one card, and how far it is believed:
-    state "ok", "absent" (no region yet: nothing used), "unreadable" or
+    state "ok", "absent" (no region: none made, as for a row admitted alone, or
+    its tenant removed it; nothing used), "unreadable" or
     "implausible" (used_bytes None, problem says why)."""
     state: str
     used_bytes: Optional[int]

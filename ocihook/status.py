@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from cdi.profiles import DEFAULT_PRIORITY
+from cdi.limits import DEFAULT_PRIORITY
 from ocihook import accountant, engine_names, room, snapshot
 from ocihook.config import Config
 from ocihook.policy import Policy

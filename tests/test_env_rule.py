@@ -90,6 +90,9 @@ def test_the_shim_reads_the_last_entry(plain: Variant, fake_env, tmp_path: Path)
                                    "GPUSLICE_MEMORY_LIMIT_0=512MiB"])
     assert res.returncode == 0, res.stderr
     assert value_of(results(res), "total", 0) == [0, 512 * MIB]
+    # A state dir of its own: in the first one the region made above holds its caps.
+    shim = Shim(plain, fake_env(2), tmp_path / "state2")
+    base = [f"{k}={v}" for k, v in shim.env.items() if not k.startswith("GPUSLICE_MEMORY_LIMIT")]
     res = run_with_entries(shim.argv("direct", "init", "total", "0"),
                            base + ["GPUSLICE_MEMORY_LIMIT_0=512MiB",
                                    "GPUSLICE_MEMORY_LIMIT_0=1GiB"])

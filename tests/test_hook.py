@@ -676,11 +676,12 @@ def test_status_believes_a_region_only_as_far_as_the_card_goes(node: Node) -> No
         "e" * 64: ("1-4g", [(uuid1, 0, 9 << 30)]),  # e and f: each could be true, not both
         "f" * 64: ("1-4g", [(uuid1, 0, 9 << 30)]),
         "g" * 64: ("1-4g", "link"),
-        "h" * 64: ("1-4g", None),  # no CUDA process yet: no region
+        "h" * 64: ("1-4g", None),  # its region gone (the tenant's to remove): absent
     }
     for cid, (device, claim) in claims.items():
         assert node.create(cid, device).returncode == 0
         path = node.state_dir / "containers" / cid / "region"
+        path.unlink()  # the one the hook made with the caps: each case puts its own
         if claim == "fifo":
             os.mkfifo(path)
         elif claim == "link":
@@ -872,16 +873,40 @@ def test_a_reused_id_gets_a_fresh_folder_and_only_its_own_cap(node: Node, asan: 
     assert node.held()[fake_gpu(0)["uuid"]] == [cid]
     reclaimed = rows(node.db, "SELECT container_id FROM events WHERE kind='reclaim'")
     assert reclaimed == [(cid,)]
-    # Fresh: no region, no placement of the old container (0-1g names its card);
-    # only the mount point of the card files, made again.
-    assert sorted(p.name for p in folder.iterdir()) == ["cards"]
+    # Fresh: no placement of the old container (0-1g names its card), the
+    # mount point of the card files made again, and a new region with the new
+    # admission's cap, which no process has used yet.
+    assert sorted(p.name for p in folder.iterdir()) == ["cards", "region"]
     assert list((folder / "cards").iterdir()) == []
+    assert region.read(str(folder / "region")).procs == []
     new = cuprog(node, cid, "0-1g", "init", "pctx", "0", "info", "fill", "64M", "alloc", "1")
     assert new[2] == ["info", "0", str(gib), str(gib)]  # cuMemGetInfo: free, total = 1 GiB
     assert new[3] == ["fill", "2", str(gib)] and new[4] == ["alloc", "2"]
     assert region.read(str(folder / "region")).devices[0].limit_bytes == gib
     assert node.release(cid).returncode == 0
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("asan", [False, True], ids=["plain", "asan"])
+def test_caps_that_cannot_be_written_refuse_the_start(node: Node, asan: bool,
+                                                      tmp_path: Path) -> None:
+    """A second device of a running container keeps its folder, where the
+    tenant put a link at the region's name: the hook writes nothing through
+    it and refuses the start, holding nothing for the container."""
+    if asan:  # the region's hold is given back on this path too
+        node.hook_path = build_hook(asan=True)
+    with_profile(node, "{name: 1g, memory: 1GiB}")
+    assert node.create("two", "0-6g").returncode == 0
+    region_path = node.state_dir / "containers" / "two" / "region"
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"")
+    region_path.unlink()
+    region_path.symlink_to(target)
+    res = node.create("two", "0-1g")
+    assert res.returncode == 2
+    assert err(res) == f"gpuslice-hook: error: {region_path} is a symbolic link, not a region"
+    assert target.read_bytes() == b""
+    assert all(v == [] for v in node.held().values())
 
 
 def test_a_leftover_folder_that_cannot_go_is_refused(node: Node) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List
 
 import msgpack
 import pytest
+import yaml
 
 from fakehost import shim_holder
 from nomad_harness import REPO, PluginClient, build_client, plugin_command
@@ -121,7 +122,8 @@ def test_reserve_is_taken_over_by_the_container(client: PluginClient, node: Node
     token = res["envs"]["GPUSLICE_CLAIM"]
     assert re.fullmatch(r"[0-9a-f]{32}", token)
     assert res["envs"] == {"GPUSLICE": "0-4g-30", "GPUSLICE_CLAIM": token,
-                           "GPUSLICE_MEMORY_LIMIT": "4096MiB", "GPUSLICE_CORE_LIMIT": "30"}
+                           "GPUSLICE_MEMORY_LIMIT": "4096MiB", "GPUSLICE_CORE_LIMIT": "30",
+                           "GPUSLICE_PRIORITY": "normal"}
     devices = {d["task_path"]: d for d in res["devices"]}
     assert devices["/dev/nvidia0"]["host_path"] == str(node.host.dev_root / "dev" / "nvidia0")
     assert "/dev/nvidiactl" in devices and "/dev/nvidia1" not in devices
@@ -170,6 +172,29 @@ def test_reserve_is_taken_over_by_the_container(client: PluginClient, node: Node
             break
     else:
         raise AssertionError("Stats still report the stopped container's instance")
+
+
+def test_reserve_gives_the_task_the_profiles_priority(nomad_client: Path, node: Node) -> None:
+    """A task reserved with a `priority: high` profile is told so, as a
+    container given the same slice by the spec is: one environment for both."""
+    with node.config.open("a") as f:
+        f.write("  - {name: 2g-hi, memory: 2GiB, cores: 20, priority: high}\n")
+    node.generate()
+    c = start(nomad_client, node)
+    try:
+        iid = ids(groups(c("fingerprint"))["2g-hi"], 1)[0]
+        envs = c(f"reserve {iid}")["container_res"]["envs"]
+    finally:
+        c.close()
+    assert envs["GPUSLICE_PRIORITY"] == "high"
+    assert rows(node.db, "SELECT device, priority FROM reservations") == [("1-2g-hi", "high")]
+    # The spec's device of that name says the same: its env is the task's,
+    # less the device's name and the token.
+    [path] = [p for p in node.host.spec_dir.glob("gpuslice.*") if p.suffix in (".json", ".yaml")]
+    [dev] = [d for d in yaml.safe_load(path.read_text())["devices"] if d["name"] == "1-2g-hi"]
+    given = dict(e.split("=", 1) for e in dev["containerEdits"]["env"])
+    del given["LD_PRELOAD"]
+    assert given == {k: v for k, v in envs.items() if k not in ("GPUSLICE", "GPUSLICE_CLAIM")}
 
 
 def used_stats(client: PluginClient, iid: str, cid: str, node: Node) -> Dict[str, Any]:

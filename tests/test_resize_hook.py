@@ -13,12 +13,12 @@ import os
 import subprocess
 import threading
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import pytest
 
 from fakehost import build_hook, fake_gpu
-from ocihook import region
+from ocihook import cheader, region
 from test_hook import REPO, Node, cuprog, err, rows, spec_env, with_profile
 
 GIB = 1 << 30
@@ -51,6 +51,21 @@ def resize_events(node: Node) -> List[dict]:
 
 def region_of(node: Node, cid: str) -> Path:
     return node.state_dir / "containers" / cid / "region"
+
+
+def caps_of(path: Path) -> Tuple[int, int, int]:
+    """Device 0's memory cap, compute cap and priority number as the file holds
+    them, whether or not a process has seen the device yet."""
+    ffi = cheader.ffi()
+    r = ffi.cast("struct gpuslice_region *", ffi.from_buffer(path.read_bytes()))
+    return r.devices[0].limit_bytes, r.devices[0].core_limit, r.devices[0].priority
+
+
+def region_but_lock(path: Path) -> bytes:
+    """The file's bytes less its mutex, whose inner words a lock and unlock move."""
+    data = path.read_bytes()
+    at = cheader.ffi().offsetof("struct gpuslice_region", "lock")
+    return data[:at] + data[at + cheader.constant("GPUSLICE_LOCK_SIZE"):]
 
 
 class Running:
@@ -128,20 +143,25 @@ def test_a_new_process_with_the_specs_old_env_keeps_the_hosts_cap(node: Node) ->
     assert spec_env(node, "0-6g")["GPUSLICE_MEMORY_LIMIT"] == "6144MiB"
     out = cuprog(node, "c", "0-6g", "init", "pctx", "0", "info", "fill", "1G")
     assert out[-2:] == [["info", "0", str(8 * GIB), str(8 * GIB)], ["fill", "2", str(8 * GIB)]]
-    r = region.read(str(region_of(node, "c")))
-    assert (r.devices[0].limit_bytes, r.host_resizes) == (8 * GIB, 1)
+    assert region.read(str(region_of(node, "c"))).devices[0].limit_bytes == 8 * GIB
 
 
-def test_a_resize_before_any_process_makes_the_region_with_the_new_cap(node: Node) -> None:
+def test_the_accountants_caps_are_in_the_region_before_any_process(node: Node) -> None:
+    """The hook writes the row's caps and priority at create, and a resize's
+    new ones, before any process of the container has started."""
     with_profile(node, "{name: 2g-30, memory: 2GiB, cores: 30, priority: high}")
     assert node.create("c", "0-2g-30").returncode == 0
-    assert not region_of(node, "c").exists()
-    res = resize(node, "c", "0-2g-30", "--memory-mib", "4096", "--cores", "50")
-    assert res.returncode == 0, res.stderr
-    r = region.read(str(region_of(node, "c")))
-    assert (r.devices, r.host_resizes) == ([], 1)  # no process has seen a device yet
+    assert region.read(str(region_of(node, "c"))).devices == []  # none seen by a process
+    assert caps_of(region_of(node, "c")) == \
+        (2 * GIB, 30, cheader.constant("GPUSLICE_PRIORITY_HIGH"))
     st = region_of(node, "c").stat()  # the container's user's, as its first process makes it
     assert (st.st_uid, st.st_gid, oct(st.st_mode & 0o777)) == (1000, 1000, "0o644")
+    assert cuprog(node, "c", "0-2g-30", "init", "pctx", "0", "info")[-1] == \
+        ["info", "0", str(2 * GIB), str(2 * GIB)]
+    res = resize(node, "c", "0-2g-30", "--memory-mib", "4096", "--cores", "50")
+    assert res.returncode == 0, res.stderr
+    assert caps_of(region_of(node, "c")) == \
+        (4 * GIB, 50, cheader.constant("GPUSLICE_PRIORITY_HIGH"))
     out = cuprog(node, "c", "0-2g-30", "init", "pctx", "0", "info")
     assert out[-1] == ["info", "0", str(4 * GIB), str(4 * GIB)]
     r = region.read(str(region_of(node, "c")))
@@ -243,6 +263,7 @@ def test_bad_input_is_one_line_and_changes_nothing(node: Node, asan: bool) -> No
     ]
     before = rows(node.db, "SELECT * FROM reservations ORDER BY container_id, device")
     events = rows(node.db, "SELECT count(*) FROM events")
+    made = region_but_lock(region_of(node, "c"))  # the hook's, at create
     for args, code, line in cases:
         res = subprocess.run([str(node.hook_path), "resize", *args, "--database", str(node.db),
                               "--state-dir", str(node.state_dir)], capture_output=True)
@@ -253,10 +274,7 @@ def test_bad_input_is_one_line_and_changes_nothing(node: Node, asan: bool) -> No
         assert rows(node.db, "SELECT * FROM reservations ORDER BY container_id, device") == \
             before, args
         assert rows(node.db, "SELECT count(*) FROM events") == events, args
-    # At most the empty file a first process makes before it sizes it: "no region yet".
-    assert region_of(node, "c").stat().st_size == 0
-    with pytest.raises(region.NoRegion):
-        region.read(str(region_of(node, "c")))
+    assert region_but_lock(region_of(node, "c")) == made
     assert cuprog(node, "c", "0-6g", "init", "pctx", "0", "info")[-1] == \
         ["info", "0", str(6 * GIB), str(6 * GIB)]
 
@@ -272,6 +290,7 @@ def test_a_region_a_tenant_made_otherwise_is_not_touched(node: Node, tmp_path: P
              ("size", lambda p: p.write_bytes(b"x" * 100), "100 bytes, a region of this "
               "gpuslice has")]
     for name, make, words in cases:
+        (folder / "region").unlink(missing_ok=True)  # the hook's, made at create
         make(folder / "region")
         res = resize(node, "c", "0-6g", "--memory-mib", "4096")
         assert res.returncode == 2, name

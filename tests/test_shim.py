@@ -1046,12 +1046,14 @@ def test_malformed_card_dir_is_named(shim: Shim) -> None:
     assert "an absolute path" in errors[0]
 
 
-def tenant_of_a_card(shim: Shim, tmp_path: Path, cap: Optional[str]) -> Tuple[Shim, Path]:
-    """The shim with a card dir of its own (and `cap`), and its card file, made."""
+def tenant_of_a_card(shim: Shim, tmp_path: Path, cap: Optional[str],
+                     priority: Optional[str] = None) -> Tuple[Shim, Path]:
+    """The shim with a card dir of its own (and `cap`, `priority`), its card
+    file and its region (with them), made."""
     cards = tmp_path / "cards"
     cards.mkdir()
     s = shim.with_env(GPUSLICE_CORE_LIMIT=cap, FAKECUDA_KERNEL_NS=str(KERNEL_NS),
-                      GPUSLICE_CARD_DIR=str(cards))
+                      GPUSLICE_CARD_DIR=str(cards), GPUSLICE_PRIORITY=priority)
     s.run("gpa", "init", "pctx", "0")
     return s, card_path(s, cards)
 
@@ -1219,8 +1221,7 @@ def test_priority_is_recorded_in_the_region(shim: Shim, tmp_path: Path, priority
 def test_high_priority_says_so_on_the_card(shim: Shim, tmp_path: Path) -> None:
     # Uncapped but high: its launches are paced (it must say, at each, until
     # when its work is queued, so that others stand aside) and never wait.
-    s, path = tenant_of_a_card(shim, tmp_path, None)
-    s = s.with_env(GPUSLICE_PRIORITY="high")
+    s, path = tenant_of_a_card(shim, tmp_path, None, "high")
     before = time.monotonic_ns()
     rows = results(s.run("gpa", "init", "pctx", "0", "launchfrom", "launch", "kernel", "20"))
     assert value_of_word(rows, "launchfrom") == "shim"
@@ -1229,6 +1230,16 @@ def test_high_priority_says_so_on_the_card(shim: Shim, tmp_path: Path) -> None:
     assert card_field(path, "high_until_ns") > before
     assert card_field(path, "managed_ns") >= before
     assert card_field(path, "guest_until_ns") == 0  # high needs no guest stretch
+
+
+def test_the_regions_priority_holds_over_the_environments(shim: Shim, tmp_path: Path) -> None:
+    # The region's maker (the hook, from the accountant) set normal: a process
+    # whose environment says high neither runs high nor changes the region.
+    s, path = tenant_of_a_card(shim, tmp_path, None, "normal")
+    before = time.monotonic_ns()
+    s.with_env(GPUSLICE_PRIORITY="high").run("gpa", "init", "pctx", "0", "launch", "kernel", "20")
+    assert card_field(path, "high_until_ns") < before
+    assert s.region().devices[0].priority == "normal"
 
 
 def test_an_uncapped_neighbour_of_high_work_still_finishes(shim: Shim, tmp_path: Path) -> None:
@@ -1291,33 +1302,32 @@ def test_a_zero_body_region_caps_by_the_environment(shim: Shim) -> None:
     assert [d.limit_bytes for d in shim.region().devices[:2]] == [GIB, 2 * GIB]
 
 
-def test_the_environment_wins_over_a_regions_caps(shim: Shim) -> None:
-    """A region left with other caps (5 GiB, by an earlier container of the same
-    id): the environment's (the spec's, 1 GiB) hold and the region says so."""
-    old = shim.with_env(GPUSLICE_MEMORY_LIMIT_0="5GiB", GPUSLICE_CORE_LIMIT_0="70")
-    p = old.start("direct", "init", "pctx", "0", "alloc", "512M", "hold")
+def test_a_regions_caps_hold_over_the_environments(shim: Shim) -> None:
+    """The region holds the caps (the hook writes the accountant's there at the
+    container's create): a process whose environment says others, as every
+    process of a resized container has the spec's, neither changes them nor is
+    capped by its own; a process with no limit in its environment (a clean one
+    under ld.so.preload) is capped by them too."""
+    first = shim.with_env(GPUSLICE_MEMORY_LIMIT_0="5GiB", GPUSLICE_CORE_LIMIT_0="70")
+    p = first.start("direct", "init", "pctx", "0", "alloc", "512M", "hold")
     wait_held(p)
-    assert shim.region().devices[0].limit_bytes == 5 * GIB
-    res = shim.run("direct", "init", "pctx", "0", "info", "fill", "64M")
-    rows = results(res)
-    assert value_of(rows, "info") == [0, GIB - 512 * MIB, GIB]  # the usage is kept
-    assert value_of(rows, "fill") == [OOM, GIB - 512 * MIB]
-    assert "device 0 had cap 5368709120 bytes, 70%; this process's environment says " \
-        "1073741824 bytes, 0%, which the region holds now" in res.stderr
     d = shim.region().devices[0]
-    assert (d.limit_bytes, d.core_limit) == (GIB, 0)
+    assert (d.limit_bytes, d.core_limit) == (5 * GIB, 70)  # it made the region: its env's
+    res = shim.run("direct", "init", "pctx", "0", "info", "alloc", "2G", "freeall")
+    rows = results(res)
+    assert value_of(rows, "info") == [0, 5 * GIB - 512 * MIB, 5 * GIB]  # not its own 1 GiB
+    assert rc_of(rows, "alloc") == 0
+    d = shim.region().devices[0]
+    assert (d.limit_bytes, d.core_limit) == (5 * GIB, 70)
     release(p)
-    # A process that sets no limit (a clean environment under ld.so.preload)
-    # keeps the region's: the container's other processes wrote them.
     bare = shim.with_env(GPUSLICE_MEMORY_LIMIT_0=None, GPUSLICE_MEMORY_LIMIT_1=None)
     rows = results(bare.run("direct", "init", "pctx", "0", "info"))
-    assert value_of(rows, "info")[2] == GIB  # the total seen is the region's cap
-    assert shim.region().devices[0].limit_bytes == GIB
+    assert value_of(rows, "info")[2] == 5 * GIB
 
 
 def host_resize(shim: Shim, limit_bytes: int) -> None:
-    """Device 0's cap to limit_bytes and one host resize counted, written into
-    the region file in place as gpuslice-hook resize writes them."""
+    """Device 0's cap to limit_bytes, written into the region file in place as
+    gpuslice-hook resize writes it."""
     ffi = cheader.ffi()
     path = shim.state / "region"
     fd = os.open(path, os.O_RDWR)
@@ -1325,27 +1335,24 @@ def host_resize(shim: Shim, limit_bytes: int) -> None:
         dev0 = ffi.offsetof("struct gpuslice_region", "devices")
         os.pwrite(fd, limit_bytes.to_bytes(8, sys.byteorder),
                   dev0 + ffi.offsetof("struct gpuslice_device", "limit_bytes"))
-        os.pwrite(fd, (1).to_bytes(4, sys.byteorder),
-                  ffi.offsetof("struct gpuslice_region", "host_resizes"))
     finally:
         os.close(fd)
 
 
-def test_after_a_host_resize_the_regions_caps_hold(shim: Shim) -> None:
-    """Once the host has resized the container, the spec's environment (which
-    every new process of the container still has) is out of date: neither a
-    new process nor a running one takes it over the region's cap."""
+def test_a_host_resize_holds_for_new_and_running_processes(shim: Shim) -> None:
+    """A resize written into the region holds for a process started after it
+    (whose environment still says the spec's 1 GiB) and for a running one, at
+    its next call."""
     p = shim.start("direct", "init", "pctx", "0", "alloc", "512M", "hold", "info")
     wait_held(p)
-    assert shim.region().devices[0].limit_bytes == GIB  # the environment's, adopted
+    assert shim.region().devices[0].limit_bytes == GIB  # it made the region: its env's
     host_resize(shim, 3 * GIB)
     res = shim.run("direct", "init", "pctx", "0", "info", "alloc", "2G", "alloc", "1G",
                    "freeall")
     rows = results(res)
     assert value_of(rows, "info") == [0, 3 * GIB - 512 * MIB, 3 * GIB]
     assert (rc_of(rows, "alloc"), rc_of(rows, "alloc", 1)) == (0, OOM)  # 2 GiB fits, 1 more not
-    assert "which the region holds now" not in res.stderr
-    assert (shim.region().devices[0].limit_bytes, shim.region().host_resizes) == (3 * GIB, 1)
+    assert shim.region().devices[0].limit_bytes == 3 * GIB
     out, err = p.communicate(input="", timeout=60)
     clean(err)
     assert value_of(results(out), "info") == [0, 3 * GIB - 512 * MIB, 3 * GIB]  # its next one

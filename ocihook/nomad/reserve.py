@@ -18,8 +18,9 @@ the claim id it made, with its pid) is ever given back: the prefix alone
 proves nothing, since some starters pick their container's id.
 
 The task gets ``GPUSLICE=<card>-<profile>`` (what ``runtime = "gpuslice"``
-serves: the device's CDI edits and its hooks), the token and the slice's
-limits, and the device nodes and mounts of the device's CDI edits, which the
+serves: the device's CDI edits and its hooks), the token, the slice's
+environment (cdi/slice_env.py: its limits and priority, as the spec gives
+them), and the device nodes and mounts of the device's CDI edits, which the
 docker driver applies itself (the runtime then replaces each at the same
 path, as the CDI rules do).
 """
@@ -34,6 +35,7 @@ from typing import List, Optional, Sequence, Set, Tuple
 
 from cdi.registry import Registry, ResolveError
 from cdi import names
+from cdi.slice_env import slice_env
 from ocihook import cheader
 from ocihook.cdi_cache import spec_dirs
 from ocihook.config import Config
@@ -41,6 +43,7 @@ from ocihook.nomad.offers import Instance
 from ocihook.nomad.proto import device_pb2
 
 CLAIM_ENV = cheader.string("GPUSLICE_CLAIM_ENV")
+DRIVER_VERSION_ENV = cheader.string("GPUSLICE_ENV_DRIVER_VERSION")
 CLAIM_ID_PREFIX = cheader.string("GPUSLICE_CLAIM_ID_PREFIX")
 TOKEN_BYTES = cheader.constant("GPUSLICE_CLAIM_TOKEN_LEN") // 2
 HOOK_TIMEOUT_S = 60  # the hook waits up to 30 s for the database's lock
@@ -129,18 +132,16 @@ def cdi_edits(cfg: Config, device: str) -> Edits:
                                            read_only="ro" in m.options))
         for e in edits.env:
             key, _, value = e.partition("=")
-            if key == "GPUSLICE_DRIVER_VERSION":
+            if key == DRIVER_VERSION_ENV:
                 version = value
     return Edits(devices, mounts, version)
 
 
 def container_reservation(inst: Instance, token: str, edits: Edits
                           ) -> device_pb2.ContainerReservation:
-    p = inst.profile
-    envs = {"GPUSLICE": inst.device, CLAIM_ENV: token,
-            "GPUSLICE_MEMORY_LIMIT": f"{p.memory_mib}MiB"}
-    if p.cores:
-        envs["GPUSLICE_CORE_LIMIT"] = str(p.cores)
+    """What the task's container is given: its device, its token and the slice's
+    environment (its limits and priority), as the spec gives a slice's."""
+    envs = {"GPUSLICE": inst.device, CLAIM_ENV: token, **slice_env(inst.profile)}
     return device_pb2.ContainerReservation(envs=envs, devices=edits.devices, mounts=edits.mounts)
 
 
@@ -172,6 +173,6 @@ def driver_version(cfg: Config) -> str:
         if name.partition("=")[0] == cfg.cdi_kind:
             for e in found.spec.edits.env:
                 key, _, value = e.partition("=")
-                if key == "GPUSLICE_DRIVER_VERSION":
+                if key == DRIVER_VERSION_ENV:
                     return value
     return ""

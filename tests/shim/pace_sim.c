@@ -149,7 +149,8 @@ struct proc {
     const struct program *prog;
     unsigned cap;
     int container;
-    int prio, noshim;
+    unsigned prio;
+    int noshim;
     double idle_from, idle_to;
     int poisson;     /* requests arrive at random (exponential gaps) */
     double every_ns; /* requests: mean time between arrivals */
@@ -355,7 +356,7 @@ static void launch_one(struct proc *p)
     /* As launch.c: an uncapped normal process is paced only while a capped
      * or prioritised tenant is on the card. */
     unsigned long long m = __atomic_load_n(&card.managed_ns, __ATOMIC_RELAXED);
-    int paced = !p->noshim && (p->cap || p->prio != GS_PRIO_NORMAL || m);
+    int paced = !p->noshim && (p->cap || p->prio != GPUSLICE_PRIORITY_NORMAL || m);
     if (paced)
         gs_pace_launch_begin(&p->pacer, &p->io, NULL);
     if (T >= NS && T - t0 > p->max_wait)
@@ -685,7 +686,7 @@ static double baseline(const struct program *prog, double seconds)
     snprintf(procs[0].name, sizeof procs[0].name, "baseline");
     procs[0].prog = prog;
     procs[0].cap = 0;
-    procs[0].prio = GS_PRIO_NORMAL;
+    procs[0].prio = GPUSLICE_PRIORITY_NORMAL;
     procs[0].noshim = 0;
     procs[0].container = MAX_PROCS;
     procs[0].idle_from = procs[0].idle_to = -1;
@@ -735,7 +736,7 @@ static int parse_proc(const char *arg, struct proc *p)
     p->prog = program_named(prog);
     p->cap = (unsigned)c;
     p->container = (int)k;
-    p->prio = GS_PRIO_NORMAL;
+    p->prio = GPUSLICE_PRIORITY_NORMAL;
     p->noshim = 0;
     p->idle_from = p->idle_to = -1;
     p->poisson = 0;
@@ -744,11 +745,11 @@ static int parse_proc(const char *arg, struct proc *p)
         double from, to;
         char tail;
         if (strcmp(opt, "high") == 0)
-            p->prio = GS_PRIO_HIGH;
+            p->prio = GPUSLICE_PRIORITY_HIGH;
         else if (strcmp(opt, "low") == 0)
-            p->prio = GS_PRIO_LOW;
+            p->prio = GPUSLICE_PRIORITY_LOW;
         else if (strcmp(opt, "normal") == 0)
-            p->prio = GS_PRIO_NORMAL;
+            p->prio = GPUSLICE_PRIORITY_NORMAL;
         else if (strcmp(opt, "noshim") == 0)
             p->noshim = 1;
         else if (strcmp(opt, "poisson") == 0)

@@ -26,7 +26,7 @@ struct gs_request {
     const char *device;
     int64_t memory_mib;      /* ignored when exclusive: the whole card */
     int64_t cores;           /* 0: no compute cap */
-    const char *priority;    /* "high", "normal" or "low": the column's CHECK */
+    const char *priority;    /* a GPUSLICE_PRIORITY_*_WORD (gpuslice/limits.h): the column's CHECK */
     int exclusive;
     const char *const *card_uuids; /* n_cards == 0: any card, placement picks */
     size_t n_cards;

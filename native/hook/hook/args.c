@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpuslice/c/priority.h"
 #include "gpuslice/region.h"
 #include "json.h"
 #include "oci.h"
@@ -17,13 +18,13 @@
 
 static const char *const usages[] = {
     "gpuslice-hook create --device NAME --database DB --state-dir DIR [--card UUID]... "
-    "[--exclusive] [--memory-mib N [--slices N]] [--cores N] [--priority high|normal|low] "
+    "[--exclusive] [--memory-mib N [--slices N]] [--cores N] [--priority " GPUSLICE_PRIORITY_CHOICES "] "
     "[--preload env|ld.so.preload]",
     "gpuslice-hook release --database DB --state-dir DIR [--id CID]",
     "gpuslice-hook gc --database DB --state-dir DIR",
     "gpuslice-hook admit --database DB --state-dir DIR --id CID --device NAME "
     "[--card UUID]... [--exclusive] [--memory-mib N [--slices N]] [--cores N] "
-    "[--priority high|normal|low] [--pid N [--pid-start T]] [--runtime NAME]",
+    "[--priority " GPUSLICE_PRIORITY_CHOICES "] [--pid N [--pid-start T]] [--runtime NAME]",
     "gpuslice-hook resize --database DB --state-dir DIR --id CID --device NAME "
     "[--memory-mib N] [--cores N]",
     "gpuslice-hook room --database DB [--state-dir DIR] [--profile MIB:CORES]...",
@@ -45,7 +46,8 @@ static const char help_text[] =
     "\n"
     "Request: --card UUID (repeatable; none: placement picks), --exclusive (whole card(s);\n"
     "several --card: all or none), --memory-mib N (a slice), --cores N (0-100, 0: no cap),\n"
-    "--priority high|normal|low (a slice's; default normal), --slices N (a gang: N such\n"
+    "--priority " GPUSLICE_PRIORITY_CHOICES " (a slice's; default " GPUSLICE_PRIORITY_NORMAL_WORD
+    "), --slices N (a gang: N such\n"
     "slices, each on its own card, all or none, placed by the cards' topology).\n"
     "Policy (placement, memory overcommit, cores limit): the accountant's, read in each\n"
     "admission (`gpuslice config apply` records the configuration's).\n"
@@ -225,10 +227,11 @@ static int check_abs_path(enum opt o, const char *path)
     return GS_OK;
 }
 
-/* The choices of --preload (its index is preload_file) and --priority (the
- * accountant's CHECK on the column; cdi/profiles.py PRIORITIES). */
+/* The choices of --preload (its index is preload_file) and --priority
+ * (gpuslice/limits.h's words, in the order of precedence). */
 static const char *const preloads[] = {"env", "ld.so.preload"};
-static const char *const priorities[] = {"high", "normal", "low"};
+static const char *const priorities[] = {
+    GPUSLICE_PRIORITY_HIGH_WORD, GPUSLICE_PRIORITY_NORMAL_WORD, GPUSLICE_PRIORITY_LOW_WORD};
 #define COUNT(v) ((int)(sizeof v / sizeof v[0]))
 
 static const char general_usage[] = "usage: gpuslice-hook create|release|gc|admit|resize|room "
@@ -395,7 +398,7 @@ static int check_request(const struct gs_args *a)
             return usage_error(a, "%s holds whole cards: --memory-mib and --cores do not go "
                                "with it", "--exclusive");
         /* A whole card is shared with no one, so no one stands aside for it. */
-        if (v[O_EXCLUSIVE] && strcmp(a->priority, "normal") != 0)
+        if (v[O_EXCLUSIVE] && strcmp(a->priority, GPUSLICE_PRIORITY_NORMAL_WORD) != 0)
             return usage_error_quoted(a, "--exclusive holds whole cards, which no one shares: "
                                       "--priority %s means nothing there; leave it out",
                                       v[O_PRIORITY], strlen(v[O_PRIORITY]));
@@ -416,7 +419,7 @@ static int check_request(const struct gs_args *a)
 int gs_parse_args(int argc, char **argv, struct gs_args *a)
 {
     memset(a, 0, sizeof *a);
-    a->priority = "normal";
+    a->priority = GPUSLICE_PRIORITY_NORMAL_WORD;
     a->cards = gs_xmalloc((size_t)argc * sizeof *a->cards);
     a->profile_mib = gs_xmalloc((size_t)argc * sizeof *a->profile_mib);
     a->profile_cores = gs_xmalloc((size_t)argc * sizeof *a->profile_cores);

@@ -27,7 +27,7 @@ struct gs_args {
     int64_t memory_mib, cores, pid, pid_start;
     int64_t slices; /* --slices N: a gang of N slices, one per card; 0 if not given */
     int preload_file; /* --preload ld.so.preload */
-    const char *priority; /* --priority: "high", "normal" (the default) or "low" */
+    const char *priority; /* --priority: a GPUSLICE_PRIORITY_*_WORD (gpuslice/limits.h) */
     /* room: every --profile MIB:CORES, in order (malloc'ed, free them) */
     int64_t *profile_mib, *profile_cores;
     size_t n_profiles;

@@ -6,7 +6,7 @@
  * accountant's.
  *
  *   create   createContainer: admit (or take over a claim, claim.h), make and
- *            mount the state dir
+ *            mount the state dir, write a slice's caps into its region
  *   release  poststop (state on stdin), or an operator's (--id)
  *   gc       reclaim what dead containers hold
  *   admit    the accountant alone, for tests and operators
@@ -135,9 +135,25 @@ static int cmd_admit(const struct gs_args *a)
     return rc;
 }
 
+/* A slice's caps, as the accountant holds them, into the container's region
+ * before any of its processes starts: the region is where a running
+ * container's caps live (docs/architecture.md, Where a cap lives). A gang's
+ * slices have one profile, so one figure caps each of its devices. */
+static int write_caps(const char *state_dir, const char *cid, const struct gs_reservations *held)
+{
+    struct gs_region_hold h;
+    int rc = gs_region_take(state_dir, cid, &h);
+    if (rc != GS_OK) {
+        gs_region_drop(&h);
+        return rc;
+    }
+    const struct gs_reservation *r = &held->v[0];
+    return gs_region_set(&h, (long long)r->memory_mib, (long long)r->cores, r->priority);
+}
+
 /* After admission: the state dir (fresh for a container that held nothing
  * before: what an earlier container of this id left, its region above all,
- * is not this one's), the placement, the mounts, the preload. */
+ * is not this one's), a slice's caps, the placement, the mounts, the preload. */
 static int set_up(const struct gs_args *a, const struct gs_state *st, const struct gs_bundle *cfg,
                   const struct gs_request *req, size_t nreq, const struct gs_reservations *held,
                   int first)
@@ -146,6 +162,8 @@ static int set_up(const struct gs_args *a, const struct gs_state *st, const stru
     int dirfd = -1, rc;
     char *path = NULL, *rootfs = NULL;
     rc = gs_make_container_dir(state_dir, st->id, cfg->uid, cfg->gid, first, &dirfd, &path);
+    if (rc == GS_OK && !req->exclusive && held->n > 0)
+        rc = write_caps(state_dir, st->id, held);
     /* Cards the accountant picked (no card, or several to pick from; a
      * gang's, by slot): the shim shows CUDA only the cards listed in
      * `placement`, in its order. */

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpuslice/c/priority.h"
 #include "gpuslice/c/region_rules.h"
 #include "gpuslice/region.h"
 #include "gpuslice/statedir.h"
@@ -190,13 +191,6 @@ int gs_region_take(const char *state_dir, const char *cid, struct gs_region_hold
     return locked;
 }
 
-static unsigned priority_code(const char *p)
-{
-    return strcmp(p, "high") == 0 ? GPUSLICE_PRIORITY_HIGH
-         : strcmp(p, "low") == 0  ? GPUSLICE_PRIORITY_LOW
-                                  : GPUSLICE_PRIORITY_NORMAL;
-}
-
 /* A region made by the host, as gs_region_init in the shim makes one, and
  * the container's user's, as if its first process had made it. */
 static int make_region(struct gs_region_hold *h, unsigned long long limit, unsigned cores,
@@ -217,7 +211,6 @@ static int make_region(struct gs_region_hold *h, unsigned long long limit, unsig
         limits[i] = limit;
         core_limits[i] = cores;
     }
-    r->host_resizes = 1; /* before the magic: the caps are the host's */
     gpuslice_region_format(r, limits, core_limits, priority);
     return GS_OK;
 }
@@ -241,15 +234,15 @@ int gs_region_set(struct gs_region_hold *h, long long limit_mib, long long cores
     unsigned long long limit = (unsigned long long)limit_mib << 20;
     int rc = GS_OK;
     if (!h->map) {
-        rc = make_region(h, limit, (unsigned)cores, priority_code(priority));
+        int code = gpuslice_priority_code(priority); /* the row's: its CHECK allows no other */
+        rc = make_region(h, limit, (unsigned)cores,
+                         code < 0 ? GPUSLICE_PRIORITY_NORMAL : (unsigned)code);
     } else {
         struct gpuslice_region *r = h->map;
         for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
             __atomic_store_n(&r->devices[i].limit_bytes, limit, __ATOMIC_RELAXED);
             __atomic_store_n(&r->devices[i].core_limit, (unsigned)cores, __ATOMIC_RELAXED);
         }
-        unsigned n = __atomic_load_n(&r->host_resizes, __ATOMIC_RELAXED);
-        __atomic_store_n(&r->host_resizes, n + 1 ? n + 1 : n, __ATOMIC_RELEASE);
     }
     guard_off();
     gs_region_drop(h);

@@ -1,7 +1,8 @@
 /*
- * The host's side of a container's shared region (gpuslice/region.h): what
- * `gpuslice-hook resize` reads (the memory the container's processes hold
- * now) and writes (the new limits). The file is in a folder the tenant
+ * The host's side of a container's shared region (gpuslice/region.h): the
+ * caps it writes from the accountant's row (at create, the region's first
+ * figures; on a resize, the new ones), and what `gpuslice-hook resize`
+ * reads first (the memory the container's processes hold now). The file is in a folder the tenant
  * writes, so everything read from it is the tenant's claim, and it is
  * opened as a tenant may have made it: no symbolic link, a regular file
  * with one link, exactly a region's size, a lock taken with a time limit,
@@ -24,15 +25,17 @@ struct gs_region_hold {
 };
 
 /* Take the region of container cid (<state_dir>/containers/<cid>/region),
- * making an empty file if there is none (the shim sizes it), and hold its
+ * making an empty file if there is none (gs_region_set makes the region in
+ * it; dropped instead, a process of the container will), and hold its
  * locks until gs_region_set or gs_region_drop: the shim's processes
  * allocate nothing meanwhile, so used_bytes stays true. GS_OK or GS_ERROR
  * with the line. */
 int gs_region_take(const char *state_dir, const char *cid, struct gs_region_hold *h);
 
-/* Every device's cap to limit_mib MiB and cores percent (0: none); a region
- * not made yet is made with them (priority: "high", "normal" or "low"), so
- * its first process finds them. Counts a host resize, then lets go. */
+/* Every device's cap to limit_mib MiB and cores percent (0: none): the
+ * accountant's row, at the container's create and after a resize; a region
+ * not made yet is made with them (and priority, a GPUSLICE_PRIORITY_*_WORD),
+ * so its processes find them. Then lets go. */
 int gs_region_set(struct gs_region_hold *h, long long limit_mib, long long cores,
                   const char *priority);
 

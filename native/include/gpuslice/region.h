@@ -11,7 +11,7 @@
 #define GPUSLICE_REGION_H
 
 #define GPUSLICE_REGION_MAGIC 0x53555047
-#define GPUSLICE_REGION_VERSION 6
+#define GPUSLICE_REGION_VERSION 7
 #define GPUSLICE_MAX_DEVICES 16
 #define GPUSLICE_MAX_PROCS 128
 #define GPUSLICE_UUID_SIZE 96
@@ -24,11 +24,6 @@
 #define GPUSLICE_KIND_POOL 3
 #define GPUSLICE_KIND_ARRAY 4
 #define GPUSLICE_KINDS 5
-
-/* A container's compute priority, as its environment (GPUSLICE_PRIORITY) says. */
-#define GPUSLICE_PRIORITY_NORMAL 0
-#define GPUSLICE_PRIORITY_HIGH 1
-#define GPUSLICE_PRIORITY_LOW 2
 
 #define GPUSLICE_SLOT_FREE 0
 #define GPUSLICE_SLOT_LIVE 1
@@ -44,13 +39,18 @@ struct gpuslice_bucket {
     unsigned long long launches;     /* launches seen by the limiter */
 };
 
+/* A device's caps and priority are written by whoever makes the region
+ * (gpuslice-hook at a container's create, from the accountant's row; else
+ * the first process, from its environment), the caps then by gpuslice-hook
+ * resize only: a process never changes them, and every process of the
+ * container takes them from here (docs/architecture.md, Where a cap lives). */
 struct gpuslice_device {
     char uuid[GPUSLICE_UUID_SIZE]; /* "GPU-..." once a CUDA process has seen it */
     unsigned long long limit_bytes;  /* memory cap; 0 = none */
     unsigned long long total_bytes;  /* the card's memory, as the driver reported it */
     unsigned long long used_bytes;   /* sum of live slots' usage on this device */
     unsigned int core_limit;         /* percent; 0 = none */
-    unsigned int priority;           /* GPUSLICE_PRIORITY_* */
+    unsigned int priority;           /* GPUSLICE_PRIORITY_* of limits.h */
     struct gpuslice_bucket compute;
 };
 
@@ -74,11 +74,6 @@ struct gpuslice_region {
     unsigned char lock[GPUSLICE_LOCK_SIZE]; /* process-shared robust pthread mutex */
     struct gpuslice_device devices[GPUSLICE_MAX_DEVICES];
     struct gpuslice_proc procs[GPUSLICE_MAX_PROCS];
-    /* How many times the host (gpuslice-hook resize) has set the limits
-     * above. 0: the spec's environment sets them, and a process whose
-     * environment says other limits makes them its own; from 1 on the
-     * host's figures hold and no process's environment changes them. */
-    unsigned int host_resizes;
 };
 
 #endif

@@ -8,6 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gpuslice.h"
+#include "gpuslice/c/priority.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -142,24 +143,24 @@ void gs_config_load(struct gs_config *cfg)
     const char *which, *v;
     char ours[64], alias[64];
 
-    v = env("GPUSLICE_DISABLE");
+    v = env(GPUSLICE_ENV_DISABLE);
     cfg->disabled = v && strcmp(v, "0") != 0;
 
     unsigned long long all = 0;
     unsigned core_all = 0;
-    if ((v = env2("GPUSLICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT", &which)))
+    if ((v = env2(GPUSLICE_ENV_MEMORY_LIMIT, GPUSLICE_ENV_MEMORY_LIMIT_ALIAS, &which)))
         read_mem(cfg, which, v, &all);
-    if ((v = env2("GPUSLICE_CORE_LIMIT", "CUDA_DEVICE_SM_LIMIT", &which)))
+    if ((v = env2(GPUSLICE_ENV_CORE_LIMIT, GPUSLICE_ENV_CORE_LIMIT_ALIAS, &which)))
         read_core(cfg, which, v, &core_all);
     for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
         cfg->mem_limit[i] = all;
         cfg->core_limit[i] = core_all;
-        snprintf(ours, sizeof ours, "GPUSLICE_MEMORY_LIMIT_%d", i);
-        snprintf(alias, sizeof alias, "CUDA_DEVICE_MEMORY_LIMIT_%d", i);
+        snprintf(ours, sizeof ours, GPUSLICE_ENV_MEMORY_LIMIT "_%d", i);
+        snprintf(alias, sizeof alias, GPUSLICE_ENV_MEMORY_LIMIT_ALIAS "_%d", i);
         if ((v = env2(ours, alias, &which)))
             read_mem(cfg, which, v, &cfg->mem_limit[i]);
-        snprintf(ours, sizeof ours, "GPUSLICE_CORE_LIMIT_%d", i);
-        snprintf(alias, sizeof alias, "CUDA_DEVICE_SM_LIMIT_%d", i);
+        snprintf(ours, sizeof ours, GPUSLICE_ENV_CORE_LIMIT "_%d", i);
+        snprintf(alias, sizeof alias, GPUSLICE_ENV_CORE_LIMIT_ALIAS "_%d", i);
         if ((v = env2(ours, alias, &which)))
             read_core(cfg, which, v, &cfg->core_limit[i]);
         if (cfg->mem_limit[i])
@@ -172,43 +173,44 @@ void gs_config_load(struct gs_config *cfg)
      * (tests/gpu/check_shim.py prints it); the reservation must cover it, or
      * NVML from outside sees a slice exceed its cap. */
     cfg->context_reserve = 768 * GS_MIB;
-    if ((v = env("GPUSLICE_CONTEXT_RESERVE"))) {
+    if ((v = env(GPUSLICE_ENV_CONTEXT_RESERVE))) {
         unsigned long long n;
         if (gs_parse_size(v, &n) != 0)
-            malformed(cfg, "GPUSLICE_CONTEXT_RESERVE", v,
+            malformed(cfg, GPUSLICE_ENV_CONTEXT_RESERVE, v,
                       "a whole number of bytes, or with a binary unit k/m/g/t");
         else
             cfg->context_reserve = n;
     }
 
     /* Room is kept for the file names appended to each. */
-    read_dir(cfg, "GPUSLICE_STATE_DIR", GPUSLICE_STATE_MOUNT, cfg->state_dir, sizeof cfg->state_dir,
+    read_dir(cfg, GPUSLICE_ENV_STATE_DIR, GPUSLICE_STATE_MOUNT, cfg->state_dir, sizeof cfg->state_dir,
              16, "an absolute path shorter than 496 bytes");
 
     /* Tenants of a card take turns unless told not to. */
     cfg->compute_turns = 1;
-    if ((v = env("GPUSLICE_COMPUTE_TURNS"))) {
+    if ((v = env(GPUSLICE_ENV_COMPUTE_TURNS))) {
         if (strcmp(v, "0") == 0)
             cfg->compute_turns = 0;
         else if (strcmp(v, "1") != 0)
             /* Turns only make caps tighter: a typo keeps them, nothing fails. */
-            gs_log_write(GS_LOG_WARN, "GPUSLICE_COMPUTE_TURNS=\"%s\" is malformed (expected 1 "
+            gs_log_write(GS_LOG_WARN, GPUSLICE_ENV_COMPUTE_TURNS "=\"%s\" is malformed (expected 1 "
                          "or 0); tenants take turns", v);
     }
 
     /* Priority orders who runs first; a typo must not stop the container. */
     cfg->priority = GPUSLICE_PRIORITY_NORMAL;
-    if ((v = env("GPUSLICE_PRIORITY"))) {
-        if (strcmp(v, "high") == 0)
-            cfg->priority = GPUSLICE_PRIORITY_HIGH;
-        else if (strcmp(v, "low") == 0)
-            cfg->priority = GPUSLICE_PRIORITY_LOW;
-        else if (strcmp(v, "normal") != 0)
-            gs_log_write(GS_LOG_WARN, "GPUSLICE_PRIORITY=\"%s\" is malformed (expected high, "
-                         "normal or low); the container runs at normal priority", v);
+    if ((v = env(GPUSLICE_ENV_PRIORITY))) {
+        int code = gpuslice_priority_code(v);
+        if (code >= 0)
+            cfg->priority = (unsigned)code;
+        else
+            gs_log_write(GS_LOG_WARN, GPUSLICE_ENV_PRIORITY "=\"%s\" is malformed (expected "
+                         GPUSLICE_PRIORITY_HIGH_WORD ", " GPUSLICE_PRIORITY_NORMAL_WORD " or "
+                         GPUSLICE_PRIORITY_LOW_WORD "); the container runs at "
+                         GPUSLICE_PRIORITY_NORMAL_WORD " priority", v);
     }
 
-    read_dir(cfg, "GPUSLICE_CARD_DIR", GPUSLICE_STATE_MOUNT "/" GPUSLICE_CARDFILES_DIR, cfg->card_dir,
+    read_dir(cfg, GPUSLICE_ENV_CARD_DIR, GPUSLICE_STATE_MOUNT "/" GPUSLICE_CARDFILES_DIR, cfg->card_dir,
              sizeof cfg->card_dir, 128, "an absolute path shorter than 384 bytes");
 }
 

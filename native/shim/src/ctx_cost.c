@@ -47,7 +47,7 @@ static void nvml_init(void)
                 ? 1 : -1;
     if (s < 0)
         GS_LOG(GS_LOG_INFO, "NVML is not usable here: contexts are charged "
-               "GPUSLICE_CONTEXT_RESERVE");
+               GPUSLICE_ENV_CONTEXT_RESERVE);
     __atomic_store_n(&nvml_state, s, __ATOMIC_RELEASE);
 }
 
@@ -187,7 +187,7 @@ void gs_ctx_cost_after(int dev)
         GS_LOG(GS_LOG_DEBUG, "the driver knows this process as pid %u", found);
     } else if (n >= 0) {
         GS_LOG(GS_LOG_INFO, "device %d: %u processes appeared while this one made its "
-               "context; its context is charged GPUSLICE_CONTEXT_RESERVE", dev, fresh);
+               "context; its context is charged " GPUSLICE_ENV_CONTEXT_RESERVE, dev, fresh);
     }
 }
 

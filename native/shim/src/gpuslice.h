@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "gpuslice/cuda_api.h"
+#include "gpuslice/limits.h"
 #include "gpuslice/region.h"
 #include "gpuslice/statedir.h"
 #include "functions.h"

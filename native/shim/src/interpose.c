@@ -96,9 +96,9 @@ static pthread_once_t core_once = PTHREAD_ONCE_INIT;
 
 static void core_init_once(void)
 {
-    const char *lvl = gs_env_last("GPUSLICE_LOG");
+    const char *lvl = gs_env_last(GPUSLICE_ENV_LOG);
     if (gs_log_init(lvl) != 0)
-        gs_log_write(GS_LOG_WARN, "GPUSLICE_LOG=\"%s\" is not error|warn|info|debug; using warn",
+        gs_log_write(GS_LOG_WARN, GPUSLICE_ENV_LOG "=\"%s\" is not error|warn|info|debug; using warn",
                      lvl);
     gs_config_load(&gs_cfg);
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -371,9 +371,7 @@ static void io_init(struct pacer_dev *pd, int dev)
         .cap = io_cap, .card = pd->io.card, .seat = -1, .token = card_token,
         .turns = gs_cfg.compute_turns, .wait_word = io_wait_word, .wake_word = io_wake_word,
         .pause = io_pause,
-        .prio = gs_cfg.priority == GPUSLICE_PRIORITY_HIGH  ? GS_PRIO_HIGH
-                : gs_cfg.priority == GPUSLICE_PRIORITY_LOW ? GS_PRIO_LOW
-                                                           : GS_PRIO_NORMAL,
+        .prio = gs_cfg.priority,
     };
     pd->dev = dev;
 }

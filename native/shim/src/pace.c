@@ -306,9 +306,9 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
              * holder taking the card must see that it still launches. */
             stamp(p, io, GS_CARD_BACKLOG, now);
         }
-        if (cap || io->prio != GS_PRIO_NORMAL) {
+        if (cap || io->prio != GPUSLICE_PRIORITY_NORMAL) {
             store(&c->managed_ns, now);
-            if (io->prio == GS_PRIO_LOW)
+            if (io->prio == GPUSLICE_PRIORITY_LOW)
                 store(&c->low_ns, now);
         } else {
             unsigned long long t = load(&c->managed_ns);
@@ -336,10 +336,10 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
      * queue costs it nothing), and still bounded: by the ring (every launch
      * fenced, so what it has queued is known) and by its first service
      * left (work queued past that would run as it stops being first). */
-    if (taking_turns && (io->prio == GS_PRIO_HIGH || (p->guest_since_ns && p->per_launch_ns)) &&
+    if (taking_turns && (io->prio == GPUSLICE_PRIORITY_HIGH || (p->guest_since_ns && p->per_launch_ns)) &&
         gs_card_others_queued_ns(c, io->seat, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS) {
         while (p->count >= GS_PACE_RING - 1 ||
-               (p->count > 1 && io->prio != GS_PRIO_HIGH &&
+               (p->count > 1 && io->prio != GPUSLICE_PRIORITY_HIGH &&
                 (long long)gs_pace_queued_ns(p) > p->guest_credit_ns))
             wait_oldest(p, io);
     } else {
@@ -366,7 +366,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
  * always served first and needs no credit. */
 static void guest(struct gs_pacer *p, struct gs_pace_io *io, int fresh, unsigned long long now)
 {
-    if (io->prio != GS_PRIO_NORMAL) {
+    if (io->prio != GPUSLICE_PRIORITY_NORMAL) {
         p->guest_since_ns = 0;
         return;
     }

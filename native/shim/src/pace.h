@@ -23,6 +23,7 @@
 #define GPUSLICE_PACE_H
 
 #include "gpuslice/cardfile.h"
+#include "gpuslice/limits.h"
 #include "gpuslice/region.h"
 
 #define GS_PACE_FENCE_NS 250000ull      /* GPU work between two fences */
@@ -55,9 +56,6 @@
 #define GS_PACE_COURTESY_NS 100000000ull /* saved-up courtesy: a long request served first */
 #define GS_PACE_MAX_PER_FENCE 4096u
 #define GS_PACE_RING 16 /* fences in flight: a guest queues this many at most (a request, while a neighbour's long kernel runs out) */
-
-/* Priority classes, in order (io->prio). */
-enum { GS_PRIO_LOW, GS_PRIO_NORMAL, GS_PRIO_HIGH };
 
 struct gs_fence {
     void *ev;          /* the caller's event */
@@ -165,7 +163,7 @@ struct gs_pace_io {
     /* Tenants of a card take turns and stand aside for guests and higher
      * priorities (GPUSLICE_COMPUTE_TURNS, on unless 0); a turn is a process's. */
     int turns;
-    int prio; /* GS_PRIO_*: the container's own claim (GPUSLICE_PRIORITY) */
+    unsigned prio; /* GPUSLICE_PRIORITY_* (limits.h): the container's own claim */
 };
 
 /* Around one launch that goes to `stream`: begin before the driver call,

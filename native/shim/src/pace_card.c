@@ -167,9 +167,9 @@ int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
 void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
     struct gpuslice_cardfile *c = io->card;
-    unsigned long long *w = io->prio == GS_PRIO_HIGH ? &c->high_until_ns
+    unsigned long long *w = io->prio == GPUSLICE_PRIORITY_HIGH ? &c->high_until_ns
                             : p->guest_since_ns      ? &c->guest_until_ns
-                            : io->prio == GS_PRIO_NORMAL && recent(load(&c->low_ns), now)
+                            : io->prio == GPUSLICE_PRIORITY_NORMAL && recent(load(&c->low_ns), now)
                                 ? &c->normal_until_ns
                                 : NULL;
     if (!w)
@@ -192,13 +192,13 @@ unsigned long long gs_pace_aside_until(const struct gs_pacer *p, struct gs_pace_
     struct gpuslice_cardfile *c = io->card;
     unsigned long long t = 0, v;
     *rank = 0;
-    if (io->prio == GS_PRIO_HIGH || p->guest_since_ns)
+    if (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_since_ns)
         return 0;
     if (lasts(v = load(&c->high_until_ns), now) && v > t)
         t = v;
     if (lasts(v = load(&c->guest_until_ns), now) && v > t)
         t = v;
-    if (io->prio == GS_PRIO_LOW && !t && lasts(v = load(&c->normal_until_ns), now)) {
+    if (io->prio == GPUSLICE_PRIORITY_LOW && !t && lasts(v = load(&c->normal_until_ns), now)) {
         t = v;
         *rank = 1;
     }

@@ -345,7 +345,7 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     int capped = io->cap(io) != 0;
     unsigned long long now = io->now(io);
     gs_pace_announce(p, io, now);
-    if (io->prio == GS_PRIO_HIGH || p->guest_since_ns)
+    if (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_since_ns)
         return; /* they never wait: others stand aside for them */
     int checked = 0;
     for (;;) {

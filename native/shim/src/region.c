@@ -119,38 +119,6 @@ static int lock_unset(const struct gpuslice_region *r)
     return 1;
 }
 
-/* The environment is the operator's figure (the spec sets it): where it
- * sets a limit, the region's limits become its own, under the creation
- * lock, usage kept. A region left by something else (an earlier container,
- * a zeroed body) then caps nothing it was not told to. A process whose
- * environment sets no limit (one started with a clean environment under
- * /etc/ld.so.preload) keeps the region's. Once the host has resized the
- * container (host_resizes), the spec's environment is out of date: every
- * process keeps the region's limits. */
-static void adopt_limits(struct gpuslice_region *r, const char *path)
-{
-    if (gs_cfg.fail_closed || !(gs_cfg.any_limit || gs_cfg.any_core))
-        return;
-    unsigned resizes = __atomic_load_n(&r->host_resizes, __ATOMIC_ACQUIRE);
-    if (resizes) {
-        GS_LOG(GS_LOG_INFO, "%s: limits set by the host (%u resize(s)) hold; this process's "
-               "environment's are not adopted", path, resizes);
-        return;
-    }
-    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
-        struct gpuslice_device *d = &r->devices[i];
-        unsigned long long was = __atomic_load_n(&d->limit_bytes, __ATOMIC_RELAXED);
-        unsigned was_core = __atomic_load_n(&d->core_limit, __ATOMIC_RELAXED);
-        if (was == gs_cfg.mem_limit[i] && was_core == gs_cfg.core_limit[i])
-            continue;
-        gs_log_write(GS_LOG_WARN, "%s: device %d had cap %llu bytes, %u%%; this process's "
-                     "environment says %llu bytes, %u%%, which the region holds now", path, i,
-                     was, was_core, gs_cfg.mem_limit[i], gs_cfg.core_limit[i]);
-        __atomic_store_n(&d->limit_bytes, gs_cfg.mem_limit[i], __ATOMIC_RELAXED);
-        __atomic_store_n(&d->core_limit, gs_cfg.core_limit[i], __ATOMIC_RELAXED);
-    }
-}
-
 /* The file, or NULL (logged) if it cannot be used. */
 static struct gpuslice_region *open_file(void)
 {
@@ -182,6 +150,11 @@ static struct gpuslice_region *open_file(void)
                      strerror(errno));
         return NULL;
     }
+    /* The caps are the region's when it has them: gpuslice-hook wrote the
+     * accountant's at the container's create (and writes them on a resize),
+     * and the environment's then only say that this process is capped. A
+     * region nobody made yet (a process run outside such a container) is
+     * made here with the environment's, which then hold for all. */
     struct gpuslice_region *r = m;
     unsigned magic = __atomic_load_n(&r->magic, __ATOMIC_ACQUIRE);
     if (magic == 0) {
@@ -201,7 +174,11 @@ static struct gpuslice_region *open_file(void)
         munmap(m, sizeof *r);
         r = NULL;
     } else {
-        adopt_limits(r, path);
+        /* The priority too is the region's maker's: the pacer reads it only
+         * after the region is open (gs_region() before gs_cfg.priority). */
+        unsigned p = __atomic_load_n(&r->devices[0].priority, __ATOMIC_RELAXED);
+        if (p < GPUSLICE_PRIORITIES)
+            gs_cfg.priority = p;
     }
     gs_map_done(fd);
     return r;

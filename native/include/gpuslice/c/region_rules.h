@@ -1,7 +1,8 @@
 /*
- * What the region's two C writers, the shim (which makes a region when a
- * container's first CUDA process starts) and the hook (which makes one when
- * a resize finds none yet), both do to it: where its process-shared robust
+ * What the region's two C writers, the hook (which makes a container's
+ * region at its create, with the accountant's caps) and the shim (which
+ * makes one where it finds none: a process run outside such a container),
+ * both do to it: where its process-shared robust
  * mutex lives, how a fresh region is laid out, and its one derived figure (a
  * device's used_bytes is the sum of its live slots' usage). C only (static
  * inline): the headers cffi reads are the ones beside ../region.h.
