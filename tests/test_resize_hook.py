@@ -408,7 +408,7 @@ def test_the_cli_says_what_is_wrong_in_one_line_and_changes_nothing(node: Node) 
         (["same", "--memory", "1g"], "container 'same' matches 2 containers (abcd11111111 "
          "(name), abcd22222222 (name)); name one by its full id (`gpuslice status` lists them)"),
         ([a, "--memory", "1000m"], "--memory: memory '1000m (1000 MiB)' is not a multiple of 128 "
-         "MiB"),
+         "MiB: write 896MiB or 1GiB"),
         ([a, "--memory", "lots"], "--memory: memory 'lots' is not a size; use e.g. 4GiB, "
          "4096MiB, 4g, 512m or plain bytes"),
         ([a, "--cores", "101"], "--cores: cores '101' is out of range; it must be 1 to 100 (0 "
