@@ -86,6 +86,8 @@ class Config:
     shim_path: str = field(default_factory=_default_shim_path)
     hook_path: str = field(default_factory=_default_hook_path)
     runtime_path: str = field(default_factory=_default_runtime_path)
+    slurm_shards: int = 8  # gres/shard count of each card (docs/slurm.md)
+    slurm_cores: bool = False  # a job of k shards also gets a k/N compute cap
     source: Optional[str] = None  # the file it came from; None for built-in defaults
 
     def card_dir(self) -> str:
@@ -127,6 +129,8 @@ class Config:
             "shim_path": self.shim_path,
             "hook_path": self.hook_path,
             "runtime_path": self.runtime_path,
+            "slurm_shards": self.slurm_shards,
+            "slurm_cores": self.slurm_cores,
         }
 
 
@@ -241,7 +245,8 @@ def from_document(doc: Any, source: str) -> Config:
         raise ConfigError(problem)
     cfg = Config(source=source)
     for key in ("cdi_kind", "spec_dir", "driver_root", "dev_root", "state_dir", "database",
-                "placement", "preload", "shim_path", "hook_path", "runtime_path"):
+                "placement", "preload", "shim_path", "hook_path", "runtime_path",
+                "slurm_shards", "slurm_cores"):
         if key in doc:
             setattr(cfg, key, doc[key])
     if "memory_overcommit" in doc:

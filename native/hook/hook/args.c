@@ -23,7 +23,7 @@ static const char *const usages[] = {
     "gpuslice-hook gc --database DB --state-dir DIR",
     "gpuslice-hook admit --database DB --state-dir DIR --id CID --device NAME "
     "[--card UUID]... [--exclusive] [--memory-mib N [--slices N]] [--cores N] "
-    "[--priority high|normal|low] [--pid N [--pid-start T]] [--runtime NAME]",
+    "[--priority high|normal|low] [--pid N [--pid-start T]] [--runtime NAME] [--name TEXT]",
     "gpuslice-hook resize --database DB --state-dir DIR --id CID --device NAME "
     "[--memory-mib N] [--cores N]",
     "gpuslice-hook --help | --version",
@@ -70,6 +70,8 @@ static const struct {
     [O_PID_START] = {"--pid-start", 1, V_ADMIT},
     [O_RUNTIME] = {"--runtime", 1, V_ADMIT},
     [O_SLICES] = {"--slices", 1, REQUEST_VERBS},
+    /* What an engine without a bundle (Slurm) calls the holder; shown by status. */
+    [O_NAME] = {"--name", 1, V_ADMIT},
 };
 
 /* The policy options of gpuslice-hook before schema 3: a spec that still
@@ -339,6 +341,8 @@ int gs_parse_args(int argc, char **argv, struct gs_args *a)
     }
     if (v[O_RUNTIME] && !gs_runtime_name_ok(v[O_RUNTIME]))
         return bad_value(O_RUNTIME, v[O_RUNTIME], "is not 1-32 letters, digits, '_', '.', '-'");
+    if (v[O_NAME] && strlen(v[O_NAME]) > 256)
+        return bad_value(O_NAME, v[O_NAME], "is over 256 bytes");
     /* The request: a slice needs memory; a whole card is all of it. */
     if (a->verb & REQUEST_VERBS) {
         if (v[O_EXCLUSIVE] && (v[O_MEMORY] || v[O_CORES]))

@@ -1,0 +1,107 @@
+"""`gpuslice slurm ...`: what the SPANK plugin (native/slurm) runs in
+slurmstepd, and the gres.conf helper an administrator runs."""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import click
+
+from ocihook.accountant import AccountantError
+from ocihook.messages import EXIT_NO, error as fail
+
+
+def _state() -> "object":
+    return click.get_current_context().find_root().obj
+
+
+def _examples(*lines: str) -> str:
+    from ocihook.cli import examples
+
+    return examples(*lines)
+
+
+@click.group("slurm", epilog=_examples("gpuslice slurm gres --write /etc/slurm/gres.conf"))
+def slurm_group() -> None:
+    """Slurm jobs with --gres=shard:k: their slices (docs/slurm.md)."""
+
+
+@slurm_group.command("admit", epilog=_examples(
+    "gpuslice slurm admit --job 12 --step batch --uid 1000 --gid 1000 --pid 4242 "
+    "--cards 0 --shards 4 --user alice"))
+@click.option("--job", type=click.IntRange(1), required=True, help="Slurm job id")
+@click.option("--step", required=True, help="step id as slurmstepd names it (batch, 0, ...)")
+@click.option("--uid", type=click.IntRange(0), required=True, help="the job's user id")
+@click.option("--gid", type=click.IntRange(0), required=True, help="the job's group id")
+@click.option("--pid", type=click.IntRange(1), required=True, help="the step's slurmstepd")
+@click.option("--cards", required=True, help="CUDA_VISIBLE_DEVICES as Slurm set it")
+@click.option("--shards", type=click.IntRange(1), required=True,
+              help="SLURM_SHARDS_ON_NODE: the job's shards on this node")
+@click.option("--user", default="", help="the job's user name, shown by status")
+def admit_cmd(job: int, step: str, uid: int, gid: int, pid: int, cards: str, shards: int,
+              user: str) -> None:
+    """Admit a step's slice; print the env its processes get (NAME=value
+    lines). Refused: one line, exit 1."""
+    from ocihook.slurm import job as jobs
+
+    cfg = _state().config  # type: ignore[attr-defined]
+    st = jobs.Step(job, step, uid, gid, pid, cards, shards, user)
+    try:
+        sl = jobs.admit(cfg, st)
+    except jobs.JobError as e:
+        if not e.refused:
+            fail(str(e))
+        print(f"gpuslice: {e}", file=sys.stderr)
+        sys.exit(EXIT_NO)
+    except AccountantError as e:
+        fail(str(e))
+    for key, value in jobs.env(cfg, st, sl).items():
+        click.echo(f"{key}={value}")
+
+
+@slurm_group.command("release", epilog=_examples("gpuslice slurm release --job 12"))
+@click.option("--job", type=click.IntRange(1), required=True, help="Slurm job id")
+@click.option("--pid", type=click.IntRange(1), default=None,
+              help="release only if this slurmstepd holds the slice")
+def release_cmd(job: int, pid: Optional[int]) -> None:
+    """Give back a job's slice (the plugin runs it at a step's end and in the
+    job's epilog)."""
+    from ocihook.slurm import job as jobs
+
+    cfg = _state().config  # type: ignore[attr-defined]
+    try:
+        if jobs.release(cfg, job, pid):
+            click.echo(f"released {jobs.container_id(job)}")
+    except (jobs.JobError, AccountantError) as e:
+        fail(str(e))
+
+
+@slurm_group.command("gres", epilog=_examples("gpuslice slurm gres --node node1",
+                                              "gpuslice slurm gres --check /etc/slurm/gres.conf"))
+@click.option("--node", default=None, help="NodeName= to put on each line")
+@click.option("--write", "write_path", metavar="FILE", default=None,
+              help="put the lines in FILE (between gpuslice's markers)")
+@click.option("--check", "check_path", metavar="FILE", default=None,
+              help="exit 1 with one line if FILE's lines differ from gpuslice's")
+def gres_cmd(node: Optional[str], write_path: Optional[str], check_path: Optional[str]) -> None:
+    """The node's gres.conf lines: a gpu and a shard line per card, from the
+    CDI spec and slurm_shards."""
+    from ocihook.slurm import gres
+
+    cfg = _state().config  # type: ignore[attr-defined]
+    if write_path and check_path:
+        fail("--write and --check go one at a time; run one, then the other")
+    try:
+        if check_path:
+            problem = gres.check(cfg, check_path, node)
+            if problem:
+                print(f"gpuslice: {problem}", file=sys.stderr)
+                sys.exit(EXIT_NO)
+            click.echo(f"{check_path}: matches ({gres.node_gres(cfg)} in slurm.conf)")
+        elif write_path:
+            gres.write(cfg, write_path, node)
+            click.echo(f"wrote {write_path}; slurm.conf's NodeName line needs {gres.node_gres(cfg)}")
+        else:
+            click.echo("\n".join(gres.block(cfg, node)))
+    except (gres.GresError, OSError) as e:
+        fail(str(e))
