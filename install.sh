@@ -38,6 +38,8 @@ if [ "$with_tests" = 1 ]; then
   # needs gRPC, protobuf and msgpack; its tests build HashiCorp's go-plugin
   # client (tests/nomad_client) offline from Debian's Go packages, with protoc.
   # man-db and groff-base render the man pages in tests/test_manpages.py.
+  # tests/test_slurm.py starts a real munged, slurmctld and slurmd (Debian 12:
+  # Slurm 22.05) and builds the SPANK plugin against libslurm-dev's spank.h.
   # --no-install-recommends is enough: podman's
   # recommends serve rootless use and images, which the tests do not need.
   apt-get install -y -q --no-install-recommends \
@@ -51,7 +53,8 @@ if [ "$with_tests" = 1 ]; then
     python3-grpcio python3-protobuf python3-msgpack protobuf-compiler golang-go \
     golang-github-hashicorp-go-plugin-dev golang-google-grpc-dev golang-goprotobuf-dev \
     golang-github-zclconf-go-cty-dev \
-    rpm lintian rpmlint man-db groff-base </dev/null
+    rpm lintian rpmlint man-db groff-base \
+    munge slurmctld slurmd slurm-client libslurm-dev </dev/null
 fi
 
 pip_args=(-q)

@@ -18,6 +18,7 @@ from cdi.profiles import DEFAULT_PRIORITY
 from ocihook import accountant, snapshot
 from ocihook.config import Config
 from ocihook.policy import Policy
+from ocihook.slurm.job import ID_PREFIX as SLURM_ID_PREFIX
 from ocihook.tenant_text import shown
 
 MIB = 1024 * 1024
@@ -86,6 +87,12 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
             "policy_file_differs": differs, "cards": cards}
 
 
+def _job(k: Dict[str, Any]) -> str:
+    """A Slurm job's step and user (its name, docs/slurm.md): the id alone says
+    only the job. Already shown by the tenant-text rule (the name is)."""
+    return f"; job {k['name']}" if k["id"].startswith(SLURM_ID_PREFIX) and k["name"] else ""
+
+
 def _held(k: Dict[str, Any]) -> str:
     """What a container holds, in words; the usual (no cap, normal priority)
     goes unsaid to keep the line short."""
@@ -139,7 +146,7 @@ def render(doc: Dict[str, Any]) -> str:
                      f"{c['free_mib']} MiB free, {c['cores']}% compute reserved{state}")
         for k in c["containers"]:
             lines.append(f"  {k['id'][:12]}  {k['device']:<10} {_held(k)}; {_container_used(k)}"
-                         f"{_gang(k)}")
+                         f"{_gang(k)}{_job(k)}")
     if not doc["cards"]:
         lines.append("no cards known yet: run `gpuslice cdi generate`")
     return "\n".join(lines)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+from daemons import _stop as stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = REPO / "native" / "slurm"
@@ -32,7 +33,7 @@ class SlurmError(RuntimeError):
 
 def build_plugin() -> Path:
     subprocess.run(["make", "-s", "-C", str(PLUGIN_DIR)], check=True)
-    return PLUGIN_DIR / "build" / "gpuslice.so"
+    return PLUGIN_DIR / "build" / "spank_gpuslice.so"
 
 
 def _free_port() -> int:
@@ -190,12 +191,6 @@ class Cluster:
                     break
                 time.sleep(0.3)
         for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(timeout=30)
+            stop_process(p)
         self.procs = []
         shutil.rmtree(self.dir, ignore_errors=True)

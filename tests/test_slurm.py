@@ -21,6 +21,7 @@ from typing import Callable, Dict, Iterator, List
 import pytest
 
 import ci_log
+from exporter_node import Exporter, samples
 from fakehost import Host, fake_gpu
 from slurm_harness import Cluster, build_plugin, version
 from test_hook import GIB_MIB
@@ -57,6 +58,13 @@ class Node:
 
     def run(self, *args: str) -> "subprocess.CompletedProcess[str]":
         return self.host.run(*args)
+
+    def env(self) -> Dict[str, str]:
+        """What `gpuslice` needs here (tests/exporter_node.py's Exporter runs it so)."""
+        env = dict(os.environ, GPUSLICE_FAKE_GPUS=str(self.host.gpus_json),
+                   GPUSLICE_CONFIG=str(self.host.config))
+        env.pop("LD_LIBRARY_PATH", None)
+        return env
 
     def hook(self, *args: str) -> "subprocess.CompletedProcess[str]":
         db, state = self.host.tmp / "state.db", self.host.tmp / "state"
@@ -117,8 +125,8 @@ def test_slurm_version_is_logged(node: Node) -> None:
 
 def test_two_half_card_jobs_and_a_third_that_waits(node: Node, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    a = node.slurm.sbatch(holding(gate, "info"), "--gres=shard:4")
-    b = node.slurm.sbatch(holding(gate, "info"), "--gres=shard:4")
+    a = node.slurm.sbatch(holding(gate, "info", "alloc", "1G"), "--gres=shard:4")
+    b = node.slurm.sbatch(holding(gate, "info", "alloc", "1G"), "--gres=shard:4")
     for job in (a, b):
         node.slurm.wait_state(job, ["RUNNING"])
     node.wait_until(lambda: all("held" in node.slurm.output(j) for j in (a, b)),
@@ -129,6 +137,7 @@ def test_two_half_card_jobs_and_a_third_that_waits(node: Node, tmp_path: Path) -
         info = [line.split() for line in out.splitlines() if line.startswith("info ")]
         assert info and info[0][1] == "0" and int(info[0][3]) == half, out
     assert node.held() == {f"slurm-{a}": 8192, f"slurm-{b}": 8192}
+    views_show_the_jobs(node, [a, b])
     c = node.slurm.sbatch(holding(gate, "info"), "--gres=shard:4")
     pending = node.slurm.wait_state(c, ["PENDING"])
     time.sleep(1)  # a scheduling pass: still pending, for want of shards
@@ -139,6 +148,28 @@ def test_two_half_card_jobs_and_a_third_that_waits(node: Node, tmp_path: Path) -
     node.slurm.wait_state(c, ["COMPLETED"])
     assert "info 0" in node.slurm.output(c)
     node.wait_until(lambda: not node.held(), "the slices were not released at the jobs' end")
+
+
+def views_show_the_jobs(node: Node, jobs: List[int]) -> None:
+    """status, top and the exporter name each job (slurm-<id>), its step and
+    user (the name "<job>.<step> <user>"), and the memory its cuprog holds."""
+    status = node.run("status")
+    assert status.returncode == 0, status.stderr
+    top = node.run("top", "--once")
+    assert top.returncode == 0, top.stderr
+    exporter = Exporter(node)  # type: ignore[arg-type]
+    try:
+        metrics = exporter.scrape()
+    finally:
+        exporter.stop()
+    for job in jobs:
+        assert f"slurm-{job}" in status.stdout and f"{job}.batch root" in status.stdout, \
+            status.stdout
+        assert f"slurm-{job}" in top.stdout, top.stdout
+        used = [v for labels, v in samples(metrics)["gpuslice_container_memory_used_bytes"]
+                if labels.get("container_id") == f"slurm-{job}"]
+        assert used and used[0] >= 1 << 30, metrics
+        assert f'name="{job}.batch root"' in metrics, metrics
 
 
 def test_allocation_past_the_slice_is_out_of_memory_srun(node: Node) -> None:
@@ -179,20 +210,44 @@ def test_killed_slurmstepd_is_reclaimed_by_gc(node: Node, tmp_path: Path) -> Non
     node.slurm.wait_state(job, ["RUNNING"])
     node.wait_until(lambda: f"slurm-{job}" in node.rows(), "the job was never admitted")
     stepd = node.rows()[f"slurm-{job}"].pid  # type: ignore[attr-defined]
-    tasks = node.slurm.run(["scontrol", "listpids", str(job)]).stdout.split()[5::5]
+    assert isinstance(stepd, int) and stepd > 1
     # The step's slurmstepd, nothing else: its pid is the row's.
     assert open(f"/proc/{stepd}/comm").read().strip() == "slurmstepd"
+    tasks = descendants(stepd)  # our job's shell, its loop and cuprog, orphaned by the kill
+    assert tasks
     os.kill(stepd, signal.SIGKILL)
-    for pid in tasks:  # its orphans: our job's shell and cuprog
+    for pid in tasks:
         try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
             pass
     node.wait_until(lambda: not os.path.exists(f"/proc/{stepd}"), "slurmstepd survived")
     gc = node.run("gc")
     assert gc.returncode == 0, gc.stderr
     assert f"slurm-{job}" not in node.held(), gc.stdout
     node.slurm.run(["scancel", str(job)])
+
+
+def descendants(root: int) -> List[int]:
+    """The pids under root (from /proc's parent links), each > 1: never a
+    pid that kill(2) would take for a group or for every process."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child > 1 and child not in out:
+                out.append(child)
+                todo.append(child)
+    return out
 
 
 def test_job_refused_when_a_container_holds_the_card(node: Node) -> None:

@@ -1,5 +1,5 @@
 /*
- * gpuslice.so: the SPANK plugin that puts a Slurm job's shards under gpuslice.
+ * spank_gpuslice.so: the SPANK plugin that puts a Slurm job's shards under gpuslice.
  *
  * Slurm counts a card's shards (gres/shard) but fences nothing. In every job
  * step's slurmstepd (the remote context, as root) this plugin asks
@@ -17,7 +17,7 @@
  * items to it and its answer back, through public SPANK calls only
  * (spank.h), so that it builds and loads against 22.05 and later.
  *
- * plugstack.conf: required PATH/gpuslice.so [gpuslice=/usr/bin/gpuslice]
+ * plugstack.conf: required PATH/spank_gpuslice.so [gpuslice=/usr/bin/gpuslice]
  *                 [config=/etc/gpuslice/config.yaml]
  */
 #define _GNU_SOURCE /* getpwuid_r, pipe2 */
@@ -64,12 +64,12 @@ static int parse_args(int ac, char **av)
             dst = config_path;
         } else {
             slurm_error("gpuslice: plugstack.conf argument '%s' is not gpuslice=PATH or "
-                        "config=PATH; fix the gpuslice.so line", av[i]);
+                        "config=PATH; fix the spank_gpuslice.so line", av[i]);
             return -1;
         }
         if (v[0] != '/' || strlen(v) >= PATH_MAX) {
             slurm_error("gpuslice: plugstack.conf argument '%s' must name an absolute path "
-                        "shorter than %d bytes; fix the gpuslice.so line", av[i], PATH_MAX);
+                        "shorter than %d bytes; fix the spank_gpuslice.so line", av[i], PATH_MAX);
             return -1;
         }
         memcpy(dst, v, strlen(v) + 1);

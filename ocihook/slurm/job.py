@@ -19,14 +19,13 @@ import subprocess
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from ocihook import statedir
+from ocihook import hookcall, statedir
 from ocihook.accountant import Accountant, Card, Reservation
 from ocihook.config import Config
 from ocihook.slurm.shards import Slice, ShardError, slice_of
 
 ID_PREFIX = "slurm-"
 RUNTIME = "slurm"
-HOOK_TIMEOUT_S = 60  # the hook waits up to 30 s for the database's lock
 
 
 class JobError(RuntimeError):
@@ -61,20 +60,12 @@ def holder_name(step: Step) -> str:
 
 
 def _run_hook(cfg: Config, args: Sequence[str]) -> "subprocess.CompletedProcess[str]":
-    argv = [cfg.hook_path, *args, *cfg.hook_common_args()]
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-    except OSError as e:
-        raise JobError(f"{cfg.hook_path}: cannot run gpuslice-hook ({e.strerror}); check the "
-                       "configuration key hook_path") from None
-    except subprocess.TimeoutExpired:
-        raise JobError(f"{cfg.hook_path} gave no answer within {HOOK_TIMEOUT_S} s") from None
+    return hookcall.run(cfg, args, JobError)
 
 
 def _hook_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    line = lines[-1] if lines else "(no message)"
+    """The hook's line without its program name: the job's line names gpuslice."""
+    line = hookcall.last_line(text)
     return line.split(": ", 1)[1] if line.startswith("gpuslice-hook: ") else line
 
 

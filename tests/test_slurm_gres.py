@@ -1,0 +1,81 @@
+"""The Slurm side without Slurm: the shard rule (ocihook/slurm/shards.py),
+the gres.conf lines `gpuslice slurm gres` writes and checks from the CDI spec
+of a fake host, and `gpuslice slurm admit` when gres.conf and gpuslice
+disagree (more shards than gpuslice cuts a card in)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fakehost import Host, fake_gpu
+from ocihook.slurm.shards import ShardError, slice_of
+
+
+def test_k_of_n_shards_is_k_over_n_of_the_card_on_the_grain() -> None:
+    assert slice_of(4, 8, 16384, False).memory_mib == 8192
+    # 3/8 of 16000 MiB is 6000 MiB: rounded down to the 128 MiB grain.
+    assert slice_of(3, 8, 16000, False).memory_mib == 5888
+    assert slice_of(4, 8, 16384, False).cores == 0
+    assert slice_of(3, 8, 16384, True).cores == 37
+    assert slice_of(8, 8, 16384, True).cores == 100
+
+
+def test_more_shards_than_a_card_has_or_a_slice_under_the_grain_is_refused() -> None:
+    with pytest.raises(ShardError, match=r"9 shards .* in 8 .*slurm_shards.*gres --check"):
+        slice_of(9, 8, 16384, False)
+    with pytest.raises(ShardError, match=r"under 128 MiB"):
+        slice_of(1, 256, 16384, False)
+
+
+@pytest.fixture
+def host(tmp_path: Path, driver_root: Path) -> Host:
+    h = Host(tmp_path, driver_root, [fake_gpu(0, memory_mib=16384), fake_gpu(1, memory_mib=16384)],
+             extra_config="slurm_shards: 8\n")
+    assert h.run("cdi", "generate").returncode == 0
+    return h
+
+
+def test_gres_lines_name_each_cards_node_in_index_order(host: Host) -> None:
+    res = host.run("slurm", "gres", "--node", "n1")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    dev = host.dev_root / "dev"
+    assert lines[1:-1] == [f"NodeName=n1 Name=gpu File={dev}/nvidia0",
+                           f"NodeName=n1 Name=shard Count=8 File={dev}/nvidia0",
+                           f"NodeName=n1 Name=gpu File={dev}/nvidia1",
+                           f"NodeName=n1 Name=shard Count=8 File={dev}/nvidia1"]
+    assert lines[0].startswith("# BEGIN gpuslice") and lines[-1] == "# END gpuslice"
+
+
+def test_write_keeps_other_lines_and_check_finds_a_disagreement(host: Host, tmp_path: Path) -> None:
+    conf = tmp_path / "gres.conf"
+    conf.write_text("AutoDetect=off\n")
+    wrote = host.run("slurm", "gres", "--write", str(conf))
+    assert wrote.returncode == 0, wrote.stderr
+    assert "Gres=gpu:2,shard:16" in wrote.stdout
+    assert conf.read_text().startswith("AutoDetect=off\n# BEGIN gpuslice")
+    again = host.run("slurm", "gres", "--write", str(conf))
+    assert again.returncode == 0 and conf.read_text().count("# BEGIN gpuslice") == 1
+    ok = host.run("slurm", "gres", "--check", str(conf))
+    assert ok.returncode == 0, ok.stderr
+    host.config.write_text(host.config.read_text().replace("slurm_shards: 8", "slurm_shards: 4"))
+    bad = host.run("slurm", "gres", "--check", str(conf))
+    assert bad.returncode == 1
+    [line] = bad.stderr.splitlines()
+    assert "Count=8" in line and "Count=4" in line and "gres --write" in line, line
+    both = host.run("slurm", "gres", "--write", str(conf), "--check", str(conf))
+    assert both.returncode == 2 and len(both.stderr.splitlines()) == 1, both.stderr
+
+
+def test_admit_refuses_more_shards_than_gpuslice_cuts_a_card_in(host: Host) -> None:
+    host.use_real_hook()
+    res = host.run("slurm", "admit", "--job", "7", "--step", "batch", "--uid", "0", "--gid", "0",
+                   "--pid", str(os.getpid()), "--cards", "0", "--shards", "12")
+    assert res.returncode == 1, res.stderr
+    [line] = res.stderr.splitlines()
+    assert line.startswith("gpuslice: job 7: the job has 12 shards") and "slurm_shards" in line
+    several = host.run("slurm", "admit", "--job", "8", "--step", "0", "--uid", "0", "--gid", "0",
+                       "--pid", str(os.getpid()), "--cards", "0,1", "--shards", "8")
+    assert several.returncode == 1 and "one card per job" in several.stderr, several.stderr
