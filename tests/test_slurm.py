@@ -205,15 +205,14 @@ def test_scancel_releases_the_slice(node: Node, tmp_path: Path) -> None:
     node.wait_until(lambda: f"slurm-{job}" not in node.held(), "scancel left the slice held")
 
 
-def test_killed_slurmstepd_is_reclaimed_by_gc(node: Node, tmp_path: Path) -> None:
-    job = node.slurm.sbatch(holding(tmp_path / "never", "alloc", "1G"), "--gres=shard:4")
-    node.slurm.wait_state(job, ["RUNNING"])
+def kill_the_step(node: Node, job: int) -> int:
+    """SIGKILL to the slurmstepd that holds job's slice (its pid is the row's)
+    and to its tasks (our job's shell, its loop and cuprog, orphaned by it)."""
     node.wait_until(lambda: f"slurm-{job}" in node.rows(), "the job was never admitted")
     stepd = node.rows()[f"slurm-{job}"].pid  # type: ignore[attr-defined]
     assert isinstance(stepd, int) and stepd > 1
-    # The step's slurmstepd, nothing else: its pid is the row's.
     assert open(f"/proc/{stepd}/comm").read().strip() == "slurmstepd"
-    tasks = descendants(stepd)  # our job's shell, its loop and cuprog, orphaned by the kill
+    tasks = descendants(stepd)
     assert tasks
     os.kill(stepd, signal.SIGKILL)
     for pid in tasks:
@@ -222,10 +221,30 @@ def test_killed_slurmstepd_is_reclaimed_by_gc(node: Node, tmp_path: Path) -> Non
         except ProcessLookupError:
             pass
     node.wait_until(lambda: not os.path.exists(f"/proc/{stepd}"), "slurmstepd survived")
+    return stepd
+
+
+def test_killed_slurmstepd_is_reclaimed_by_gc(node: Node, tmp_path: Path) -> None:
+    job = node.slurm.sbatch(holding(tmp_path / "never", "alloc", "1G"), "--gres=shard:4")
+    node.slurm.wait_state(job, ["RUNNING"])
+    kill_the_step(node, job)
+    assert f"slurm-{job}" in node.held()  # nothing ran at its end
     gc = node.run("gc")
     assert gc.returncode == 0, gc.stderr
     assert f"slurm-{job}" not in node.held(), gc.stdout
+    assert f"reclaimed slurm-{job}" in gc.stdout, gc.stdout
     node.slurm.run(["scancel", str(job)])
+
+
+def test_the_jobs_epilog_releases_what_a_killed_step_left(node: Node, tmp_path: Path) -> None:
+    job = node.slurm.sbatch(holding(tmp_path / "never", "alloc", "1G"), "--gres=shard:4")
+    node.slurm.wait_state(job, ["RUNNING"])
+    kill_the_step(node, job)
+    assert f"slurm-{job}" in node.held()
+    assert node.slurm.run(["scancel", str(job)]).returncode == 0
+    # No gc and no other admission here: only the plugin's job epilog can.
+    node.wait_until(lambda: f"slurm-{job}" not in node.held(),
+                    "the job's epilog did not release the slice")
 
 
 def descendants(root: int) -> List[int]:

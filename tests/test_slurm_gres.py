@@ -79,3 +79,11 @@ def test_admit_refuses_more_shards_than_gpuslice_cuts_a_card_in(host: Host) -> N
     several = host.run("slurm", "admit", "--job", "8", "--step", "0", "--uid", "0", "--gid", "0",
                        "--pid", str(os.getpid()), "--cards", "0,1", "--shards", "8")
     assert several.returncode == 1 and "one card per job" in several.stderr, several.stderr
+
+
+def test_a_jobs_name_fits_the_hooks_rule_whatever_the_user_name() -> None:
+    from ocihook.slurm.job import Step, holder_name
+
+    assert holder_name(Step(12, "batch", 1000, 1000, 42, "0", 4, "alice")) == "12.batch alice"
+    long = holder_name(Step(12, "0", 1000, 1000, 42, "0", 4, "\u00e9" * 300))
+    assert len(long.encode()) <= 256 and long.startswith("12.0 \u00e9")

@@ -8,11 +8,14 @@ from typing import Optional
 import click
 
 from ocihook.accountant import AccountantError
+from ocihook.config import Config
 from ocihook.messages import EXIT_NO, error as fail
 
 
-def _state() -> "object":
-    return click.get_current_context().find_root().obj
+def _config() -> Config:
+    """The configuration `gpuslice --config` (the group above this one) loaded."""
+    cfg: Config = click.get_current_context().find_root().obj.config
+    return cfg
 
 
 def _examples(*lines: str) -> str:
@@ -44,7 +47,7 @@ def admit_cmd(job: int, step: str, uid: int, gid: int, pid: int, cards: str, sha
     lines). Refused: one line, exit 1."""
     from ocihook.slurm import job as jobs
 
-    cfg = _state().config  # type: ignore[attr-defined]
+    cfg = _config()
     st = jobs.Step(job, step, uid, gid, pid, cards, shards, user)
     try:
         sl = jobs.admit(cfg, st)
@@ -68,7 +71,7 @@ def release_cmd(job: int, pid: Optional[int]) -> None:
     job's epilog)."""
     from ocihook.slurm import job as jobs
 
-    cfg = _state().config  # type: ignore[attr-defined]
+    cfg = _config()
     try:
         if jobs.release(cfg, job, pid):
             click.echo(f"released {jobs.container_id(job)}")
@@ -88,7 +91,7 @@ def gres_cmd(node: Optional[str], write_path: Optional[str], check_path: Optiona
     CDI spec and slurm_shards."""
     from ocihook.slurm import gres
 
-    cfg = _state().config  # type: ignore[attr-defined]
+    cfg = _config()
     if write_path and check_path:
         fail("--write and --check go one at a time; run one, then the other")
     try:

@@ -54,9 +54,17 @@ def container_id(job: int) -> str:
     return f"{ID_PREFIX}{job}"
 
 
+NAME_USER_MAX = 64  # gpuslice-hook keeps names of at most 256 bytes
+
+
 def holder_name(step: Step) -> str:
-    """What status, top and the exporter show beside the id: job.step and user."""
-    return f"{step.job}.{step.step} {step.user}".strip()
+    """What status, top and the exporter show beside the id: job.step and user
+    (step and user cut to whole characters within 32 and NAME_USER_MAX bytes,
+    so the name always fits)."""
+    def cut(text: str, size: int) -> str:
+        return text.encode()[:size].decode(errors="ignore")
+
+    return f"{step.job}.{cut(step.step, 32)} {cut(step.user, NAME_USER_MAX)}".strip()
 
 
 def _run_hook(cfg: Config, args: Sequence[str]) -> "subprocess.CompletedProcess[str]":
