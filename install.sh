@@ -78,6 +78,13 @@ else
   python3 -m pip install "${pip_args[@]}" . </dev/null  # builds and ships the shim
 fi
 
+# The Slurm SPANK plugin (docs/slurm.md), where Slurm's headers are
+# (libslurm-dev): plugstack.conf names it by this path.
+if [ -e /usr/include/slurm/spank.h ]; then
+  make -s -C native/slurm
+  install -D -m 0644 native/slurm/build/spank_gpuslice.so /usr/lib/gpuslice/spank_gpuslice.so
+fi
+
 # The man pages (man gpuslice, man gpuslice-resize, ...) where man looks for
 # locally installed ones.
 install -D -m 0644 -t /usr/local/share/man/man8 packaging/man/*.8

@@ -190,7 +190,8 @@ static void user_name(spank_t sp, uid_t uid, char *buf, size_t len)
  * LD_PRELOAD goes before the job's own. */
 static int set_env(spank_t sp, char *answer)
 {
-    for (char *line = strtok(answer, "\n"); line; line = strtok(NULL, "\n")) {
+    char *save = NULL;
+    for (char *line = strtok_r(answer, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char *eq = strchr(line, '=');
         if (!eq)
             continue;

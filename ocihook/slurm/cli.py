@@ -43,8 +43,9 @@ def slurm_group() -> None:
 @click.option("--user", default="", help="the job's user name, shown by status")
 def admit_cmd(job: int, step: str, uid: int, gid: int, pid: int, cards: str, shards: int,
               user: str) -> None:
-    """Admit a step's slice; print the env its processes get (NAME=value
-    lines). Refused: one line, exit 1."""
+    """Admit a step's slice; print its env.
+
+    The env its processes get, as NAME=value lines. Refused: one line, exit 1."""
     from ocihook.slurm import job as jobs
 
     cfg = _config()
@@ -67,8 +68,9 @@ def admit_cmd(job: int, step: str, uid: int, gid: int, pid: int, cards: str, sha
 @click.option("--pid", type=click.IntRange(1), default=None,
               help="release only if this slurmstepd holds the slice")
 def release_cmd(job: int, pid: Optional[int]) -> None:
-    """Give back a job's slice (the plugin runs it at a step's end and in the
-    job's epilog)."""
+    """Give back a job's slice.
+
+    The plugin runs it at a step's end and in the job's epilog."""
     from ocihook.slurm import job as jobs
 
     cfg = _config()
@@ -87,8 +89,9 @@ def release_cmd(job: int, pid: Optional[int]) -> None:
 @click.option("--check", "check_path", metavar="FILE", default=None,
               help="exit 1 with one line if FILE's lines differ from gpuslice's")
 def gres_cmd(node: Optional[str], write_path: Optional[str], check_path: Optional[str]) -> None:
-    """The node's gres.conf lines: a gpu and a shard line per card, from the
-    CDI spec and slurm_shards."""
+    """Print, write or check gres.conf lines.
+
+    A gpu and a shard line per card, from the CDI spec and slurm_shards."""
     from ocihook.slurm import gres
 
     cfg = _config()
