@@ -87,3 +87,28 @@ def test_a_jobs_name_fits_the_hooks_rule_whatever_the_user_name() -> None:
     assert holder_name(Step(12, "batch", 1000, 1000, 42, "0", 4, "alice")) == "12.batch alice"
     long = holder_name(Step(12, "0", 1000, 1000, 42, "0", 4, "\u00e9" * 300))
     assert len(long.encode()) <= 256 and long.startswith("12.0 \u00e9")
+
+
+def test_admit_prints_the_steps_env_and_makes_the_jobs_folder(host: Host) -> None:
+    host.use_real_hook()
+    host.config.write_text(host.config.read_text() + "slurm_cores: true\n")
+    args = ["slurm", "admit", "--job", "9", "--step", "0", "--uid", "4321", "--gid", "8765",
+            "--pid", str(os.getpid()), "--cards", "1", "--shards", "4", "--user", "bob"]
+    res = host.run(*args)
+    assert res.returncode == 0, res.stderr
+    env = dict(line.split("=", 1) for line in res.stdout.splitlines())
+    folder = host.tmp / "state" / "containers" / "slurm-9"
+    assert env == {"LD_PRELOAD": str(host.shim), "GPUSLICE_MEMORY_LIMIT": "8192MiB",
+                   "GPUSLICE_CORE_LIMIT": "50", "GPUSLICE_STATE_DIR": str(folder),
+                   "GPUSLICE_CARD_DIR": str(host.tmp / "state" / "cards")}
+    st = folder.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (4321, 8765, 0o700)
+    # A second step of the job shares the row: admitted again, booked once.
+    assert host.run(*args[:5], "batch", *args[6:]).returncode == 0
+    status = host.run("status")
+    assert status.stdout.count("slurm-9") == 1 and "job 9.0 bob" in status.stdout, status.stdout
+    # Released only by the slurmstepd that holds it, then for good.
+    other = host.run("slurm", "release", "--job", "9", "--pid", str(os.getpid() + 100000))
+    assert other.returncode == 0 and other.stdout == ""
+    mine = host.run("slurm", "release", "--job", "9", "--pid", str(os.getpid()))
+    assert mine.stdout.strip() == "released slurm-9" and not folder.exists()
