@@ -139,9 +139,12 @@ def test_two_half_card_jobs_and_a_third_that_waits(node: Node, tmp_path: Path) -
     assert node.held() == {f"slurm-{a}": 8192, f"slurm-{b}": 8192}
     views_show_the_jobs(node, [a, b])
     c = node.slurm.sbatch(holding(gate, "info"), "--gres=shard:4")
-    pending = node.slurm.wait_state(c, ["PENDING"])
-    time.sleep(1)  # a scheduling pass: still pending, for want of shards
-    assert node.slurm.job(c)["JobState"] == "PENDING", pending
+    node.slurm.wait_state(c, ["PENDING"])
+    # Slurm's own word: it waits for resources (the shards), not for a pass.
+    node.wait_until(lambda: node.slurm.job(c).get("Reason") == "Resources",
+                    f"job {c} is not waiting for resources: {node.slurm.job(c)}")
+    assert node.slurm.job(c)["JobState"] == "PENDING"
+    assert f"slurm-{c}" not in node.held()
     gate.touch()
     for job in (a, b):
         node.slurm.wait_state(job, ["COMPLETED"])
@@ -208,7 +211,8 @@ def test_scancel_releases_the_slice(node: Node, tmp_path: Path) -> None:
 def kill_the_step(node: Node, job: int) -> int:
     """SIGKILL to the slurmstepd that holds job's slice (its pid is the row's)
     and to its tasks (our job's shell, its loop and cuprog, orphaned by it)."""
-    node.wait_until(lambda: f"slurm-{job}" in node.rows(), "the job was never admitted")
+    # The row is made before the tasks start: wait for cuprog to hold its memory.
+    node.wait_until(lambda: "held" in node.slurm.output(job), "the job's cuprog never held")
     stepd = node.rows()[f"slurm-{job}"].pid  # type: ignore[attr-defined]
     assert isinstance(stepd, int) and stepd > 1
     assert open(f"/proc/{stepd}/comm").read().strip() == "slurmstepd"

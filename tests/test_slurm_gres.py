@@ -112,3 +112,16 @@ def test_admit_prints_the_steps_env_and_makes_the_jobs_folder(host: Host) -> Non
     assert other.returncode == 0 and other.stdout == ""
     mine = host.run("slurm", "release", "--job", "9", "--pid", str(os.getpid()))
     assert mine.stdout.strip() == "released slurm-9" and not folder.exists()
+
+
+def test_no_container_may_take_a_slurm_jobs_id(tmp_path: Path, driver_root: Path,
+                                              fakedriver: Path) -> None:
+    """A container named slurm-<id> would pass for the job: share its slice,
+    and be released by its epilog. The hook refuses the id, in one line."""
+    from test_hook import Node, err
+
+    node = Node(tmp_path, driver_root, fakedriver)
+    res = node.create("slurm-12", "0-4g")
+    assert res.returncode == 2
+    assert "starts with \"slurm-\", which gpuslice keeps for Slurm jobs' slices" in err(res)
+    assert not any(node.held().values())

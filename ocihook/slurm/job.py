@@ -19,12 +19,12 @@ import subprocess
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from ocihook import hookcall, statedir
+from ocihook import cheader, hookcall, statedir
 from ocihook.accountant import Accountant, Card, Reservation
 from ocihook.config import Config
 from ocihook.slurm.shards import Slice, ShardError, slice_of
 
-ID_PREFIX = "slurm-"
+ID_PREFIX = cheader.string("GPUSLICE_SLURM_ID_PREFIX")  # no container may take it (claim.h)
 RUNTIME = "slurm"
 
 
