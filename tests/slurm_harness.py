@@ -147,11 +147,13 @@ class Cluster:
         return subprocess.run(argv, env=dict(self.env, **(env or {})), capture_output=True,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
-    def sbatch(self, script: str, *args: str) -> int:
-        """Submit script (a shell script's text); its job id. Output in out/<id>.out."""
+    def sbatch(self, script: str, *args: str, env: Optional[Dict[str, str]] = None) -> int:
+        """Submit script (a shell script's text), with env over the client's; its
+        job id. Output in out/<id>.out."""
         path = self.dir / "out" / f"script-{time.monotonic_ns()}.sh"
         path.write_text("#!/bin/sh\n" + script)
-        res = self.run(["sbatch", "--parsable", "-o", f"{self.dir}/out/%j.out", *args, str(path)])
+        res = self.run(["sbatch", "--parsable", "-o", f"{self.dir}/out/%j.out", *args, str(path)],
+                       env=env)
         if res.returncode != 0:
             raise SlurmError(f"sbatch failed: {res.stderr}")
         return int(res.stdout.strip().split(";")[0])

@@ -199,6 +199,21 @@ def test_batch_script_with_srun_steps_shares_the_jobs_slice(node: Node) -> None:
     node.wait_until(lambda: not node.held(), "the batch job's slice was not released")
 
 
+def test_a_job_without_shards_cannot_claim_them_through_its_env(node: Node) -> None:
+    """The env is the user's: a job that exports Slurm's shard variables but
+    was given no shards must not be admitted (Slurm sets or clears them for
+    the step itself)."""
+    fake = {"SLURM_SHARDS_ON_NODE": "8", "SLURM_STEP_GPUS": "0", "SLURM_JOB_GPUS": "0",
+            "CUDA_VISIBLE_DEVICES": "0"}
+    job = node.slurm.sbatch("env | grep -c GPUSLICE_MEMORY_LIMIT\n", env=fake)
+    node.slurm.wait_state(job, ["COMPLETED", "FAILED"])
+    res = node.slurm.run(["srun", "env"], env=fake)
+    assert res.returncode == 0, res.stderr
+    assert "GPUSLICE_MEMORY_LIMIT" not in res.stdout, res.stdout
+    assert node.slurm.output(job).splitlines()[0] == "0", node.slurm.output(job)
+    assert not node.held()
+
+
 def test_scancel_releases_the_slice(node: Node, tmp_path: Path) -> None:
     job = node.slurm.sbatch(holding(tmp_path / "never", "alloc", "1G"), "--gres=shard:4")
     node.slurm.wait_state(job, ["RUNNING"])

@@ -221,8 +221,15 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     /* A step without shards is not ours (a whole GPU, or none). */
     if (spank_getenv(sp, "SLURM_SHARDS_ON_NODE", shards, sizeof shards) != ESPANK_SUCCESS)
         return 0;
-    if (spank_getenv(sp, "CUDA_VISIBLE_DEVICES", cards, sizeof cards) != ESPANK_SUCCESS)
-        cards[0] = '\0';
+    /* The node's GPU indices, as gres.conf numbers them: SLURM_STEP_GPUS or
+     * SLURM_JOB_GPUS first, since with ConstrainDevices Slurm numbers
+     * CUDA_VISIBLE_DEVICES from 0 inside the step's device cgroup. */
+    static const char *const sources[] = {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
+                                          "CUDA_VISIBLE_DEVICES"};
+    cards[0] = '\0';
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0] && !cards[0]; i++)
+        if (spank_getenv(sp, sources[i], cards, sizeof cards) != ESPANK_SUCCESS)
+            cards[0] = '\0';
     uint32_t step;
     uid_t uid;
     gid_t gid;

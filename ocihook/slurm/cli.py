@@ -37,7 +37,7 @@ def slurm_group() -> None:
 @click.option("--uid", type=click.IntRange(0), required=True, help="the job's user id")
 @click.option("--gid", type=click.IntRange(0), required=True, help="the job's group id")
 @click.option("--pid", type=click.IntRange(1), required=True, help="the step's slurmstepd")
-@click.option("--cards", required=True, help="CUDA_VISIBLE_DEVICES as Slurm set it")
+@click.option("--cards", required=True, help="the node's GPU indices Slurm gave the step (SLURM_STEP_GPUS)")
 @click.option("--shards", type=click.IntRange(1), required=True,
               help="SLURM_SHARDS_ON_NODE: the job's shards on this node")
 @click.option("--user", default="", help="the job's user name, shown by status")

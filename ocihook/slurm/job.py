@@ -45,7 +45,7 @@ class Step:
     uid: int
     gid: int
     pid: int  # the step's slurmstepd
-    cards: str  # CUDA_VISIBLE_DEVICES as Slurm set it: the node's GPU indices
+    cards: str  # the node's GPU indices: SLURM_STEP_GPUS, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES
     shards: int  # SLURM_SHARDS_ON_NODE
     user: str = ""
 
