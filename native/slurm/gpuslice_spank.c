@@ -219,7 +219,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
         return -1;
     char shards[32], cards[256];
     /* A step without shards is not ours (a whole GPU, or none). */
-    if (spank_getenv(sp, "SLURM_SHARDS_ON_NODE", shards, sizeof shards) != ESPANK_SUCCESS)
+    if (spank_getenv(sp, "SLURM_SHARDS_ON_NODE", shards, sizeof shards) != ESPANK_SUCCESS ||
+        shards[0] == '\0' || strcmp(shards, "0") == 0)
         return 0;
     /* The node's GPU indices, as gres.conf numbers them: SLURM_STEP_GPUS or
      * SLURM_JOB_GPUS first, since with ConstrainDevices Slurm numbers
