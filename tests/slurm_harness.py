@@ -51,7 +51,10 @@ class Cluster:
     """munged + slurmctld + slurmd in a short folder under /tmp (sockets are
     limited to 108 bytes)."""
 
-    def __init__(self, gres_conf: str, plugstack: str, client_env: Dict[str, str]) -> None:
+    def __init__(self, gres_conf: str, plugstack: str, client_env: Dict[str, str],
+                 oci_conf: str = "") -> None:
+        """oci_conf: its text, {dir} standing for this cluster's folder (runc's
+        state goes there)."""
         self.dir = Path(tempfile.mkdtemp(prefix="gs-slurm-", dir="/tmp"))
         self.procs: List["subprocess.Popen[bytes]"] = []
         d = self.dir
@@ -62,6 +65,8 @@ class Cluster:
         (d / "munge.key").chmod(0o400)
         (d / "gres.conf").write_text(gres_conf)
         (d / "plugstack.conf").write_text(plugstack)
+        if oci_conf:
+            (d / "oci.conf").write_text(oci_conf.replace("{dir}", str(d)))
         host = socket.gethostname().split(".")[0]
         conf = {
             "ClusterName": "gpuslice", "SlurmctldHost": f"{host}(127.0.0.1)",

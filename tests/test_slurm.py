@@ -10,6 +10,7 @@ with one line in its output. sbatch and srun both.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -40,6 +41,7 @@ class Node:
         for target, folder in (("", "native/shim"), ("VARIANT=plain", "tests/shim")):
             subprocess.run(["make", "-s", "-C", str(REPO / folder), *target.split()], check=True)
         (tmp / "host").mkdir()
+        self.fakedriver = fakedriver
         self.host = Host(tmp / "host", driver_root, [fake_gpu(0, memory_mib=16 * GIB_MIB)],
                          extra_config="slurm_shards: 8\n")
         self.host.use_real_hook()
@@ -54,7 +56,15 @@ class Node:
                      f"config={self.host.config}\n")
         env = dict(os.environ, GPUSLICE_FAKE_GPUS=str(self.host.gpus_json),
                    LD_LIBRARY_PATH=str(fakedriver), GPUSLICE_CONTEXT_RESERVE="0")
-        self.slurm = Cluster(gres.stdout, plugstack, env)
+        # srun --container: runc, through `gpuslice slurm bind` (docs/slurm.md).
+        run = "runc --root={dir}/runc"
+        ident = "%n.%u.%j.%s.%t"
+        oci = (f'RunTimeQuery="{run} state {ident}"\n'
+               f'RunTimeKill="{run} kill -a {ident}"\n'
+               f'RunTimeDelete="{run} delete --force {ident}"\n'
+               f'RunTimeRun="{gpuslice} --config {self.host.config} slurm bind --bundle %b '
+               f'--job %j -- {run} run {ident} -b %b"\n')
+        self.slurm = Cluster(gres.stdout, plugstack, env, oci_conf=oci)
 
     def run(self, *args: str) -> "subprocess.CompletedProcess[str]":
         return self.host.run(*args)
@@ -184,6 +194,44 @@ def test_allocation_past_the_slice_is_out_of_memory_srun(node: Node) -> None:
     assert lines[2].split()[3] == str(4 * 1024 ** 3), res.stdout  # 2 of 8 shards: 4 GiB
     assert lines[3:] == ["alloc 0", f"alloc {OOM}"], res.stdout
     node.wait_until(lambda: not node.held(), "srun's slice was not released")
+
+
+def container_bundle(node: Node, folder: Path) -> Path:
+    """An OCI bundle for srun --container: the host's /usr (and its links) and
+    what cuprog needs, bound read-only at the same paths; not the shim and not
+    gpuslice's state dir: `gpuslice slurm bind` must add those."""
+    rootfs = folder / "rootfs"
+    rootfs.mkdir(parents=True)
+    for name in ("bin", "lib", "lib64", "sbin"):
+        if os.path.islink(f"/{name}"):
+            os.symlink(os.readlink(f"/{name}"), rootfs / name)
+    binds = ["/usr", str(CUPROG.parent), str(node.fakedriver), str(node.host.gpus_json)]
+    binds += [f"/{n}" for n in ("bin", "lib", "lib64", "sbin")
+              if os.path.isdir(f"/{n}") and not os.path.islink(f"/{n}")]
+    config = {
+        "ociVersion": "1.0.2",
+        "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["/bin/true"],
+                    "env": ["PATH=/usr/bin:/bin"], "cwd": "/"},
+        "root": {"path": "rootfs", "readonly": False},
+        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}]
+        + [{"destination": b, "source": b, "type": "bind", "options": ["rbind", "ro"]}
+           for b in binds],
+        "linux": {"namespaces": [{"type": t} for t in ("pid", "mount", "ipc", "uts")]},
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_srun_container_step_is_under_the_shim_with_the_jobs_region(node: Node,
+                                                                     tmp_path: Path) -> None:
+    bundle = container_bundle(node, tmp_path / "bundle")
+    res = node.slurm.run(["srun", "--gres=shard:2", "--container", str(bundle), str(CUPROG),
+                          "direct", "init", "pctx", "0", "info", "alloc", "3G", "alloc", "2G"])
+    assert res.returncode == 0, res.stderr + node.slurm.tail("slurmd.log")
+    lines = res.stdout.splitlines()
+    assert lines[2].split()[3] == str(4 * 1024 ** 3), res.stdout  # the job's 2 of 8 shards
+    assert lines[3:] == ["alloc 0", f"alloc {OOM}"], res.stdout
+    node.wait_until(lambda: not node.held(), "the container step's slice was not released")
 
 
 def test_batch_script_with_srun_steps_shares_the_jobs_slice(node: Node) -> None:

@@ -103,8 +103,17 @@ def test_admit_prints_the_steps_env_and_makes_the_jobs_folder(host: Host) -> Non
                    "GPUSLICE_CARD_DIR": str(host.tmp / "state" / "cards")}
     st = folder.stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (4321, 8765, 0o700)
+    # The folder is the user's: a link they put at the env file's name is
+    # replaced, never written through, when a second step of the job starts.
+    target = host.tmp / "roots-file"
+    target.write_text("root's\n")
+    (folder / "slurm.env").unlink()
+    (folder / "slurm.env").symlink_to(target)
     # A second step of the job shares the row: admitted again, booked once.
     assert host.run(*args[:5], "batch", *args[6:]).returncode == 0
+    assert target.read_text() == "root's\n"
+    assert not (folder / "slurm.env").is_symlink()
+    assert "GPUSLICE_MEMORY_LIMIT=8192MiB" in (folder / "slurm.env").read_text()
     status = host.run("status")
     assert status.stdout.count("slurm-9") == 1 and "job 9.0 bob" in status.stdout, status.stdout
     # Released only by the slurmstepd that holds it, then for good.
@@ -125,3 +134,29 @@ def test_no_container_may_take_a_slurm_jobs_id(tmp_path: Path, driver_root: Path
     assert res.returncode == 2
     assert "starts with \"slurm-\", which gpuslice keeps for Slurm jobs' slices" in err(res)
     assert not any(node.held().values())
+
+
+def test_bind_takes_gpuslices_paths_and_env_only_for_the_jobs_own_folder(host: Host) -> None:
+    """`gpuslice slurm bind` (oci.conf's RunTimeRun): the job's folder must be
+    the container user's; of its env file only LD_PRELOAD and GPUSLICE_*; the
+    binds are the configuration's paths, whatever an env says."""
+    from ocihook import config as config_mod
+    from ocihook.slurm import container
+
+    cfg = config_mod.load(str(host.config))
+    doc = {"process": {"user": {"uid": 4321}, "env": ["LD_PRELOAD=/mine.so", "A=1"]}}
+    assert not container.edit(cfg, doc, 9)  # no folder: a step without shards
+    folder = host.tmp / "state" / "containers" / "slurm-9"
+    folder.mkdir(parents=True)
+    (folder / "slurm.env").write_text(f"LD_PRELOAD={host.shim}\nGPUSLICE_MEMORY_LIMIT=4096MiB\n"
+                                      "PATH=/evil\n")
+    with pytest.raises(container.BindError, match=r"belongs to uid 0, the container runs as "
+                                                 r"uid 4321"):
+        container.edit(cfg, doc, 9)
+    os.chown(folder, 4321, 4321)
+    assert container.edit(cfg, doc, 9)
+    env = doc["process"]["env"]
+    assert f"LD_PRELOAD={host.shim} /mine.so" in env and "GPUSLICE_MEMORY_LIMIT=4096MiB" in env
+    assert "A=1" in env and not any(e.startswith("PATH=") for e in env)
+    assert [m["source"] for m in doc["mounts"]] == [str(host.shim), cfg.card_dir(), str(folder)]
+    assert [m["options"][1] for m in doc["mounts"]] == ["ro", "ro", "rw"]

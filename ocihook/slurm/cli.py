@@ -111,3 +111,31 @@ def gres_cmd(node: Optional[str], write_path: Optional[str], check_path: Optiona
             click.echo("\n".join(gres.block(cfg, node)))
     except (gres.GresError, OSError) as e:
         fail(str(e))
+
+
+@slurm_group.command("bind", context_settings={"ignore_unknown_options": True},
+                     epilog=_examples("gpuslice slurm bind --bundle %b --job %j -- runc run "
+                                      "%n.%u.%j.%s.%t -b %b"))
+@click.option("--bundle", required=True, metavar="DIR", help="the bundle Slurm made (%b)")
+@click.option("--job", type=click.IntRange(1), required=True, help="Slurm job id (%j)")
+@click.argument("runtime", nargs=-1, type=click.UNPROCESSED, required=True)
+def bind_cmd(bundle: str, job: int, runtime: "tuple[str, ...]") -> None:
+    """Bind the shim into a step's container, run it.
+
+    oci.conf's RunTimeRun: the shim, the card files and the job's folder are
+    bound into the bundle's container and the step's env added, then RUNTIME
+    (runc run ...) is run."""
+    import os
+
+    from ocihook.slurm import container
+
+    cfg = _config()
+    try:
+        container.bind(cfg, bundle, job)
+    except (container.BindError, OSError) as e:
+        fail(str(e))
+    try:
+        os.execvp(runtime[0], list(runtime))
+    except OSError as e:
+        fail(f"{runtime[0]}: cannot run the container runtime ({e.strerror}); check "
+             "RunTimeRun in oci.conf")

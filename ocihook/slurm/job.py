@@ -125,6 +125,7 @@ def admit(cfg: Config, step: Step) -> Slice:
         raise JobError(f"job {step.job} ({ask}): {_hook_line(res.stderr)}",
                        refused=res.returncode == 1)
     _make_dir(cfg, step)
+    _write_env(cfg, step, sl)
     return sl
 
 
@@ -138,6 +139,29 @@ def _make_dir(cfg: Config, step: Step) -> None:
     except FileExistsError:
         return
     os.chown(path, step.uid, step.gid)
+
+
+# In the job's folder: the env for its container steps (container.py); the
+# hook removes it with the folder.
+ENV_FILE = cheader.string("GPUSLICE_STEP_ENV_FILE")
+
+
+def _write_env(cfg: Config, step: Step, sl: Slice) -> None:
+    """The step's env as NAME=value lines in the job's folder: Slurm 22.05
+    gives a container step (srun --container) its own env, not the one the
+    plugin set, so `gpuslice slurm bind` adds these."""
+    path = os.path.join(statedir.container_dir(cfg.state_dir, container_id(step.job)), ENV_FILE)
+    # The folder is the job user's: what is at this name may be theirs (a
+    # link to a file of root's). Root removes it and makes a new file, never
+    # following a link; no temporary name, since the hook removes only the
+    # names statedir.h lists.
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(f"{k}={v}\n" for k, v in env(cfg, step, sl).items()))
 
 
 def env(cfg: Config, step: Step, sl: Slice) -> Dict[str, str]:

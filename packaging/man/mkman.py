@@ -101,6 +101,11 @@ DETAILS: Dict[str, List[str]] = {
                       "(with --pid) and in the job's epilog (without)."],
     "slurm gres": ["One gpu and one shard line per card of the CDI spec, in index order, "
                    "between two marker lines; other lines of the file are kept."],
+    "slurm bind": ["For `srun --container`: oci.conf's RunTimeRun. Binds only the "
+                   "configuration's shim_path, the card files and the job's folder (when it "
+                   "belongs to the container's user), and adds LD_PRELOAD and GPUSLICE_* from "
+                   "that folder's slurm.env to the container's env; a step without shards is "
+                   "left as it is."],
 }
 
 # FILES entries, and which pages name which.
@@ -141,6 +146,7 @@ SEE_ALSO: Dict[str, List[str]] = {
     "release": ["gpuslice-hook(8)"], "gc": ["gpuslice-hook(8)"], "resize": ["gpuslice-hook(8)"],
     "slurm": ["slurmd(8)", "gres.conf(5)"], "slurm admit": ["gpuslice-hook(8)"],
     "slurm release": ["gpuslice-hook(8)"], "slurm gres": ["gres.conf(5)", "slurm.conf(5)"],
+    "slurm bind": ["oci.conf(5)", "runc(8)"],
 }
 
 EXIT_STATUS = ("0 on success; 1 when a check finds a difference or a request is refused; "
