@@ -99,6 +99,8 @@ if [ "$with_tests" = 1 ]; then
   # needs gRPC, protobuf and msgpack; its tests build HashiCorp's go-plugin
   # client (tests/nomad_client) offline from Debian's Go packages, with protoc.
   # man-db and groff-base render the man pages in tests/test_manpages.py.
+  # tests/test_slurm.py starts a real munged, slurmctld and slurmd (Debian 12:
+  # Slurm 22.05) and builds the SPANK plugin against libslurm-dev's spank.h.
   # --no-install-recommends is enough: podman's
   # recommends serve rootless use and images, which the tests do not need.
   apt-get install -y -q --no-install-recommends \
@@ -112,7 +114,8 @@ if [ "$with_tests" = 1 ]; then
     python3-grpcio python3-protobuf python3-msgpack protobuf-compiler golang-go \
     golang-github-hashicorp-go-plugin-dev golang-google-grpc-dev golang-goprotobuf-dev \
     golang-github-zclconf-go-cty-dev \
-    rpm lintian rpmlint man-db groff-base </dev/null
+    rpm lintian rpmlint man-db groff-base \
+    munge slurmctld slurmd slurm-client libslurm-dev </dev/null
 fi
 
 if [ "$with_tests" = 1 ]; then
@@ -126,6 +129,13 @@ if [ "$with_tests" = 1 ]; then
   install -m 0755 native/hook/build/gpuslice-hook native/hook/build/gpuslice-runtime "$scripts/"
 else
   python3 -m pip install "${pip_args[@]}" . </dev/null  # builds and ships the shim
+fi
+
+# The Slurm SPANK plugin (docs/slurm.md), where Slurm's headers are
+# (libslurm-dev): plugstack.conf names it by this path.
+if [ -e /usr/include/slurm/spank.h ]; then
+  make -s -C native/slurm
+  install -D -m 0644 native/slurm/build/spank_gpuslice.so /usr/lib/gpuslice/spank_gpuslice.so
 fi
 
 # The man pages (man gpuslice, man gpuslice-resize, ...) where man looks for

@@ -489,6 +489,11 @@ def card_enable(state: State, card: str) -> None:
         acct.close()
 
 
+from ocihook.slurm.cli import slurm_group  # noqa: E402 (its commands use the group above)
+
+cli.add_command(slurm_group)
+
+
 def main() -> None:
     cli(prog_name="gpuslice")
 

@@ -96,6 +96,8 @@ class Config:
     # Where the engines keep their containers' names (ocihook/engine_names.py).
     podman_storage: str = "/var/lib/containers/storage"
     docker_root: str = "/var/lib/docker"
+    slurm_shards: int = 8  # gres/shard count of each card (docs/slurm.md)
+    slurm_cores: bool = False  # a job of k shards also gets a k/N compute cap
     source: Optional[str] = None  # the file it came from; None for built-in defaults
 
     def card_dir(self) -> str:
@@ -139,6 +141,8 @@ class Config:
             "runtime_path": self.runtime_path,
             "podman_storage": self.podman_storage,
             "docker_root": self.docker_root,
+            "slurm_shards": self.slurm_shards,
+            "slurm_cores": self.slurm_cores,
         }
 
 
@@ -288,7 +292,8 @@ def from_document(doc: Any, source: str) -> Config:
     cfg = Config(source=source)
     for key in ("cdi_kind", "spec_dir", "driver_root", "dev_root", "state_dir", "database",
                 "placement", "preload", "shim_path", "hook_path", "runtime_path",
-                "podman_storage", "docker_root"):
+                "podman_storage", "docker_root",
+                "slurm_shards", "slurm_cores"):
         if key in doc:
             setattr(cfg, key, doc[key])
     if "memory_overcommit" in doc:

@@ -210,6 +210,8 @@ def _normal(path: str) -> str:
     # Debian 12's packages still ship /lib/systemd (merged /usr makes it
     # /usr/lib); the Python folder is each distribution's own.
     path = re.sub(r"^/lib/", "/usr/lib/", path)
+    # Each distribution's Slurm plugin folder (docs/slurm.md).
+    path = re.sub(r"^(/usr/lib/[^/]+/slurm-wlm|/usr/lib64/slurm)/", "SLURM_PLUGINS/", path)
     return re.sub(r"^/usr/lib/python3(\.\d+)?/(dist|site)-packages/", "SITE/", path)
 
 
@@ -276,6 +278,7 @@ def test_rpm_has_the_debs_layout_and_scriptlets(packages: Packages) -> None:
                  "/usr/libexec/gpuslice/nvidia-driver-present"):
         assert deb[path] == "-rwxr-xr-x", (path, deb[path])
     assert deb[SHIM] == "-rw-r--r--"
+    assert deb["SLURM_PLUGINS/spank_gpuslice.so"] == "-rw-r--r--"
     # The rpm also owns the state folders (the deb's postinst makes them).
     rpm_all = rpm_files(packages.rpm)
     assert rpm_all["/var/lib/gpuslice"] == "drwx------" and "/run/gpuslice" in rpm_all

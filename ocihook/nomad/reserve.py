@@ -36,7 +36,7 @@ from typing import List, Optional, Sequence, Set, Tuple
 from cdi.registry import Registry, ResolveError
 from cdi import names
 from cdi.slice_env import slice_env
-from ocihook import cheader
+from ocihook import cheader, hookcall
 from ocihook.cdi_cache import spec_dirs
 from ocihook.config import Config
 from ocihook.nomad.offers import Instance
@@ -46,7 +46,6 @@ CLAIM_ENV = cheader.string("GPUSLICE_CLAIM_ENV")
 DRIVER_VERSION_ENV = cheader.string("GPUSLICE_ENV_DRIVER_VERSION")
 CLAIM_ID_PREFIX = cheader.string("GPUSLICE_CLAIM_ID_PREFIX")
 TOKEN_BYTES = cheader.constant("GPUSLICE_CLAIM_TOKEN_LEN") // 2
-HOOK_TIMEOUT_S = 60  # the hook waits up to 30 s for the database's lock
 
 
 class ReserveError(RuntimeError):
@@ -68,20 +67,10 @@ def claim_id(token: str) -> str:
 
 
 def _hook(cfg: Config, args: Sequence[str]) -> "subprocess.CompletedProcess[str]":
-    argv = [cfg.hook_path, *args, *cfg.hook_common_args()]
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-    except OSError as e:
-        raise ReserveError(f"{cfg.hook_path}: cannot run gpuslice-hook ({e.strerror}); check "
-                           "the configuration key hook_path") from None
-    except subprocess.TimeoutExpired:
-        raise ReserveError(f"{cfg.hook_path} gave no answer within {HOOK_TIMEOUT_S} s") from None
+    return hookcall.run(cfg, args, ReserveError)
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "(no message)"
+_last_line = hookcall.last_line
 
 
 def admit(cfg: Config, inst: Instance, token: str) -> None:

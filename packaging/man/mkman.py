@@ -89,6 +89,23 @@ DETAILS: Dict[str, List[str]] = {
                          "--containerd-version. Restart containerd afterwards."],
     "setup podman": ["Podman reads /etc/cdi and /var/run/cdi itself; a spec_dir elsewhere "
                      "is added to containers.conf's cdi_spec_dirs."],
+    "slurm": ["Jobs that ask for --gres=shard:k get k of a card's slurm_shards shards as a "
+              "hard memory slice (and a compute cap with slurm_cores). gpuslice's SPANK "
+              "plugin runs the admit and release commands in each step's slurmstepd; "
+              "/usr/share/doc/gpuslice/slurm.md tells the setup."],
+    "slurm admit": ["Run by the SPANK plugin, as root, in the step's slurmstepd. The slice "
+                    "is held as slurm-JOB by that slurmstepd's pid; later steps of the job "
+                    "share it. A refusal is one line on standard error, which the plugin "
+                    "prints in the job's output."],
+    "slurm release": ["Run by the SPANK plugin at the end of the step that holds the slice "
+                      "(with --pid) and in the job's epilog (without)."],
+    "slurm gres": ["One gpu and one shard line per card of the CDI spec, in index order, "
+                   "between two marker lines; other lines of the file are kept."],
+    "slurm bind": ["For `srun --container`: oci.conf's RunTimeRun. Binds only the "
+                   "configuration's shim_path, the card files and the job's folder (when it "
+                   "belongs to the container's user), and adds LD_PRELOAD and GPUSLICE_* from "
+                   "that folder's slurm.env to the container's env; a step without shards is "
+                   "left as it is."],
 }
 
 # FILES entries, and which pages name which.
@@ -127,6 +144,9 @@ SEE_ALSO: Dict[str, List[str]] = {
     "setup containerd": ["gpuslice-runtime(8)", "containerd(8)"],
     "setup podman": ["containers.conf(5)", "podman-run(1)"],
     "release": ["gpuslice-hook(8)"], "gc": ["gpuslice-hook(8)"], "resize": ["gpuslice-hook(8)"],
+    "slurm": ["slurmd(8)", "gres.conf(5)"], "slurm admit": ["gpuslice-hook(8)"],
+    "slurm release": ["gpuslice-hook(8)"], "slurm gres": ["gres.conf(5)", "slurm.conf(5)"],
+    "slurm bind": ["oci.conf(5)", "runc(8)"],
 }
 
 EXIT_STATUS = ("0 on success; 1 when a check finds a difference or a request is refused; "

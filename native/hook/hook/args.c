@@ -24,7 +24,7 @@ static const char *const usages[] = {
     "gpuslice-hook gc --database DB --state-dir DIR",
     "gpuslice-hook admit --database DB --state-dir DIR --id CID --device NAME "
     "[--card UUID]... [--exclusive] [--memory-mib N [--slices N]] [--cores N] "
-    "[--priority " GPUSLICE_PRIORITY_CHOICES "] [--pid N [--pid-start T]] [--runtime NAME]",
+    "[--priority " GPUSLICE_PRIORITY_CHOICES "] [--pid N [--pid-start T]] [--runtime NAME] [--name TEXT]",
     "gpuslice-hook resize --database DB --state-dir DIR --id CID --device NAME "
     "[--memory-mib N] [--cores N]",
     "gpuslice-hook room --database DB [--state-dir DIR] [--profile MIB:CORES]...",
@@ -77,6 +77,8 @@ static const struct {
     [O_RUNTIME] = {"--runtime", 1, V_ADMIT},
     [O_SLICES] = {"--slices", 1, REQUEST_VERBS},
     [O_PROFILE] = {"--profile", 1, V_ROOM},
+    /* What an engine without a bundle (Slurm) calls the holder; shown by status. */
+    [O_NAME] = {"--name", 1, V_ADMIT},
 };
 
 /* The policy options of gpuslice-hook before schema 3: a spec that still
@@ -386,6 +388,8 @@ static int check_values(struct gs_args *a)
     }
     if (v[O_RUNTIME] && !gs_runtime_name_ok(v[O_RUNTIME]))
         return bad_value(O_RUNTIME, v[O_RUNTIME], "is not 1-32 letters, digits, '_', '.', '-'");
+    if (v[O_NAME] && strlen(v[O_NAME]) > 256)
+        return bad_value(O_NAME, v[O_NAME], "is over 256 bytes");
     return GS_OK;
 }
 

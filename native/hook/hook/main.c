@@ -64,6 +64,7 @@ static size_t build_requests(const struct gs_args *a, const char *cid, const int
             .pid_start = pid_start,
             .runtime = runtime,
             .slices = a->slices,
+            .name = a->value[O_NAME],
         };
     }
     *out = reqs;

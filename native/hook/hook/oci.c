@@ -81,15 +81,24 @@ int gs_parse_state(const char *data, size_t n, struct gs_state *out)
         fail_value("container id", &v, "in the OCI state " ID_RULE);
         goto out;
     }
-    if (len >= strlen(GPUSLICE_CLAIM_ID_PREFIX) &&
-        memcmp(id, GPUSLICE_CLAIM_ID_PREFIX, strlen(GPUSLICE_CLAIM_ID_PREFIX)) == 0) {
-        /* The plugin's reservations are named so (claim.h): a container
-         * whose starter picked such an id (runc, ctr) would pass for one. */
-        free(id);
-        fail_value("container id", &v, "in the OCI state starts with \"" GPUSLICE_CLAIM_ID_PREFIX
-                   "\", which gpuslice keeps for gpuslice-nomad-device's reservations; start "
-                   "the container under another id");
-        goto out;
+    /* Ids gpuslice keeps for holders without a container (claim.h): the
+     * plugin's reservations and Slurm's jobs. A container whose starter
+     * picked such an id (runc, ctr) would pass for one. */
+    static const char *const kept[][2] = {
+        {GPUSLICE_CLAIM_ID_PREFIX, "gpuslice-nomad-device's reservations"},
+        {GPUSLICE_SLURM_ID_PREFIX, "Slurm jobs' slices"},
+    };
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+        size_t n = strlen(kept[i][0]);
+        if (len >= n && memcmp(id, kept[i][0], n) == 0) {
+            free(id);
+            struct gs_str rule = {0};
+            gs_str_addf(&rule, "in the OCI state starts with \"%s\", which gpuslice keeps for "
+                        "%s; start the container under another id", kept[i][0], kept[i][1]);
+            fail_value("container id", &v, gs_str_cstr(&rule));
+            gs_str_free(&rule);
+            goto out;
+        }
     }
     out->id = id;
     if (gs_json_member(&doc, "pid", &v) && v.type != GS_JSON_NULL) {

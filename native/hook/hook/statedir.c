@@ -161,7 +161,7 @@ fail:
 void gs_remove_container_dir(const char *state_dir, const char *cid)
 {
     static const char *const files[] = {GPUSLICE_PLACEMENT_FILE, PLACEMENT_TMP,
-                                        GPUSLICE_REGION_FILE};
+                                        GPUSLICE_REGION_FILE, GPUSLICE_STEP_ENV_FILE};
     char *parent = gs_path_join(state_dir, GPUSLICE_CONTAINERS_DIR);
     int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     free(parent);

@@ -17,4 +17,10 @@
 #define GPUSLICE_CLAIM_ID_PREFIX "claim-"
 #define GPUSLICE_CLAIM_TOKEN_LEN 32
 
+/* A Slurm job's slice (ocihook/slurm/job.py, docs/slurm.md), held with no
+ * container at all under this prefix + the job id; like a claim's, no
+ * container may take such an id, or it would pass for the job (and the
+ * job's epilog would release it). */
+#define GPUSLICE_SLURM_ID_PREFIX "slurm-"
+
 #endif

@@ -26,6 +26,11 @@
  * atomically), read by the shim, which takes a line only if it is exactly
  * that form. Never longer than this. */
 #define GPUSLICE_PLACEMENT_FILE "placement"
+
+/* A Slurm job's env for its container steps (ocihook/slurm/job.py writes it
+ * at admission, `gpuslice slurm bind` reads it): "NAME=value\n" lines. The
+ * hook removes it with the folder, at release and gc. */
+#define GPUSLICE_STEP_ENV_FILE "slurm.env"
 #define GPUSLICE_PLACEMENT_MAX_BYTES 65536
 
 #endif
