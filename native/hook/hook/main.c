@@ -31,7 +31,7 @@
 #include "procs.h"
 #include "regionlimits.h"
 #include "rootfs.h"
-#include "statedir.h"
+#include "containerdir.h"
 #include "userns.h"
 #include "util.h"
 #include "version.h"
@@ -142,14 +142,14 @@ static int cmd_admit(const struct gs_args *a)
  * slices have one profile, so one figure caps each of its devices. */
 static int write_caps(const char *state_dir, const char *cid, const struct gs_reservations *held)
 {
-    struct gs_region_hold h;
-    int rc = gs_region_take(state_dir, cid, &h);
+    struct gs_caps_hold h;
+    int rc = gs_caps_take(state_dir, cid, &h);
     if (rc != GS_OK) {
-        gs_region_drop(&h);
+        gs_caps_leave(&h);
         return rc;
     }
     const struct gs_reservation *r = &held->v[0];
-    return gs_region_set(&h, (long long)r->memory_mib, (long long)r->cores, r->priority);
+    return gs_caps_write(&h, (long long)r->memory_mib, (long long)r->cores, r->priority);
 }
 
 /* After admission: the state dir (fresh for a container that held nothing
@@ -345,8 +345,8 @@ static int cmd_resize(const struct gs_args *a)
     struct gs_acct *acct;
     if (gs_acct_open(a->value[O_DATABASE], &acct) != GS_OK)
         return GS_ERROR;
-    struct gs_region_hold h;
-    int rc = gs_region_take(a->value[O_STATE_DIR], cid, &h);
+    struct gs_caps_hold h;
+    int rc = gs_caps_take(a->value[O_STATE_DIR], cid, &h);
     struct gs_reservations before = {0}, after = {0};
     const struct gs_resize req = {
         .container_id = cid,
@@ -359,7 +359,7 @@ static int cmd_resize(const struct gs_args *a)
     gs_acct_close(acct);
     if (rc == GS_OK) {
         const struct gs_reservation *o = &before.v[0], *r = &after.v[0];
-        rc = gs_region_set(&h, (long long)r->memory_mib, (long long)r->cores, r->priority);
+        rc = gs_caps_write(&h, (long long)r->memory_mib, (long long)r->cores, r->priority);
         if (rc != GS_OK) {
             char *why = gs_message_take();
             gs_fail("the accountant holds the new slice, but %s", why);
@@ -371,7 +371,7 @@ static int cmd_resize(const struct gs_args *a)
                    r->card_uuid);
         }
     } else {
-        gs_region_drop(&h);
+        gs_caps_leave(&h);
         if (rc == GS_NO)
             rc = refused(cid);
     }

@@ -22,7 +22,7 @@
 #include "gpuslice/c/region_rules.h"
 #include "gpuslice/region.h"
 #include "gpuslice/statedir.h"
-#include "statedir.h"
+#include "containerdir.h"
 #include "util.h"
 
 #define REGION_SIZE sizeof(struct gpuslice_region)
@@ -87,8 +87,8 @@ static int all_zero(const unsigned char *p, size_t n)
 
 /* With the file mapped and flock'ed: a region in use gets its mutex taken
  * and its usage read; one nobody made yet (magic 0, or a header on a lock
- * of zeros: the shim makes such a body anew) is left to gs_region_set. */
-static int lock_and_read(struct gs_region_hold *h)
+ * of zeros: the shim makes such a body anew) is left to gs_caps_write. */
+static int lock_and_read(struct gs_caps_hold *h)
 {
     struct gpuslice_region *r = h->map;
     unsigned magic = __atomic_load_n(&r->magic, __ATOMIC_ACQUIRE);
@@ -126,7 +126,7 @@ static int lock_and_read(struct gs_region_hold *h)
     return GS_OK;
 }
 
-int gs_region_take(const char *state_dir, const char *cid, struct gs_region_hold *h)
+int gs_caps_take(const char *state_dir, const char *cid, struct gs_caps_hold *h)
 {
     memset(h, 0, sizeof *h);
     h->fd = -1;
@@ -171,7 +171,7 @@ int gs_region_take(const char *state_dir, const char *cid, struct gs_region_hold
         return gs_fail_path(h->path, "is not a regular file of one link, as libgpuslice.so "
                                      "makes a region; not touched");
     if (st.st_size == 0)
-        return GS_OK; /* made, not sized yet: gs_region_set makes it */
+        return GS_OK; /* made, not sized yet: gs_caps_write makes it */
     if (st.st_size != (off_t)REGION_SIZE)
         return gs_fail("%s: %lld bytes, a region of this gpuslice has %zu: the container's "
                        "processes run another libgpuslice.so; restart the container with this "
@@ -193,7 +193,7 @@ int gs_region_take(const char *state_dir, const char *cid, struct gs_region_hold
 
 /* A region made by the host, as gs_region_init in the shim makes one, and
  * the container's user's, as if its first process had made it. */
-static int make_region(struct gs_region_hold *h, unsigned long long limit, unsigned cores,
+static int make_region(struct gs_caps_hold *h, unsigned long long limit, unsigned cores,
                        unsigned priority)
 {
     if ((geteuid() == 0 && fchown(h->fd, h->owner, h->group) != 0) ||
@@ -215,11 +215,11 @@ static int make_region(struct gs_region_hold *h, unsigned long long limit, unsig
     return GS_OK;
 }
 
-int gs_region_set(struct gs_region_hold *h, long long limit_mib, long long cores,
+int gs_caps_write(struct gs_caps_hold *h, long long limit_mib, long long cores,
                   const char *priority)
 {
     if (h->fd < 0) {
-        gs_region_drop(h);
+        gs_caps_leave(h);
         return GS_OK;
     }
     guard_on();
@@ -228,7 +228,7 @@ int gs_region_set(struct gs_region_hold *h, long long limit_mib, long long cores
         h->locked = 0;
         int cut = gs_fail_path(h->path, "was cut short while written; its processes keep "
                                         "the limits they had");
-        gs_region_drop(h);
+        gs_caps_leave(h);
         return cut;
     }
     unsigned long long limit = (unsigned long long)limit_mib << 20;
@@ -245,11 +245,11 @@ int gs_region_set(struct gs_region_hold *h, long long limit_mib, long long cores
         }
     }
     guard_off();
-    gs_region_drop(h);
+    gs_caps_leave(h);
     return rc;
 }
 
-void gs_region_drop(struct gs_region_hold *h)
+void gs_caps_leave(struct gs_caps_hold *h)
 {
     if (h->map) {
         guard_on();

@@ -15,7 +15,7 @@
 /* How long the hook waits for the region's locks before it gives up. */
 #define GS_REGION_WAIT_MS 2000
 
-struct gs_region_hold {
+struct gs_caps_hold {
     int fd;                        /* the region file, flock'ed; -1: none */
     void *map;                     /* NULL: none yet (a file the shim has not sized) */
     int locked;                    /* the region's mutex is ours */
@@ -25,21 +25,21 @@ struct gs_region_hold {
 };
 
 /* Take the region of container cid (<state_dir>/containers/<cid>/region),
- * making an empty file if there is none (gs_region_set makes the region in
+ * making an empty file if there is none (gs_caps_write makes the region in
  * it; dropped instead, a process of the container will), and hold its
- * locks until gs_region_set or gs_region_drop: the shim's processes
+ * locks until gs_caps_write or gs_caps_leave: the shim's processes
  * allocate nothing meanwhile, so used_bytes stays true. GS_OK or GS_ERROR
  * with the line. */
-int gs_region_take(const char *state_dir, const char *cid, struct gs_region_hold *h);
+int gs_caps_take(const char *state_dir, const char *cid, struct gs_caps_hold *h);
 
 /* Every device's cap to limit_mib MiB and cores percent (0: none): the
  * accountant's row, at the container's create and after a resize; a region
  * not made yet is made with them (and priority, a GPUSLICE_PRIORITY_*_WORD),
  * so its processes find them. Then lets go. */
-int gs_region_set(struct gs_region_hold *h, long long limit_mib, long long cores,
+int gs_caps_write(struct gs_caps_hold *h, long long limit_mib, long long cores,
                   const char *priority);
 
 /* Let go, changing nothing. */
-void gs_region_drop(struct gs_region_hold *h);
+void gs_caps_leave(struct gs_caps_hold *h);
 
 #endif

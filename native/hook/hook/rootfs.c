@@ -15,7 +15,7 @@
 
 #include "gpuslice/statedir.h"
 #include "json.h"
-#include "statedir.h"
+#include "containerdir.h"
 #include "util.h"
 
 #define DIR_PATH_FLAGS (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)

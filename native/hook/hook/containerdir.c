@@ -2,7 +2,7 @@
  * The container's state dir on the host and the host's card dir (see
  * statedir.h): made, placed, removed, fd by fd.
  */
-#include "statedir.h"
+#include "containerdir.h"
 
 #include <errno.h>
 #include <fcntl.h>

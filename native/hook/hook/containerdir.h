@@ -4,8 +4,8 @@
  * card files in <state-dir>/cards. Made and removed without following a
  * link, never recursively.
  */
-#ifndef GS_STATEDIR_H
-#define GS_STATEDIR_H
+#ifndef GS_CONTAINERDIR_H
+#define GS_CONTAINERDIR_H
 
 #include <stdint.h>
 #include <sys/types.h>
