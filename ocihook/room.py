@@ -12,14 +12,13 @@ once, the plugin once a fingerprint, neither on a container's start.
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
 from cdi.profiles import Profile
+from ocihook import hookcall
 from ocihook.config import Config
 
-TIMEOUT_S = 30  # the hook waits up to 30 s for a writer's lock (GS_BUSY_TIMEOUT_MS)
 
 
 class RoomError(RuntimeError):
@@ -41,20 +40,12 @@ class CardRoom:
 
 def read(cfg: Config, profiles: Sequence[Profile] = ()) -> Dict[str, CardRoom]:
     """Every card the accountant knows, by uuid; fits follows profiles' order."""
-    argv = [cfg.hook_path, "room", *cfg.hook_common_args()]
+    args = ["room"]
     for p in profiles:
-        argv += ["--profile", f"{p.memory_mib}:{p.cores or 0}"]
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S,
-                             stdin=subprocess.DEVNULL)
-    except OSError as e:
-        raise RoomError(f"cannot run {cfg.hook_path}: {e.strerror}; is gpuslice-hook "
-                        "installed (configuration key hook_path)?") from None
-    except subprocess.TimeoutExpired:
-        raise RoomError(f"{cfg.hook_path} room gave no answer within {TIMEOUT_S} s") from None
+        args += ["--profile", f"{p.memory_mib}:{p.cores or 0}"]
+    res = hookcall.run(cfg, args, RoomError)
     if res.returncode != 0:
-        lines = [line for line in res.stderr.splitlines() if line.strip()]
-        raise RoomError(lines[-1] if lines else
+        raise RoomError(hookcall.last_line(res.stderr) if res.stderr.strip() else
                         f"{cfg.hook_path} room failed (exit status {res.returncode})")
     try:
         doc = json.loads(res.stdout)
