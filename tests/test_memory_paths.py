@@ -8,7 +8,6 @@ host (tests/gpu/check_memory_paths.py).
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
