@@ -70,7 +70,7 @@ if [ -n "$remove" ]; then
   done
   python3 -m pip uninstall "${pip_args[@]}" -y gpuslice </dev/null || true
   rm -f "$scripts/gpuslice-hook" "$scripts/gpuslice-runtime"  # --with-tests copies them there
-  rm -f /usr/lib/gpuslice/libgpuslice.so
+  rm -f /usr/lib/gpuslice/libgpuslice.so /usr/lib/gpuslice/spank_gpuslice.so
   rmdir /usr/lib/gpuslice 2>/dev/null || true
   for page in packaging/man/*.8; do
     rm -f "/usr/local/share/man/man8/$(basename "$page")"
