@@ -12,17 +12,11 @@ from typing import TYPE_CHECKING, List, Optional
 import click
 
 from ocihook import config as config_mod
+from ocihook.clitext import examples
 from ocihook.messages import EXIT_NO, error as fail, error_line, warn
 
 if TYPE_CHECKING:
     from ocihook import accountant
-
-
-def examples(*lines: str) -> str:
-    """A command's epilog: example command lines, kept as written (click
-    rewraps a paragraph unless a \\b line opens it). The man pages
-    (packaging/man/mkman.py) read them back from here."""
-    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

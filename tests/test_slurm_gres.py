@@ -115,7 +115,8 @@ def test_admit_prints_the_steps_env_and_makes_the_jobs_folder(host: Host) -> Non
     assert not (folder / "slurm.env").is_symlink()
     assert "GPUSLICE_MEMORY_LIMIT=8192MiB" in (folder / "slurm.env").read_text()
     status = host.run("status")
-    assert status.stdout.count("slurm-9") == 1 and "job 9.0 bob" in status.stdout, status.stdout
+    assert status.stdout.count("slurm-9") == 1 and "slurm-9 (9.0 bob)" in status.stdout, \
+        status.stdout
     # Released only by the slurmstepd that holds it, then for good.
     other = host.run("slurm", "release", "--job", "9", "--pid", str(os.getpid() + 100000))
     assert other.returncode == 0 and other.stdout == ""

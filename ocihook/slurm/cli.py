@@ -8,6 +8,7 @@ from typing import Optional
 import click
 
 from ocihook.accountant import AccountantError
+from ocihook.clitext import examples
 from ocihook.config import Config
 from ocihook.messages import EXIT_NO, error as fail
 
@@ -18,18 +19,12 @@ def _config() -> Config:
     return cfg
 
 
-def _examples(*lines: str) -> str:
-    from ocihook.cli import examples
-
-    return examples(*lines)
-
-
-@click.group("slurm", epilog=_examples("gpuslice slurm gres --write /etc/slurm/gres.conf"))
+@click.group("slurm", epilog=examples("gpuslice slurm gres --write /etc/slurm/gres.conf"))
 def slurm_group() -> None:
     """Slurm jobs with --gres=shard:k: their slices (docs/slurm.md)."""
 
 
-@slurm_group.command("admit", epilog=_examples(
+@slurm_group.command("admit", epilog=examples(
     "gpuslice slurm admit --job 12 --step batch --uid 1000 --gid 1000 --pid 4242 "
     "--cards 0 --shards 4 --user alice"))
 @click.option("--job", type=click.IntRange(1), required=True, help="Slurm job id")
@@ -63,7 +58,7 @@ def admit_cmd(job: int, step: str, uid: int, gid: int, pid: int, cards: str, sha
         click.echo(f"{key}={value}")
 
 
-@slurm_group.command("release", epilog=_examples("gpuslice slurm release --job 12"))
+@slurm_group.command("release", epilog=examples("gpuslice slurm release --job 12"))
 @click.option("--job", type=click.IntRange(1), required=True, help="Slurm job id")
 @click.option("--pid", type=click.IntRange(1), default=None,
               help="release only if this slurmstepd holds the slice")
@@ -81,7 +76,7 @@ def release_cmd(job: int, pid: Optional[int]) -> None:
         fail(str(e))
 
 
-@slurm_group.command("gres", epilog=_examples("gpuslice slurm gres --node node1",
+@slurm_group.command("gres", epilog=examples("gpuslice slurm gres --node node1",
                                               "gpuslice slurm gres --check /etc/slurm/gres.conf"))
 @click.option("--node", default=None, help="NodeName= to put on each line")
 @click.option("--write", "write_path", metavar="FILE", default=None,
@@ -114,7 +109,7 @@ def gres_cmd(node: Optional[str], write_path: Optional[str], check_path: Optiona
 
 
 @slurm_group.command("bind", context_settings={"ignore_unknown_options": True},
-                     epilog=_examples("gpuslice slurm bind --bundle %b --job %j -- runc run "
+                     epilog=examples("gpuslice slurm bind --bundle %b --job %j -- runc run "
                                       "%n.%u.%j.%s.%t -b %b"))
 @click.option("--bundle", required=True, metavar="DIR", help="the bundle Slurm made (%b)")
 @click.option("--job", type=click.IntRange(1), required=True, help="Slurm job id (%j)")

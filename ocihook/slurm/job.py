@@ -167,12 +167,14 @@ def _write_env(cfg: Config, step: Step, sl: Slice) -> None:
 def env(cfg: Config, step: Step, sl: Slice) -> Dict[str, str]:
     """What the step's processes get: the shim preloaded, the slice's caps and
     where the region lives (the plugin puts LD_PRELOAD before the job's own)."""
+    name = cheader.string
     out = {"LD_PRELOAD": cfg.shim_path,
-           "GPUSLICE_MEMORY_LIMIT": f"{sl.memory_mib}MiB",
-           "GPUSLICE_STATE_DIR": statedir.container_dir(cfg.state_dir, container_id(step.job)),
-           "GPUSLICE_CARD_DIR": cfg.card_dir()}
+           name("GPUSLICE_ENV_MEMORY_LIMIT"): f"{sl.memory_mib}MiB",
+           name("GPUSLICE_ENV_STATE_DIR"): statedir.container_dir(cfg.state_dir,
+                                                                  container_id(step.job)),
+           name("GPUSLICE_ENV_CARD_DIR"): cfg.card_dir()}
     if sl.cores:
-        out["GPUSLICE_CORE_LIMIT"] = str(sl.cores)
+        out[name("GPUSLICE_ENV_CORE_LIMIT")] = str(sl.cores)
     return out
 
 

@@ -250,10 +250,10 @@ def _usage_args(cmd: click.Command) -> str:
 
 
 def _examples(cmd: click.Command) -> List[str]:
-    """The example lines of the epilog that ocihook.cli.examples made."""
+    """The example lines of the epilog that ocihook.clitext.examples made."""
     lines = [line[2:] for line in (cmd.epilog or "").splitlines() if line.startswith("  ")]
     if not lines:
-        raise SystemExit(f"mkman: {cmd.name}: no examples in its epilog (ocihook.cli.examples)")
+        raise SystemExit(f"mkman: {cmd.name}: no examples in its epilog (ocihook.clitext.examples)")
     return [".PP", ".RS 4", ".nf", *(("\\&" + _escape(line)) for line in lines), ".fi", ".RE"]
 
 
