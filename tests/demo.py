@@ -78,7 +78,8 @@ def demo(work: Path) -> int:
         (work / "host").mkdir()
         host = Host(work / "host", driver_root, [fake_gpu(0, memory_mib=16384)],
                     spec_dir=podman.cdi_dir,
-                    extra_config="  - {name: 8g, memory: 8GiB}\n  - {name: 6g, memory: 6GiB}\n")
+                    extra_config="  - {name: 8g, memory: 8GiB}\n  - {name: 6g, memory: 6GiB}\n"
+                                 f"podman_storage: {podman.root}\n")  # names from its store
         host.use_real_hook()
         shim = REPO / "native" / "shim" / "build" / "libgpuslice.so"
         host.config.write_text(host.config.read_text().replace(f"shim_path: {host.shim}",

@@ -22,4 +22,6 @@ def test_the_demo_shows_gpuslice_working() -> None:
     assert ": 0-4g: card 0 (GPU-000000a0-1111-2222-3333-000000000000) has 2048 MiB free of " \
            "16384 MiB, 4096 MiB asked; stop a container on it or ask for less" in out
     assert "14336 of 16384 MiB reserved" in out
+    assert " (inference)  0-8g       8192 MiB; 5888 MiB used" in out
+    assert " (trainer)  0-6g       6144 MiB; 0 MiB used" in out
     assert out.rstrip().endswith("gpuslice works here.")
