@@ -151,6 +151,17 @@ def busybox_rootfs(dest: Path, busybox: str = BUSYBOX) -> Path:
     return dest
 
 
+
+def runc_bundle(bundle: Path) -> "tuple[str, Dict[str, Any]]":
+    """A bundle for the real runc at *bundle*: busybox's root file system and
+    the config.json `runc spec` writes; (runc's path, that config)."""
+    runc = shutil.which("runc")
+    assert runc, "runc missing: install.sh --with-tests installs it"
+    bundle.mkdir()
+    busybox_rootfs(bundle / "rootfs")
+    subprocess.run([runc, "spec"], cwd=bundle, check=True)
+    return runc, json.loads((bundle / "config.json").read_text())
+
 def _toml_str(value: Union[str, Path]) -> str:
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 

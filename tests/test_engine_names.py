@@ -11,23 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fakehost import Host, fake_gpu
+from fakehost import Host
 from ocihook import engine_names
-from podman_harness import podman_fixture
-
-podman = podman_fixture()
-
-
-@pytest.fixture
-def node(tmp_path: Path, driver_root: Path, fakedriver: Path, podman) -> Host:
-    (tmp_path / "host").mkdir()
-    h = Host(tmp_path / "host", driver_root, [fake_gpu(0, memory_mib=16384)],
-             spec_dir=podman.cdi_dir,
-             extra_config=f"  - {{name: 6g, memory: 6GiB}}\npodman_storage: {podman.root}\n")
-    h.use_real_hook()
-    res = h.run("cdi", "generate")
-    assert res.returncode == 0, res.stderr
-    return h
+from test_podman_admission import node, podman  # noqa: F401  (fixtures: Podman's store named)
 
 
 def start(podman, name: str, device: str) -> str:

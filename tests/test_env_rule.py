@@ -8,7 +8,6 @@ other entry of it behind."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import List
 
 import pytest
 
-from podman_harness import busybox_rootfs
+from podman_harness import runc_bundle
 from test_cdi_apply import KIND, Rig, applied, base_config, spec
 from test_shim import GIB, PROGS_DIR, Shim, Variant, results, value_of
 
@@ -25,13 +24,8 @@ MIB = 1 << 20
 
 def test_runc_gives_the_process_the_last_entry(tmp_path: Path) -> None:
     """The fact the rule rests on."""
-    runc = shutil.which("runc")
-    assert runc, "runc missing: install.sh --with-tests installs it"
     bundle = tmp_path / "bundle"
-    bundle.mkdir()
-    busybox_rootfs(bundle / "rootfs")
-    subprocess.run([runc, "spec"], cwd=bundle, check=True)
-    config = json.loads((bundle / "config.json").read_text())
+    runc, config = runc_bundle(bundle)
     config["process"].update(terminal=False, args=["sh", "-c", "env | grep ^WHO="],
                              env=["PATH=/bin", "WHO=a", "WHO=b"])
     (bundle / "config.json").write_text(json.dumps(config))

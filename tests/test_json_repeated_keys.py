@@ -9,13 +9,12 @@ fails."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from podman_harness import busybox_rootfs
+from podman_harness import runc_bundle
 from test_cdi_apply import KIND, Rig, spec
 from test_hook import Node, rows
 
@@ -29,13 +28,8 @@ def repeated(first: object, last: object, key: str, **rest: object) -> bytes:
 
 def test_runc_runs_the_last_process(tmp_path: Path) -> None:
     """The fact the rule rests on, with the real runc."""
-    runc = shutil.which("runc")
-    assert runc, "runc missing: install.sh --with-tests installs it"
     bundle = tmp_path / "bundle"
-    bundle.mkdir()
-    busybox_rootfs(bundle / "rootfs")
-    subprocess.run([runc, "spec"], cwd=bundle, check=True)
-    config = json.loads((bundle / "config.json").read_text())
+    runc, config = runc_bundle(bundle)
     process = dict(config.pop("process"), terminal=False)
     first = dict(process, args=["echo", "first"])
     last = dict(process, args=["echo", "last"])

@@ -26,7 +26,8 @@ def node(tmp_path: Path, driver_root: Path, fakedriver: Path, podman) -> Host:
     (tmp_path / "host").mkdir()
     h = Host(tmp_path / "host", driver_root, [fake_gpu(0, memory_mib=16384)],
              spec_dir=podman.cdi_dir,
-             extra_config="  - {name: 6g, memory: 6GiB}\n")
+             extra_config="  - {name: 6g, memory: 6GiB}\n"
+                          f"podman_storage: {podman.root}\n")  # where Podman keeps names
     h.use_real_hook()
     res = h.run("cdi", "generate")
     assert res.returncode == 0, res.stderr
