@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from fakehost import Host, fake_gpu, make_driver_root  # noqa: E402
+from fakehost import make_driver_root, podman_host  # noqa: E402
 from podman_harness import Podman  # noqa: E402
 
 GIB = 1 << 30
@@ -75,12 +75,8 @@ def demo(work: Path) -> int:
     driver_root = make_driver_root(work / "driver", fake)
     podman = Podman(work / "podman")
     try:
-        (work / "host").mkdir()
-        host = Host(work / "host", driver_root, [fake_gpu(0, memory_mib=16384)],
-                    spec_dir=podman.cdi_dir,
-                    extra_config="  - {name: 8g, memory: 8GiB}\n  - {name: 6g, memory: 6GiB}\n"
-                                 f"podman_storage: {podman.root}\n")  # names from its store
-        host.use_real_hook()
+        host = podman_host(work, driver_root, podman,
+                           "  - {name: 8g, memory: 8GiB}\n  - {name: 6g, memory: 6GiB}\n")
         shim = REPO / "native" / "shim" / "build" / "libgpuslice.so"
         host.config.write_text(host.config.read_text().replace(f"shim_path: {host.shim}",
                                                                f"shim_path: {shim}"))
@@ -89,7 +85,7 @@ def demo(work: Path) -> int:
         say("the real hook, shim and accountant.")
         say()
         say("$ gpuslice cdi generate && gpuslice cdi list")
-        res = host.run("cdi", "generate")
+        res = host.run("cdi", "generate")  # again, now with the real shim's path
         if res.returncode != 0:
             shown(res)
             return 1

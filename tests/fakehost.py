@@ -210,6 +210,22 @@ class Host:
         return self.generated(*args)[1]
 
 
+def podman_host(tmp: Path, driver_root: Path, podman: Any, profiles: str,
+                gpus: Optional[List[Dict]] = None) -> Host:
+    """A fake host for real Podman (tests/podman_harness.py's): one 16 GiB
+    card unless gpus says otherwise, the spec written where Podman reads it
+    and generated, the real hook, and Podman's store named so that status
+    shows the names Podman gives. profiles: more profile lines."""
+    (tmp / "host").mkdir()
+    h = Host(tmp / "host", driver_root, gpus or [fake_gpu(0, memory_mib=16384)],
+             spec_dir=podman.cdi_dir,
+             extra_config=profiles + f"podman_storage: {podman.root}\n")
+    h.use_real_hook()
+    res = h.run("cdi", "generate")
+    assert res.returncode == 0, res.stderr
+    return h
+
+
 def devices(spec: Dict) -> Dict[str, Dict]:
     return {d["name"]: d["containerEdits"] for d in spec["devices"]}
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fakehost import build_hook
 from podman_harness import runc_bundle
 from test_cdi_apply import KIND, Rig, spec
 from test_hook import Node, rows
@@ -57,9 +58,7 @@ def test_the_wrapper_reads_the_last_process(tmp_path: Path, asan: bool) -> None:
 def test_the_hook_reads_the_last_annotations_and_name(tmp_path: Path, driver_root: Path,
                                                       fakedriver: Path, asan: bool) -> None:
     node = Node(tmp_path, driver_root, fakedriver)
-    if asan:
-        from fakehost import build_hook
-        node.hook_path = build_hook(asan=True)
+    node.hook_path = build_hook(asan=asan)
     base = {"ociVersion": "1.0.2", "root": {"path": "rootfs"}}
     cases = {
         # The annotations object named twice: its last value.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehost import Host, fake_gpu
+from fakehost import Host, fake_gpu, podman_host
 from podman_harness import podman_fixture
 
 podman = podman_fixture()
@@ -23,15 +23,7 @@ podman = podman_fixture()
 
 @pytest.fixture
 def node(tmp_path: Path, driver_root: Path, fakedriver: Path, podman) -> Host:
-    (tmp_path / "host").mkdir()
-    h = Host(tmp_path / "host", driver_root, [fake_gpu(0, memory_mib=16384)],
-             spec_dir=podman.cdi_dir,
-             extra_config="  - {name: 6g, memory: 6GiB}\n"
-                          f"podman_storage: {podman.root}\n")  # where Podman keeps names
-    h.use_real_hook()
-    res = h.run("cdi", "generate")
-    assert res.returncode == 0, res.stderr
-    return h
+    return podman_host(tmp_path, driver_root, podman, "  - {name: 6g, memory: 6GiB}\n")
 
 
 def status(node: Host) -> dict:
@@ -143,14 +135,9 @@ def test_container_sees_its_state_dir_and_the_card_files(podman, node: Host) -> 
 
 @pytest.fixture
 def node_hi(tmp_path: Path, driver_root: Path, fakedriver: Path, podman) -> Host:
-    (tmp_path / "host").mkdir()
-    h = Host(tmp_path / "host", driver_root, [fake_gpu(0, memory_mib=16384)],
-             spec_dir=podman.cdi_dir,
-             extra_config="  - {name: 2g-50-hi, memory: 2GiB, cores: 50, priority: high}\n"
-                          "  - {name: 2g, memory: 2GiB}\n")
-    h.use_real_hook()
-    assert h.run("cdi", "generate").returncode == 0
-    return h
+    return podman_host(tmp_path, driver_root, podman,
+                       "  - {name: 2g-50-hi, memory: 2GiB, cores: 50, priority: high}\n"
+                       "  - {name: 2g, memory: 2GiB}\n")
 
 
 def environ(podman, cid: str) -> dict:
