@@ -307,11 +307,11 @@ def test_both_out_of_service_card_less_says_why(host: Host, asan: bool) -> None:
     for i in ("0", "1"):
         assert host.run("card", "disable", i, "--reason", f"r{i}").returncode == 0
     c = cards(host)
-    res = subprocess.run([str(hook), "admit", "--id", "j", "--device", "6g", "--memory-mib",
-                          "6144", "--cores", "0", "--database", str(host.tmp / "state.db"),
-                          "--state-dir", str(host.tmp / "state"),
-                          "--card", c[0].uuid, "--card", c[1].uuid],
-                         capture_output=True, text=True)
+    admit = lambda cid, mib: subprocess.run(  # noqa: E731 - both cards, as a card-less 6g
+        [str(hook), "admit", "--id", cid, "--device", "6g", "--memory-mib", str(mib), "--cores",
+         "0", "--database", str(host.tmp / "state.db"), "--state-dir", str(host.tmp / "state"),
+         "--card", c[0].uuid, "--card", c[1].uuid], capture_output=True, text=True)
+    res = admit("j", 6144)
     assert res.returncode == 1
     assert res.stderr.strip() == (
         f"gpuslice-hook: container j: 6g: no card is in service: card 0 ({c[0].uuid}) is out "
@@ -320,11 +320,7 @@ def test_both_out_of_service_card_less_says_why(host: Host, asan: bool) -> None:
         "returns it")
     # One card back: it is the one placed on; the other is named as out.
     assert host.run("card", "enable", "1").returncode == 0
-    res = subprocess.run([str(hook), "admit", "--id", "big", "--device", "6g", "--memory-mib",
-                          "32768", "--cores", "0", "--database", str(host.tmp / "state.db"),
-                          "--state-dir", str(host.tmp / "state"),
-                          "--card", c[0].uuid, "--card", c[1].uuid],
-                         capture_output=True, text=True)
+    res = admit("big", 32768)
     assert res.returncode == 1
     assert res.stderr.strip().startswith("gpuslice-hook: container big: no card has room; the "
                                          f"likeliest: 6g: card 1 ({c[1].uuid}) has 16384 MiB")
