@@ -347,8 +347,8 @@ def resize_cmd(state: State, container: str, memory: Optional[str], cores: Optio
 
     acct = _accountant(state)
     try:
-        args = resize.hook_args(resize.find(acct, container, engine_names.lookup(
-            state.config.podman_storage, state.config.docker_root)), memory, cores)
+        args = resize.hook_args(resize.find(acct, container, engine_names.lookup(state.config)),
+                                memory, cores)
     except resize.ResizeError as e:
         fail(str(e))
     finally:
@@ -375,7 +375,7 @@ def exporter_cmd(state: State, listen: str) -> None:
     cfg = state.config
     try:
         exporter.serve(cfg.state_dir, cfg.database, cfg.driver_root, where,
-                       engine_names.lookup(cfg.podman_storage, cfg.docker_root))
+                       engine_names.lookup(cfg))
     except OSError as e:
         fail(f"--listen {listen}: cannot serve there: {e.strerror}; pick a free port or "
              "another address")
@@ -392,7 +392,7 @@ def top_cmd(state: State, once: bool) -> None:
 
     cfg = state.config
     source = top.Source(cfg.state_dir, cfg.database, cfg.driver_root,
-                        engine_names.lookup(cfg.podman_storage, cfg.docker_root))
+                        engine_names.lookup(cfg))
     if once:
         click.echo(top.once(source))
     elif not sys.stdout.isatty():

@@ -289,6 +289,11 @@ def from_document(doc: Any, source: str) -> Config:
     found = problems(doc, source)
     if found:
         raise ConfigError(found[0], found)
+    return _built(doc, source)
+
+
+def _built(doc: Dict[str, Any], source: str) -> Config:
+    """The Config of a document that has no problems()."""
     cfg = Config(source=source)
     for key in ("cdi_kind", "spec_dir", "driver_root", "dev_root", "state_dir", "database",
                 "placement", "preload", "shim_path", "hook_path", "runtime_path",
@@ -377,4 +382,4 @@ def check_file(path: str) -> Config:
             found.append(line)
     if found:
         raise ConfigError(found[0], found)
-    return from_document(doc, path)
+    return _built(doc or {}, path)

@@ -24,6 +24,8 @@ import os
 from typing import Callable, Dict, Iterable, Optional
 
 from cdi import regularfile
+from ocihook.accountant import Reservation
+from ocihook.config import Config
 
 MAX_BYTES = 64 << 20  # containers.json of a busy host: about 1 KiB a container
 NAME_MAX = 253        # longer is no name an engine gives
@@ -33,9 +35,18 @@ NAME_MAX = 253        # longer is no name an engine gives
 Lookup = Callable[[Iterable[str]], Dict[str, str]]
 
 
-def lookup(podman_storage: str, docker_root: str) -> Lookup:
-    """names() over the configured stores."""
-    return lambda ids: names(ids, podman_storage, docker_root)
+def lookup(cfg: Config) -> Lookup:
+    """names() over the stores the configuration names."""
+    return lambda ids: names(ids, cfg.podman_storage, cfg.docker_root)
+
+
+def names_of(rows: Iterable[Reservation], given: Optional[Lookup]) -> Dict[str, str]:
+    """id -> the name to show for each row: the one the hook recorded, else
+    the one its engine gave (asked of `given` once, for the rows without);
+    "" for neither."""
+    held = list(rows)
+    engines = given([r.container_id for r in held if not r.name]) if given else {}
+    return {r.container_id: r.name or engines.get(r.container_id, "") for r in held}
 
 
 def names(ids: Iterable[str], podman_storage: str, docker_root: str) -> Dict[str, str]:

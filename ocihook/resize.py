@@ -4,12 +4,12 @@ found in the accountant's books, and the hook's arguments for it.
 CONTAINER is a full container id, its name (the one the hook recorded from
 config.json's annotations, reservations.name, or else the name Podman or
 Docker gave it: ocihook/engine_names.py), or a prefix of an id of at least
-MIN_PREFIX characters.
-A full id wins; otherwise names and id prefixes are matched together and
-must find exactly one container: a name is chosen by the tenant (an
-annotation) and may equal another container's short id, so two matches are
-refused with the candidates listed, never resolved by an order. The check itself (the card, the container's
-use) is gpuslice-hook resize's, the one writer of reservations.
+MIN_PREFIX characters. A full id wins; otherwise names and id prefixes are
+matched together and must find exactly one container: a name is chosen by
+the tenant (an annotation, --name) and may equal another container's short
+id, so two matches are refused with the candidates listed, never resolved by
+an order. The check itself (the card, the container's use) is gpuslice-hook
+resize's, the one writer of reservations.
 """
 from __future__ import annotations
 
@@ -36,9 +36,8 @@ def find(acct: accountant.Accountant, container: str,
     # A name is the tenant's own (an annotation it sets, or --name): it may
     # equal another container's id prefix, so a name and a prefix are weighed
     # together and anything they match twice is refused, never guessed.
-    given = names([r.container_id for r in rows if not r.name]) if names else {}
-    named = {r.container_id for r in rows
-             if (r.name or given.get(r.container_id)) == container}
+    named = {cid for cid, name in engine_names.names_of(rows, names).items()
+             if name and name == container}
     long_enough = len(container) >= MIN_PREFIX
     prefixed = {r.container_id for r in rows
                 if long_enough and r.container_id.startswith(container)}

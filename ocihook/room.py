@@ -6,8 +6,8 @@ to cores_limit, how many more slices of a profile fit) has one owner, the
 hook's native/hook/hook/admission.c, which admits by it. The readers that
 need it (`gpuslice status`'s free memory, the Nomad plugin's offers) ask the
 hook here instead of deriving it a second time. It costs one exec of the
-hook (about 3 ms, a read transaction and no write): `gpuslice status` runs it
-once, the plugin once a fingerprint, neither on a container's start.
+hook (a read transaction, no write): `gpuslice status` runs it once, the
+plugin once a fingerprint, neither on a container's start.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from typing import Dict, Sequence, Tuple
 from cdi.profiles import Profile
 from ocihook import hookcall
 from ocihook.config import Config
-
 
 
 class RoomError(RuntimeError):

@@ -115,7 +115,7 @@ class ContainerView:
     card_seconds: Optional[float]       # card time charged; None: not measured (no cap)
     throttled_seconds: Optional[float]  # time slept for the cap; None likewise
     gang: Optional[List[int]] = None    # a gang's slice: the gang's card indexes by slot
-    name: str = ""  # the recorded name, else its engine's (the tenant's text: show it by shown())
+    name: str = ""  # engine_names.names_of's: the tenant's text, shown by shown()
 
     @property
     def used_bytes(self) -> Optional[int]:
@@ -191,7 +191,7 @@ def _container(cfg_state_dir: str, r: accountant.Reservation, card: accountant.C
     return ContainerView(r, profile_of(r), claim,
                          card.total_mib * MIB if r.exclusive else r.memory_mib * MIB, r.cores,
                          charged / NS if measured else None, slept / NS if measured else None,
-                         gang, r.name or name)
+                         gang, name)
 
 
 def take(state_dir: str, acct: Optional[accountant.Accountant], sampler: Optional[Sampler],
@@ -215,13 +215,12 @@ def take(state_dir: str, acct: Optional[accountant.Accountant], sampler: Optiona
         return snap
     regions: Dict[str, "region.Region | region.RegionError"] = {}
     gang_cards = gangs(usage)
-    given = names([r.container_id for u in usage for r in u.reservations if not r.name]) \
-        if names else {}
+    named = engine_names.names_of((r for u in usage for r in u.reservations), names)
     for u in usage:
         snap.cards.append(CardView(
             u.card, u.reserved_mib, u.cores, u.exclusive, samples.get(u.card.uuid),
             [_container(state_dir, r, u.card, regions, gang_cards.get((r.container_id, r.device)),
-                        given.get(r.container_id, ""))
+                        named[r.container_id])
              for r in u.reservations]))
     return snap
 

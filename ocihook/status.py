@@ -27,13 +27,12 @@ MIB = 1024 * 1024
 
 
 def _container(cfg: Config, r: accountant.Reservation, card: accountant.Card,
-               gangs: Dict[Tuple[str, str], List[int]], given: Dict[str, str]) -> Dict[str, Any]:
+               gangs: Dict[Tuple[str, str], List[int]], name: str) -> Dict[str, Any]:
     claim = snapshot.region_claim(snapshot.read_region(cfg.state_dir, r.container_id), card)
     used = claim.used_bytes // MIB if claim.used_bytes is not None else None
     cards = gangs.get((r.container_id, r.device))
     # The name is the tenant's (an annotation, or its engine's --name): shown
     # by text.h's rule.
-    name = r.name or given.get(r.container_id, "")
     return {"id": r.container_id, "name": shown(name), "device": shown(r.device),
             "resized": _resized(cfg, r),
             "gang": {"slices": len(cards), "slot": r.slot, "cards": cards} if cards else None,
@@ -61,10 +60,11 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     """The --json document: {"policy": {placement, memory_overcommit, cores_limit} or
     null (none recorded yet), "policy_file_differs": {key: {"recorded", "file"}},
     "cards": [{index, uuid, total_mib, reserved_mib, used_mib, used_uncounted,
-    used_plausible, unreserved_mib (what the accountant can still promise), healthy, health_reason ("" while healthy), health_since
-    (seconds since the epoch, null while healthy), pci_bus_id, numa_node (null: unknown),
-    cpu_affinity (a cpulist, "" unknown), containers: [{id, name, device, memory_mib,
-    cores, priority, gang ({slices, slot, cards: the gang's card indexes by slot} for
+    used_plausible, unreserved_mib (what the accountant can still promise), healthy,
+    health_reason ("" while healthy), health_since (seconds since the epoch, null
+    while healthy), pci_bus_id, numa_node (null: unknown), cpu_affinity (a cpulist,
+    "" unknown), containers: [{id, name, device, resized (the slice differs from its
+    profile's: `gpuslice resize` changed it), memory_mib, cores, priority, gang ({slices, slot, cards: the gang's card indexes by slot} for
     a slice of a gang, else null), used_mib, region, region_problem, pid, runtime,
     processes: [{pid, used_bytes, by_kind: {context, alloc, vmm, pool, array}}]}]}]}: a
     process's pid is the one in its container, its bytes those on this card. Free
@@ -81,10 +81,11 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     usage = acct.usage()
     rooms = room.read(cfg)
     gangs = snapshot.gangs(usage)
-    given = engine_names.names([r.container_id for u in usage for r in u.reservations
-                                if not r.name], cfg.podman_storage, cfg.docker_root)
+    named = engine_names.names_of((r for u in usage for r in u.reservations),
+                                  engine_names.lookup(cfg))
     for u in usage:
-        containers = [_container(cfg, r, u.card, gangs, given) for r in u.reservations]
+        containers = [_container(cfg, r, u.card, gangs, named[r.container_id])
+                      for r in u.reservations]
         used = sum(c["used_mib"] for c in containers if c["used_mib"] is not None)
         # A card `gpuslice cdi generate` added between the two reads has nothing free yet.
         free = rooms[u.card.uuid].free_mib if u.card.uuid in rooms else 0

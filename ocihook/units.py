@@ -74,10 +74,11 @@ def parse_memory_mib(value: Union[str, int]) -> int:
 
 
 def _nearest(mib: float) -> str:
-    """The valid sizes on either side of mib, as a fix to write."""
-    below = max(MEMORY_MIN_MIB, int(mib // MEMORY_STEP_MIB) * MEMORY_STEP_MIB)
-    above = below + MEMORY_STEP_MIB if below < mib else below
-    if below == above or below > mib:
+    """The valid sizes on either side of mib (which is off the grain), as a fix
+    to write; only the one above where the one below is under the minimum."""
+    below = int(mib // MEMORY_STEP_MIB) * MEMORY_STEP_MIB
+    above = below + MEMORY_STEP_MIB
+    if below < MEMORY_MIN_MIB:
         return f"write {format_mib(above)}"
     return f"write {format_mib(below)} or {format_mib(above)}"
 
