@@ -84,6 +84,9 @@ static unsigned long long settled_ns[GPUSLICE_MAX_DEVICES];
 /* Growth of the driver's own memory (modules loaded lazily, a second
  * context) shows up in the cap within this time of the next allocation. */
 #define SETTLE_NS 100000000ull
+/* Readings of the driver's figures a settle tries before it gives up while
+ * graph launches keep mapping memory (the next settle tries again). */
+#define SETTLE_READS 4
 
 /* Take a context reference on dev, charging the reservation on the first. */
 static CUresult ctx_ref(int dev)
@@ -138,12 +141,24 @@ static int settle_ctx(int dev, int up_only)
     unsigned int started = ops_started_now();
     if (ops_others_open())
         return 0;
-    unsigned long long held;
-    if (gs_ctx_cost_read(dev, &held) != 0)
-        return 0;
     /* Graph memory is charged before the driver maps it (graphs.c): that
-     * part is not in the driver's figure, and must not shrink the context. */
-    unsigned long long ahead = gs_graph_ahead(dev);
+     * part is not in the driver's figure, and must not shrink the context.
+     * A graph launch (no operation of ours: the launch path is not touched)
+     * maps it at any time, so the driver's figure and the graph pool's must
+     * be read at one moment: a launch between the two readings would count
+     * its graph in neither and lower the context by the graph's size. */
+    unsigned long long held, mapped = gs_graph_mapped(dev);
+    int same = 0;
+    for (int tries = 0; tries < SETTLE_READS && !same; tries++) {
+        unsigned long long before = mapped;
+        if (gs_ctx_cost_read(dev, &held) != 0)
+            return 0;
+        mapped = gs_graph_mapped(dev);
+        same = mapped == before;
+    }
+    if (!same)
+        return 0;
+    unsigned long long ahead = gs_graph_ahead(dev, mapped);
     struct gpuslice_region *r = gs_region();
     if (gs_region_lock(r) != 0)
         return 0;

@@ -222,8 +222,11 @@ void gs_pools_fork_child(void);
 unsigned long long gs_add_sat(unsigned long long a, unsigned long long b);
 /* What the device's graph memory may hold at most (ok: 1). */
 unsigned long long gs_graph_held(int dev, int *ok);
-/* What of the device's graph memory charge the driver has not mapped yet. */
-unsigned long long gs_graph_ahead(int dev);
+/* What the driver has mapped of the device's graph memory (its pool's
+ * reservation); 0, with no driver call, while none is charged. */
+unsigned long long gs_graph_mapped(int dev);
+/* What of the device's graph memory charge is not `mapped` yet. */
+unsigned long long gs_graph_ahead(int dev, unsigned long long mapped);
 /* live + retired on dev, plus `more`. */
 unsigned long long gs_graph_mem_bound(int dev, unsigned long long more);
 /* What `exec` holds per device into bytes: 1 if it is recorded. */

@@ -59,13 +59,16 @@ unsigned long long gs_graph_held(int dev, int *ok)
     return r > bound ? r : bound;
 }
 
-unsigned long long gs_graph_ahead(int dev)
+unsigned long long gs_graph_mapped(int dev)
+{
+    /* Nothing charged, nothing mapped: no driver call on the common path. */
+    return gs_graph_charged(dev) ? reserved_now(dev) : 0;
+}
+
+unsigned long long gs_graph_ahead(int dev, unsigned long long mapped)
 {
     unsigned long long charged = gs_graph_charged(dev);
-    if (!charged)
-        return 0;
-    unsigned long long r = reserved_now(dev);
-    return charged > r ? charged - r : 0;
+    return charged > mapped ? charged - mapped : 0;
 }
 
 unsigned long long gs_graph_mem_bound(int dev, unsigned long long more)
