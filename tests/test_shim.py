@@ -426,11 +426,54 @@ def test_limits_that_reserve_memory_are_capped(shim: Shim, tmp_path: Path) -> No
     # fits, a stack of 1 KiB more per resident thread (264 MiB) does not.
     rows = results(procs_shim(shim, tmp_path).run(
         "gpa", "init", "pctx", "0", "alloc", "300M", "limit", "heap", "264M",
-        "limit", "stack", "2048", "limit", "printf", "100M", "resident", "0", "info"))
+        "limit", "stack", "2048", "limit", "printf", "100M", "launch", "kernel", "1",
+        "resident", "0", "info"))
     assert [int(r[1]) for r in rows if r[0] == "limit"] == [0, OOM, 0]
     used = 300 * MIB + 300 * MIB + 256 * MIB + 99 * MIB
-    assert [int(r[2]) for r in rows if r[0] == "resident"] == [used]
+    assert [int(r[2]) for r in rows if r[0] == "resident"] == [used]  # the heap since the launch
     assert value_of(rows, "info") == [0, GIB - used, GIB]
+
+
+def test_a_heap_the_driver_has_not_made_resident_stays_charged(shim: Shim,
+                                                                tmp_path: Path) -> None:
+    # The driver makes a raised malloc heap resident at the next launch, not
+    # at cuCtxSetLimit: a settle in between (the module load after each
+    # raise) must not give its charge back. 300 MiB context: a 400 MiB heap
+    # fits, raising it to 800 MiB does not, though nothing of it is resident.
+    rows = results(procs_shim(shim, tmp_path).run(
+        "direct", "init", "pctx", "0", "limit", "heap", "408M", "module", "globals=0", "resident", "0",
+        "limit", "heap", "808M", "module", "globals=0", "launch", "kernel", "1", "resident", "0",
+        "info"))
+    assert [int(r[1]) for r in rows if r[0] == "limit"] == [0, OOM]
+    assert [int(r[2]) for r in rows if r[0] == "resident"] == [300 * MIB, 700 * MIB]
+    assert value_of(rows, "info") == [0, GIB - 700 * MIB, GIB]
+
+
+def test_code_a_module_loads_at_its_first_launch_stays_within_the_reserve(
+        shim: Shim, tmp_path: Path) -> None:
+    # Kernels load lazily: a module's code (32 MiB here) reaches the context
+    # at its first launch, when no call of ours looks. The fixed charge
+    # (350 MiB over a 300 MiB context) is the headroom for it: the load must
+    # not settle it away. A second process then fills the cap; what the
+    # driver holds for both never exceeds it (on the H200 it did, by ~90 MiB
+    # a process, while loads lowered the charge).
+    s = procs_shim(shim, tmp_path, GPUSLICE_CONTEXT_RESERVE="350MiB")
+    p = s.start("direct", "init", "pctx", "0", "module", f"globals=0,code={32 * MIB}",
+                "launch", "kernel", "1", "resident", "0", "hold")
+    try:
+        held = results(wait_held(p))
+        assert [int(r[2]) for r in held if r[0] == "resident"] == [332 * MIB]
+        q = s.start("direct", "init", "pctx", "0", "fill", "8M", "hold")
+        try:
+            assert value_of(results(wait_held(q)), "fill")[1] > 0
+            # What the driver holds, read without the shim (NVML inside shows charges).
+            (nv,) = results(s.with_env(LD_PRELOAD=None).run("direct", "nvprocs", "0"))
+            assert int(nv[1]) == 0 and int(nv[2]) == 2, nv
+            assert sum(int(x.split(":")[1]) for x in nv[3:]) <= GIB, nv
+        finally:
+            release(q)
+    finally:
+        release(p)
 
 
 def fake_driver_pid(pid: int) -> int:

@@ -170,6 +170,9 @@ struct ctx {
     uint64_t last_ns; /* when all work queued in the context completes */
     size_t limits[3];     /* stack, printf FIFO, malloc heap (CUlimit 0-2) */
     uint64_t limit_bytes; /* what limits above their defaults hold */
+    bool heap_resident;   /* a launch has made the malloc heap resident */
+    uint64_t code_pending; /* modules' code, loaded at the next launch */
+    uint64_t code_bytes;   /* modules' code loaded */
 };
 
 struct fgraph;
@@ -800,8 +803,9 @@ static void ctx_teardown(struct ctx *c)
     for (int i = 0; i < MAX_EVENTS; i++)
         if (g_events[i].alive && g_events[i].ctx == c)
             g_events[i].alive = false;
-    uncharge(c->dev, g_cards[c->dev].ctx_bytes + c->limit_bytes);
-    c->limit_bytes = 0;
+    uncharge(c->dev, g_cards[c->dev].ctx_bytes + c->limit_bytes + c->code_bytes);
+    c->limit_bytes = c->code_bytes = c->code_pending = 0;
+    c->heap_resident = false;
     c->alive = false;
     c->refs = 0;
     c->gen++;
@@ -836,7 +840,9 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
     c->dev = dev;
     c->refs = 1;
     c->done_ns = c->last_ns = 0;
-    c->limit_bytes = 0;
+    c->limit_bytes = c->code_bytes = c->code_pending = 0;
+    c->heap_resident = false;
+    memset(c->limits, 0, sizeof c->limits);
     set_cur(c);
     *pctx = (CUcontext)c;
     return CUDA_SUCCESS;
@@ -1236,12 +1242,14 @@ EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUde
 EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) { LOCKED(ctx_destroy((CUcontext)hCtx)); }
 
 /* Limits: above their defaults, the stack (for every resident thread: 132
- * SMs x 2048), the printf FIFO and the malloc heap hold memory at once. */
+ * SMs x 2048) and the printf FIFO hold memory at once; the malloc heap only
+ * from the next launch on, as the H200's driver does (nothing of a 5 GiB
+ * heap was resident after cuCtxSetLimit). */
 static const size_t limit_default[3] = {1024, 1 << 20, 8 << 20};
-static uint64_t limit_cost(const size_t *v)
+static uint64_t limit_cost(const size_t *v, bool heap)
 {
     uint64_t b = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < (heap ? 3 : 2); i++)
         if (v[i] > limit_default[i])
             b += (v[i] - limit_default[i]) * (i == 0 ? 132ull * 2048 : 1);
     return b;
@@ -1263,7 +1271,7 @@ static CUresult ctx_limit(int limit, size_t *value, bool set)
     }
     size_t next[3] = {cur[0], cur[1], cur[2]};
     next[limit] = *value;
-    uint64_t cost = limit_cost(next);
+    uint64_t cost = limit_cost(next, c->heap_resident);
     if (cost > c->limit_bytes && charge(c->dev, cost - c->limit_bytes) != CUDA_SUCCESS)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (cost < c->limit_bytes)
@@ -2073,9 +2081,12 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 
 /* ---------------------------------------------------- modules, libraries */
 
-/* A fake image is the text "globals=<bytes>": what its globals take on the
- * device, held from the load (eager, into the current context) until the
- * unload or the context's end. Anything else is not an image. */
+/* A fake image is the text "globals=<bytes>[,code=<bytes>]": what its
+ * globals take on the device, held from the load (eager, into the current
+ * context) until the unload or the context's end; and its code, loaded into
+ * the context at its next launch, as the real driver loads kernels lazily
+ * (CUDA_MODULE_LOADING=LAZY, the default), held until the context's end.
+ * Anything else is not an image. */
 static CUresult module_load(void **handle, const char *image)
 {
     struct ctx *c = cur_ctx();
@@ -2084,7 +2095,15 @@ static CUresult module_load(void **handle, const char *image)
     char *end;
     if (!handle || !image || strncmp(image, "globals=", 8) != 0)
         return CUDA_ERROR_INVALID_VALUE; /* CUDA_ERROR_INVALID_IMAGE in the real one */
-    return handle_entry(handle, K_MODULE, c, strtoull(image + 8, &end, 10));
+    uint64_t globals = strtoull(image + 8, &end, 10), code = 0;
+    if (!strncmp(end, ",code=", 6))
+        code = strtoull(end + 6, &end, 10);
+    if (*end && *end != '\n')
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = handle_entry(handle, K_MODULE, c, globals);
+    if (rc == CUDA_SUCCESS)
+        c->code_pending += code;
+    return rc;
 }
 
 static CUresult module_load_file(void **handle, const char *path)
@@ -2181,6 +2200,19 @@ static CUresult launch(CUstream stream)
         g_captured++; /* into the graph: runs at cuGraphLaunch, not now */
         graph_add(st->graph, GN_KERNEL);
         return CUDA_SUCCESS;
+    }
+    if (c->code_pending) {
+        if (charge(c->dev, c->code_pending) != CUDA_SUCCESS)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        c->code_bytes += c->code_pending;
+        c->code_pending = 0;
+    }
+    if (!c->heap_resident && c->limits[2]) {
+        uint64_t cost = limit_cost(c->limits, true);
+        if (cost > c->limit_bytes && charge(c->dev, cost - c->limit_bytes) != CUDA_SUCCESS)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        c->limit_bytes = max_u64(cost, c->limit_bytes);
+        c->heap_resident = true;
     }
     uint64_t start = max_u64(now_ns(), *done);
     *done = start + g_kernel_ns < start ? UINT64_MAX : start + g_kernel_ns;

@@ -19,6 +19,7 @@ from typing import Dict, List
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from node import hook_binary  # noqa: E402
 from table import check, measured, report  # noqa: E402
 GPUSLICE = [sys.executable, "-m", "ocihook.cli"]
 def run(*args: str, env: Dict[str, str]) -> subprocess.CompletedProcess:
@@ -44,10 +45,7 @@ def main() -> int:
     config = out / "config.yaml"
     shim = out / "libgpuslice.so"
     shim.write_bytes(b"")
-    hook = Path(os.environ.get("GPUSLICE_HOOK", "")).resolve() if os.environ.get(
-        "GPUSLICE_HOOK") else REPO / "native" / "hook" / "build" / "gpuslice-hook"
-    if "GPUSLICE_HOOK" not in os.environ:
-        subprocess.run(["make", "-s", "-C", str(REPO / "native" / "hook")], check=True)
+    hook = hook_binary()
     config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n"
                       f"database: {out}/state.db\nstate_dir: {out}/state\n")
     env = dict(os.environ, GPUSLICE_CONFIG=str(config))

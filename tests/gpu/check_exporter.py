@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 from exporter_node import samples  # noqa: E402
-from node import generate  # noqa: E402
+from node import generate, hook_binary  # noqa: E402
 from table import check, measured, report  # noqa: E402
 
 MIB = 1 << 20
@@ -87,10 +87,7 @@ def within(got: float, want: float, rel: float) -> bool:
 def main() -> int:
     out = Path(sys.argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    hook = os.environ.get("GPUSLICE_HOOK") or str(REPO / "native" / "hook" / "build" /
-                                                  "gpuslice-hook")
-    if not os.environ.get("GPUSLICE_HOOK"):
-        subprocess.run(["make", "-s", "-C", str(REPO / "native" / "hook")], check=True)
+    hook = hook_binary()
     subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
     shim = REPO / "native" / "shim" / "build" / "libgpuslice.so"
     state, db = out / "state", out / "state.db"

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_cdi import run, smi_cards  # noqa: E402
+from node import hook_binary  # noqa: E402
 from table import check, measured, report  # noqa: E402
 
 WATCH_S = 4
@@ -32,7 +33,8 @@ def main() -> int:
     shim = out / "libgpuslice.so"
     shim.write_bytes(b"")
     config = out / "config.yaml"
-    config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\n"
+    # status asks the hook what fits (gpuslice-hook room): the node names one.
+    config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook_binary()}\n"
                       f"database: {out}/state.db\nstate_dir: {out}/state\n")
     env = dict(os.environ, GPUSLICE_CONFIG=str(config))
     res = run("cdi", "generate", env=env)
@@ -84,6 +86,8 @@ def main() -> int:
     status = run("status", "--json", env=env)
     cards = json.loads(status.stdout)["cards"] if status.returncode == 0 else []
     check("status --json answers", 0, status.returncode, status.returncode == 0 and cards)
+    if status.returncode:
+        print(status.stderr)
     for c in cards:
         check(f"card {c['index']} reported healthy", "True, ''",
               f"{c['healthy']}, {c['health_reason']!r}",

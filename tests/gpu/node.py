@@ -13,6 +13,15 @@ from table import check
 REPO = Path(__file__).resolve().parents[2]
 
 
+def hook_binary() -> str:
+    """gpuslice-hook for the checks: $GPUSLICE_HOOK (tests/gpu/run sets it to a
+    carried one where the host cannot build it), else this tree's, built."""
+    if os.environ.get("GPUSLICE_HOOK"):
+        return str(Path(os.environ["GPUSLICE_HOOK"]).resolve())
+    subprocess.run(["make", "-s", "-C", str(REPO / "native" / "hook")], check=True)
+    return str(REPO / "native" / "hook" / "build" / "gpuslice-hook")
+
+
 def generate(out: Path, shim: Path, hook: str) -> Optional[Dict[str, str]]:
     """The env that names the node's configuration (spec, database and state
     in OUT), once `cdi generate` has run on it; None (checked, printed) if it failed."""

@@ -79,6 +79,13 @@ static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned int ctx_refs[GPUSLICE_MAX_DEVICES];
 static unsigned char ctx_charged[GPUSLICE_MAX_DEVICES];
 static unsigned long long ctx_bytes[GPUSLICE_MAX_DEVICES]; /* the context charge now */
+/* What raised limits reserve (gs_ctx_grow), and the context's own figure at
+ * its first settle: a settle never takes the charge below their sum. The
+ * driver makes a raised malloc heap resident only later (at a launch: an
+ * H200 showed nothing of a 5 GiB heap after cuCtxSetLimit), so the driver's
+ * figure cannot be what the charge follows until then. */
+static unsigned long long ctx_limits[GPUSLICE_MAX_DEVICES], ctx_base[GPUSLICE_MAX_DEVICES];
+static unsigned char ctx_based[GPUSLICE_MAX_DEVICES];
 static unsigned long long settled_ns[GPUSLICE_MAX_DEVICES];
 
 /* Growth of the driver's own memory (modules loaded lazily, a second
@@ -122,7 +129,8 @@ static void ctx_unref(int dev)
     if (ctx_refs[dev] > 0 && --ctx_refs[dev] == 0 && ctx_charged[dev]) {
         ctx_charged[dev] = 0;
         gs_uncharge(dev, GPUSLICE_KIND_CONTEXT, ctx_bytes[dev]);
-        ctx_bytes[dev] = 0;
+        ctx_bytes[dev] = ctx_limits[dev] = ctx_base[dev] = 0;
+        ctx_based[dev] = 0;
     }
     pthread_mutex_unlock(&ctx_mu);
 }
@@ -177,6 +185,12 @@ static int settle_ctx(int dev, int up_only)
     unsigned long long target = held > tracked ? held - tracked : 0;
     int lowered = 0;
     pthread_mutex_lock(&ctx_mu);
+    if (ctx_refs[dev] && !ctx_based[dev]) {
+        ctx_base[dev] = target;
+        ctx_based[dev] = 1;
+    }
+    if (ctx_limits[dev] && target < ctx_base[dev] + ctx_limits[dev])
+        target = ctx_base[dev] + ctx_limits[dev];
     if (ctx_refs[dev] && ctx_charged[dev] && target != ctx_bytes[dev] &&
         (!up_only || target > ctx_bytes[dev])) {
         if (target > ctx_bytes[dev]) {
@@ -197,6 +211,11 @@ static int settle_ctx(int dev, int up_only)
 int gs_ctx_settle(int dev)
 {
     return settle_ctx(dev, 0);
+}
+
+void gs_ctx_settle_up(int dev)
+{
+    settle_ctx(dev, 1);
 }
 
 /* Within this share of the cap, an allocation is admitted only with room
@@ -242,8 +261,10 @@ static int grow_locked(int dev, unsigned long long bytes)
     pthread_mutex_lock(&ctx_mu);
     if (ctx_refs[dev] && ctx_charged[dev]) {
         c = gs_charge(dev, GPUSLICE_KIND_CONTEXT, bytes);
-        if (c == GS_CHARGED)
+        if (c == GS_CHARGED) {
             ctx_bytes[dev] += bytes;
+            ctx_limits[dev] += bytes;
+        }
     }
     pthread_mutex_unlock(&ctx_mu);
     return c;
@@ -267,6 +288,7 @@ void gs_ctx_shrink(int dev, unsigned long long bytes)
     if (ctx_charged[dev]) {
         bytes = bytes > ctx_bytes[dev] ? ctx_bytes[dev] : bytes;
         ctx_bytes[dev] -= bytes;
+        ctx_limits[dev] -= bytes > ctx_limits[dev] ? ctx_limits[dev] : bytes;
         gs_uncharge(dev, GPUSLICE_KIND_CONTEXT, bytes);
     }
     pthread_mutex_unlock(&ctx_mu);
@@ -457,6 +479,9 @@ void gs_account_fork_child(void)
     memset(ctx_refs, 0, sizeof ctx_refs);
     memset(ctx_charged, 0, sizeof ctx_charged);
     memset(ctx_bytes, 0, sizeof ctx_bytes);
+    memset(ctx_limits, 0, sizeof ctx_limits);
+    memset(ctx_base, 0, sizeof ctx_base);
+    memset(ctx_based, 0, sizeof ctx_based);
     memset(settled_ns, 0, sizeof settled_ns);
     pthread_mutex_init(&ctx_mu, NULL);
 }

@@ -139,14 +139,19 @@ GS_API CUresult cuVDPAUCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevic
 
 /* A module's code, constants and globals go to the context's memory, of a
  * size only the driver knows (a __device__ array can be gigabytes). So a
- * load is checked right after: the context is settled on the driver's
- * figure, and a load that took the container past its cap is undone and
- * refused. Without the driver's figure (no NVML) the fixed charge stays. */
+ * load is checked right after: the context's charge is raised to the
+ * driver's figure, and a load that took the container past its cap is
+ * undone and refused. Raised only: a charge lowered here would lose the
+ * headroom the fixed charge keeps for what the driver loads later, at the
+ * module's first launch (kernels load lazily), which no call of ours sees
+ * (on an H200 a PyTorch process's context grew from 520 to 610 MiB so, and
+ * 4 processes of an 8 GiB slice reached 8,460 MiB). Without the driver's
+ * figure (no NVML) the fixed charge stays. */
 static int load_over_cap(int dev)
 {
     if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES || !gs_limit(dev) || !gs_driver_pid())
         return 0;
-    gs_ctx_settle(dev);
+    gs_ctx_settle_up(dev);
     return gs_used(dev) > gs_limit(dev);
 }
 

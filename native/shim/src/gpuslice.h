@@ -268,6 +268,9 @@ void gs_ctx_closed(int dev);
 /* The context charge moved to what the driver holds for this process beyond
  * its tracked allocations; 1 if it went down. _due: only if SETTLE_NS passed. */
 int gs_ctx_settle(int dev);
+/* Raised to the driver's figure if that is more; never lowered (far from
+ * the cap the fixed charge stays: headroom for the context's own growth). */
+void gs_ctx_settle_up(int dev);
 void gs_ctx_settle_due(int dev);
 /* Near the cap: room for the driver's own share of an allocation, charged
  * to the context (GS_DENIED: none); the settle follows at gs_mem_op_end. */

@@ -185,7 +185,7 @@ typedef struct {
 } CUDA_GRAPH_INSTANTIATE_PARAMS;
 
 /* CUgraphNodeType values the shim reads. */
-enum { CU_GRAPH_NODE_TYPE_GRAPH = 5, CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+enum { CU_GRAPH_NODE_TYPE_GRAPH = 4, CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
        CU_GRAPH_NODE_TYPE_MEM_FREE = 11 };
 /* CUgraphInstantiate_flags: upload as part of the instantiation. */
 enum { CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2 };
