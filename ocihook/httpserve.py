@@ -62,7 +62,7 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
     request_queue_size = MAX_CLIENTS
 
     def __init__(self, address: Tuple[str, int], handler: type) -> None:
-        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        self._clients = threading.BoundedSemaphore(MAX_CLIENTS)
         # Connections still reading their request, with their deadlines: one
         # watchdog thread for all of them cuts those that pass it.
         self._deadlines: Dict[socket.socket, float] = {}
@@ -93,20 +93,20 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
                     pass
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        if not self._clients.acquire(blocking=False):
             self.shutdown_request(request)  # full: refused, never queued behind others
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._clients.release()
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._clients.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys

@@ -112,7 +112,7 @@ def priority_word(code: int) -> str:
 
 @lru_cache(maxsize=None)
 def _state_bytes() -> Tuple[int, int]:
-    """Where the low byte of procs[0].state lies in a region, and the slots' stride."""
+    """Where the low byte of procs[0].state lies in a region, and the entries' stride."""
     ffi = cheader.ffi()
     first = ffi.offsetof("struct gpuslice_region", "procs") + \
         ffi.offsetof("struct gpuslice_proc", "state") + \
@@ -147,16 +147,16 @@ def read(path: str) -> Region:
                            d.compute.throttled_ns, d.compute.launches)
                for i, d in ((i, r.devices[i]) for i in range(n))]
     procs = []
-    # The low byte of every slot's state, sliced out in one step: only slots where
+    # The low byte of every entry's state, sliced out in one step: only entries where
     # it could say LIVE are looked at through cffi (a scrape reads every region).
     first, stride = _state_bytes()
     low = buf[first::stride][:lib.GPUSLICE_MAX_PROCS]
-    live = bytes([lib.GPUSLICE_SLOT_LIVE & 0xff])
+    live = bytes([lib.GPUSLICE_PROC_LIVE & 0xff])
     i = low.find(live)
     while i >= 0:
         p = r.procs[i]
         i = low.find(live, i + 1)
-        if p.state == lib.GPUSLICE_SLOT_LIVE:
+        if p.state == lib.GPUSLICE_PROC_LIVE:
             procs.append(ProcUsage(p.pid, p.start_time,
                                    [[p.used[d][k] for k in range(lib.GPUSLICE_KINDS)]
                                     for d in range(n)], p.host_pid))

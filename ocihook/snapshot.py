@@ -73,10 +73,10 @@ def region_claim(found: "region.Region | region.RegionError",
         return RegionClaim("implausible", None,
                            f"{found.path} claims {claimed // MIB} MiB used on card {card.index}, "
                            f"which holds {card.total_mib} MiB", mine)
-    slots = {d.index for d in mine}
+    indexes = {d.index for d in mine}
     procs = []
     for p in found.procs:
-        by_kind = {k: sum(p.used[d][i] for d in slots) for i, k in enumerate(region.KIND_NAMES)}
+        by_kind = {k: sum(p.used[d][i] for d in indexes) for i, k in enumerate(region.KIND_NAMES)}
         procs.append(ProcessView(p.pid, sum(by_kind.values()), by_kind))
     return RegionClaim("ok", claimed, None, mine, tuple(procs))
 

@@ -23,8 +23,8 @@ def write_region(path, magic=None, version=None, size=None, truncate=0,
                  devices=DEFAULT_DEVICES, procs=DEFAULT_PROCS):
     """A region as the shim makes it (through region.h's own struct), with
     `devices` as (uuid, limit_bytes, used_bytes[, core_limit, charged_ns,
-    throttled_ns]) and `procs` as (pid, {device: {kind: bytes}}) in live slots
-    from slot 5 on, then a freed slot."""
+    throttled_ns]) and `procs` as (pid, {device: {kind: bytes}}) in live
+    entries from entry 5 on, then a freed entry."""
     ffi = cheader.ffi()
     lib = ffi.dlopen(None)
     r = ffi.new("struct gpuslice_region *")
@@ -39,14 +39,14 @@ def write_region(path, magic=None, version=None, size=None, truncate=0,
         if compute:
             d = r.devices[i]
             d.core_limit, d.compute.charged_ns, d.compute.throttled_ns = compute
-    slot = 5
-    for slot, (pid, used_by_device) in enumerate(procs, start=5):
-        r.procs[slot].pid = pid
-        r.procs[slot].state = lib.GPUSLICE_SLOT_LIVE
+    entry = 5
+    for entry, (pid, used_by_device) in enumerate(procs, start=5):
+        r.procs[entry].pid = pid
+        r.procs[entry].state = lib.GPUSLICE_PROC_LIVE
         for dev, kinds in used_by_device.items():
             for kind, n in kinds.items():
-                r.procs[slot].used[dev][region.KIND_NAMES.index(kind)] = n
-    r.procs[slot + 1].pid = 43  # a freed slot: not listed
+                r.procs[entry].used[dev][region.KIND_NAMES.index(kind)] = n
+    r.procs[entry + 1].pid = 43  # a freed entry: not listed
     data = bytes(ffi.buffer(r))
     path.write_bytes(data[:len(data) - truncate] if truncate else data)
 

@@ -56,10 +56,10 @@ static const char *shown(const char *s, char *buf, size_t size)
     return buf;
 }
 
-/* obj's member key, or NULL (the last one if repeated). *slot holds it. */
-static const jval *member(const jval *obj, const char *key, jval *slot)
+/* obj's member key, or NULL (the last one if repeated). *out holds it. */
+static const jval *member(const jval *obj, const char *key, jval *out)
 {
-    return gs_json_member(obj, key, slot) ? slot : NULL;
+    return gs_json_member(obj, key, out) ? out : NULL;
 }
 
 /* The number of elements of an array. */
@@ -102,9 +102,9 @@ static int get_str(const checker *c, const jval *obj, const char *where, const c
                    bool required, char *dst, size_t size)
 {
     char kn[96];
-    jval slot;
+    jval held;
     keyname(kn, sizeof(kn), where, key);
-    const jval *v = member(obj, key, &slot);
+    const jval *v = member(obj, key, &held);
     if (!v)
         return required ? cfail(c, kn, "missing required key") : 0;
     if (v->type != GS_JSON_STRING)
@@ -128,10 +128,10 @@ static int get_int(const checker *c, const jval *obj, const char *where, const c
                    bool required, int64_t min, int64_t max, int64_t *out)
 {
     char kn[96];
-    jval slot;
+    jval held;
     int64_t i;
     keyname(kn, sizeof(kn), where, key);
-    const jval *v = member(obj, key, &slot);
+    const jval *v = member(obj, key, &held);
     if (!v)
         return required ? cfail(c, kn, "missing required key") : 0;
     if (!integer(v, &i) || i < min || i > max)
@@ -145,9 +145,9 @@ static int get_bool(const checker *c, const jval *obj, const char *where, const 
                     bool required, bool *out)
 {
     char kn[96];
-    jval slot;
+    jval held;
     keyname(kn, sizeof(kn), where, key);
-    const jval *v = member(obj, key, &slot);
+    const jval *v = member(obj, key, &held);
     if (!v)
         return required ? cfail(c, kn, "missing required key") : 0;
     if (v->type != GS_JSON_TRUE && v->type != GS_JSON_FALSE)
@@ -263,10 +263,10 @@ static int get_enum(const checker *c, const jval *obj, const char *where, const 
                     const named *table, unsigned *out)
 {
     char kn[96], name[32];
-    jval slot;
+    jval held;
     int64_t i;
     keyname(kn, sizeof(kn), where, key);
-    const jval *v = member(obj, key, &slot);
+    const jval *v = member(obj, key, &held);
     if (!v)
         return 0;
     if (integer(v, &i) && i >= 0 && i <= (int64_t)UINT32_MAX) {
@@ -421,13 +421,13 @@ static int check_nvlinks(const checker *c, const jval *e, const char *where, boo
  * to NVSwitches, which join every pair of them. */
 static int check_nvswitch(const checker *c, const jval *sw, struct fakegpus *out)
 {
-    jval slot;
+    jval held;
     if (sw->type != GS_JSON_OBJECT)
         return cfail(c, "nvswitch", "expected an object");
     int64_t links;
     if (get_int(c, sw, "nvswitch", "links", true, 1, FAKEGPUS_MAX_NVLINKS, &links) < 0)
         return -1;
-    const jval *gpus = member(sw, "gpus", &slot);
+    const jval *gpus = member(sw, "gpus", &held);
     if (!gpus)
         return cfail(c, "nvswitch.gpus", "missing required key");
     if (gpus->type != GS_JSON_ARRAY)
@@ -446,12 +446,12 @@ static int check_nvswitch(const checker *c, const jval *sw, struct fakegpus *out
  * all must fit NVML's link numbers. */
 static int check_nvlink_doc(const checker *c, const jval *root, struct fakegpus *out)
 {
-    jval slot;
+    jval held;
     int64_t n = 8;
     if (get_int(c, root, "", "cpus_per_numa_node", false, 1, 1024, &n) < 0)
         return -1;
     out->cpus_per_numa_node = (unsigned)n;
-    const jval *sw = member(root, "nvswitch", &slot);
+    const jval *sw = member(root, "nvswitch", &held);
     if (sw && check_nvswitch(c, sw, out))
         return -1;
     for (unsigned a = 0; a < out->count; a++) {
@@ -472,7 +472,7 @@ static int check_topology(const checker *c, const jval *topo, struct fakegpus *o
 {
     if (topo->type != GS_JSON_ARRAY)
         return cfail(c, "topology", "expected an array");
-    jval e, slot;
+    jval e, held;
     size_t cursor = 0;
     for (size_t k = 0; gs_json_next(topo, &cursor, NULL, &e); k++) {
         char where[32], kn[96], level[16], q[160];
@@ -480,7 +480,7 @@ static int check_topology(const checker *c, const jval *topo, struct fakegpus *o
         if (e.type != GS_JSON_OBJECT)
             return cfail(c, where, "expected an object");
         keyname(kn, sizeof(kn), where, "gpus");
-        const jval *pair = member(&e, "gpus", &slot);
+        const jval *pair = member(&e, "gpus", &held);
         if (!pair)
             return cfail(c, kn, "missing required key");
         if (pair->type != GS_JSON_ARRAY || length(pair) != 2)
@@ -525,8 +525,8 @@ static int check_doc(const checker *c, const jval *root, struct fakegpus *out)
         return cfail(c, "cuda_version", "expected \"MAJOR.MINOR\", got %s",
                      shown(cuda, q, sizeof(q)));
 
-    jval slot, item;
-    const jval *gpus = member(root, "gpus", &slot);
+    jval held, item;
+    const jval *gpus = member(root, "gpus", &held);
     if (!gpus)
         return cfail(c, "gpus", "missing required key");
     if (gpus->type != GS_JSON_ARRAY)
@@ -559,7 +559,7 @@ static int check_doc(const checker *c, const jval *root, struct fakegpus *out)
     for (unsigned a = 0; a < FAKEGPUS_MAX_GPUS; a++)
         for (unsigned b = 0; b < FAKEGPUS_MAX_GPUS; b++)
             out->link[a][b] = a == b ? FAKEGPU_LINK_INTERNAL : FAKEGPU_LINK_SYSTEM;
-    const jval *topo = member(root, "topology", &slot);
+    const jval *topo = member(root, "topology", &held);
     if (topo && check_topology(c, topo, out))
         return -1;
     return check_nvlink_doc(c, root, out);

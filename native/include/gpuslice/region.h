@@ -25,8 +25,9 @@
 #define GPUSLICE_KIND_ARRAY 4
 #define GPUSLICE_KINDS 5
 
-#define GPUSLICE_SLOT_FREE 0
-#define GPUSLICE_SLOT_LIVE 1
+/* The state of a process's entry in procs[]. */
+#define GPUSLICE_PROC_FREE 0
+#define GPUSLICE_PROC_LIVE 1
 
 /* The compute budget of one device, shared by the container's processes
  * (guarded by the region lock). Credit is GPU time in ns the container may
@@ -48,7 +49,7 @@ struct gpuslice_device {
     char uuid[GPUSLICE_UUID_SIZE]; /* "GPU-..." once a CUDA process has seen it */
     unsigned long long limit_bytes;  /* memory cap; 0 = none */
     unsigned long long total_bytes;  /* the card's memory, as the driver reported it */
-    unsigned long long used_bytes;   /* sum of live slots' usage on this device */
+    unsigned long long used_bytes;   /* sum of live entries' usage on this device */
     unsigned int core_limit;         /* percent; 0 = none */
     unsigned int priority;           /* GPUSLICE_PRIORITY_* of limits.h */
     struct gpuslice_bucket compute;
@@ -56,7 +57,7 @@ struct gpuslice_device {
 
 struct gpuslice_proc {
     int pid;                         /* in the container's pid namespace */
-    unsigned int state;              /* GPUSLICE_SLOT_* */
+    unsigned int state;              /* GPUSLICE_PROC_* */
     /* The pid the driver reports for this process (the host's namespace:
      * the driver knows no other), as the process learnt it; 0 until then. */
     unsigned int host_pid;

@@ -170,13 +170,13 @@ static int settle_ctx(int dev, int up_only)
     struct gpuslice_region *r = gs_region();
     if (gs_region_lock(r) != 0)
         return 0;
-    int slot = gs_slot_locked(r);
+    int mine = gs_proc_entry_locked(r);
     unsigned long long tracked = 0;
-    for (int k = 0; slot >= 0 && k < GPUSLICE_KINDS; k++)
+    for (int k = 0; mine >= 0 && k < GPUSLICE_KINDS; k++)
         if (k != GPUSLICE_KIND_CONTEXT)
-            tracked += r->procs[slot].used[dev][k];
+            tracked += r->procs[mine].used[dev][k];
     gs_region_unlock(r);
-    if (slot < 0 || ops_others_open() || ops_started_now() != started)
+    if (mine < 0 || ops_others_open() || ops_started_now() != started)
         return 0;
     tracked = tracked > ahead ? tracked - ahead : 0;
     /* What we track but the driver does not hold (managed memory not yet

@@ -148,14 +148,14 @@ static int record_host_pid(unsigned int pid)
     struct gpuslice_region *r = gs_region();
     if (gs_region_lock(r) != 0)
         return -1;
-    int slot = gs_slot_locked(r), taken = 0;
-    for (int i = 0; i < GPUSLICE_MAX_PROCS && slot >= 0; i++)
-        taken |= i != slot && r->procs[i].state == GPUSLICE_SLOT_LIVE &&
+    int mine = gs_proc_entry_locked(r), taken = 0;
+    for (int i = 0; i < GPUSLICE_MAX_PROCS && mine >= 0; i++)
+        taken |= i != mine && r->procs[i].state == GPUSLICE_PROC_LIVE &&
                  r->procs[i].host_pid == pid;
-    if (slot >= 0 && !taken)
-        __atomic_store_n(&r->procs[slot].host_pid, pid, __ATOMIC_RELAXED);
+    if (mine >= 0 && !taken)
+        __atomic_store_n(&r->procs[mine].host_pid, pid, __ATOMIC_RELAXED);
     gs_region_unlock(r);
-    return slot >= 0 && !taken ? 0 : -1;
+    return mine >= 0 && !taken ? 0 : -1;
 }
 
 void gs_ctx_cost_after(int dev)

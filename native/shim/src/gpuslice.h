@@ -5,7 +5,7 @@
  *
  *   log.c        GS_LOG, level read once
  *   config.c     the environment, parsed once
- *   region.c     the shared region file, slots, the robust lock
+ *   region.c     the shared region file, process entries, the robust lock
  *   ledger.c     the region's books: charge/uncharge under the region lock
  *   account.c    the charging rules: charge, settle, retry; the context charge
  *   ptrmap.c     per-process map: allocation -> (device, kind, bytes)
@@ -180,9 +180,9 @@ static inline struct gpuslice_region *gs_region(void)
 
 int gs_region_lock(struct gpuslice_region *r); /* 0, or -1: refuse */
 void gs_region_unlock(struct gpuslice_region *r);
-/* With the lock held: this process's slot, taken on first use; -1 if full. */
-int gs_slot_locked(struct gpuslice_region *r);
-/* With the lock held: free the slots of dead processes. */
+/* With the lock held: this process's entry, taken on first use; -1 if full. */
+int gs_proc_entry_locked(struct gpuslice_region *r);
+/* With the lock held: free the entries of dead processes. */
 void gs_reclaim_locked(struct gpuslice_region *r);
 void gs_region_init(struct gpuslice_region *r, const struct gs_config *cfg);
 unsigned long long gs_proc_start_time(int pid); /* 0: unknown */

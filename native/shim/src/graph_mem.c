@@ -188,7 +188,7 @@ unsigned gs_graph_mem_trim_retired(void)
 
 void gs_graph_mem_fork_child(void)
 {
-    /* The parent's graphs are the parent's: charged to its slot. */
+    /* The parent's graphs are the parent's: charged to its entry. */
     free(execs);
     execs = NULL;
     nexecs = cap_execs = 0;

@@ -89,7 +89,7 @@ static void fork_child(void)
     gs_graph_mem_fork_child();
     gs_launch_fork_child();
     gs_ctx_cost_fork_child();
-    gs_account_fork_child(); /* region.c resets its own slot (its own atfork handler) */
+    gs_account_fork_child(); /* region.c resets its own entry (its own atfork handler) */
 }
 
 static pthread_once_t core_once = PTHREAD_ONCE_INIT;

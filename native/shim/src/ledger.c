@@ -1,5 +1,5 @@
 /*
- * The region's books: a charge or an uncharge of this process's slot and
+ * The region's books: a charge or an uncharge of this process's entry and
  * the device's total, under the region lock. The check and the charge are
  * one step, so two processes racing for the last bytes of a cap cannot both
  * win. Callers (the charging rules, account.c) call the driver after the
@@ -8,9 +8,9 @@
  * give the charge back when the driver refuses. No rules here: what to
  * charge, when to settle and when to retry is account.c's.
  *
- * Order of updates under the lock: the slot first, then the device total.
+ * Order of updates under the lock: the entry first, then the device total.
  * If we die in between, the next owner of the lock recomputes the totals
- * from the slots (see gs_region_lock).
+ * from the entries (see gs_region_lock).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "gpuslice.h"
@@ -39,8 +39,8 @@ static int charge(int dev, int kind, unsigned long long bytes, int force)
     struct gpuslice_region *r = gs_region();
     if (gs_region_lock(r) != 0)
         return GS_DENIED;
-    int slot = gs_slot_locked(r);
-    if (slot < 0)
+    int mine = gs_proc_entry_locked(r);
+    if (mine < 0)
         goto denied;
     if (!force && !fits(r, dev, bytes, limit)) {
         /* Slow path only: dead processes may still hold part of the cap. */
@@ -48,7 +48,7 @@ static int charge(int dev, int kind, unsigned long long bytes, int force)
         if (!fits(r, dev, bytes, limit))
             goto denied;
     }
-    struct gpuslice_proc *s = &r->procs[slot];
+    struct gpuslice_proc *s = &r->procs[mine];
     __atomic_fetch_add(&s->used[dev][kind], bytes, __ATOMIC_RELAXED);
     __atomic_fetch_add(&r->devices[dev].used_bytes, bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&s->heartbeat_ns, gs_now_ns(), __ATOMIC_RELAXED);
@@ -89,10 +89,10 @@ void gs_uncharge(int dev, int kind, unsigned long long bytes)
     struct gpuslice_region *r = gs_region();
     if (gs_region_lock(r) != 0)
         return;
-    int slot = gs_slot_locked(r);
+    int mine = gs_proc_entry_locked(r);
     int under = 0;
-    if (slot >= 0) {
-        sub_sat(&r->procs[slot].used[dev][kind], bytes, &under);
+    if (mine >= 0) {
+        sub_sat(&r->procs[mine].used[dev][kind], bytes, &under);
         sub_sat(&r->devices[dev].used_bytes, bytes, &under);
     }
     gs_region_unlock(r);

@@ -2,7 +2,7 @@
  * NVML: what nvidia-smi-like tools and pynvml see. For a capped device the
  * memory numbers are the container's (total = cap, used = the region's
  * usage) and the process list is the container's live processes, taken from
- * the region's slots. Utilization of a device with a compute cap is the
+ * the region's entries. Utilization of a device with a compute cap is the
  * container's own card time as a share of the card's; of one with only a
  * memory cap it is not known and not shown (the card's would tell of the
  * neighbours). Uncapped devices pass through untouched.
@@ -43,7 +43,8 @@ static int region_device_capped(nvmlDevice_t device, int any_cap)
     if (have_index)
         index_free = r->devices[index].uuid[0] == '\0';
     gs_region_unlock(r);
-    /* By index only while that slot is not known to be another card. */
+    /* By index only while the region's device at that index is not known to be
+     * another card. */
     if (found < 0 && have_index && index_free)
         found = (int)index;
     if (found < 0)
@@ -115,7 +116,7 @@ static nvmlReturn_t processes(gs_nvmlDeviceGetComputeRunningProcesses_fn real,
     struct gpuslice_region *r = gs_region();
     for (int i = 0; i < GPUSLICE_MAX_PROCS; i++) {
         const struct gpuslice_proc *s = &r->procs[i];
-        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != GPUSLICE_SLOT_LIVE)
+        if (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != GPUSLICE_PROC_LIVE)
             continue;
         unsigned long long used = 0;
         for (int k = 0; k < GPUSLICE_KINDS; k++)

@@ -127,7 +127,7 @@ int gs_pools_list(struct gs_pool_ref *out)
 
 void gs_pools_fork_child(void)
 {
-    /* The parent's pools are the parent's: charged to its slot. */
+    /* The parent's pools are the parent's: charged to its entry. */
     for (int i = 0; i < GS_MAX_POOLS; i++)
         pools[i] = (struct pool_rec){0};
     pthread_mutex_init(&mu, NULL);

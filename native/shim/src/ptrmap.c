@@ -28,7 +28,7 @@ static size_t hash(int ns, uint64_t key)
     return (size_t)(h ^ (h >> 29));
 }
 
-/* Where (ns, key) is, or the empty slot where it would go. */
+/* Where (ns, key) is, or the empty bucket where it would go. */
 static size_t find(int ns, uint64_t key)
 {
     size_t i = hash(ns, key) & (cap - 1);
@@ -124,7 +124,7 @@ void gs_ptrmap_fork_parent(void)
 
 void gs_ptrmap_fork_child(void)
 {
-    /* The parent's allocations stay the parent's: charged to its slot, freed
+    /* The parent's allocations stay the parent's: charged to its entry, freed
      * by it. The child starts empty (the table is leaked, not freed: another
      * thread of the parent may have been inside malloc at fork time). */
     table = NULL;

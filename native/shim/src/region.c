@@ -1,10 +1,10 @@
 /*
  * The shared region: <state_dir>/region, mapped by every CUDA process of the
- * container. It holds the limits, the per-process slots and the per-device
- * totals. The totals are derived from the live slots, so any repair
+ * container. It holds the limits, the per-process entries and the per-device
+ * totals. The totals are derived from the live entries, so any repair
  * (a dead lock owner, a killed process) recomputes them exactly.
  *
- * We never cache a pointer into a slot: a slot is found by index under the
+ * We never cache a pointer into an entry: an entry is found by index under the
  * lock each time, and the index is re-checked against our pid.
  */
 #define _DEFAULT_SOURCE /* flock, MAP_ANONYMOUS */
@@ -27,8 +27,8 @@
 
 struct gpuslice_region *gs_region_ptr;
 static pthread_once_t region_once = PTHREAD_ONCE_INIT;
-static int slot_index = -1; /* ours; -1 until the first charge */
-static int slot_pid;
+static int entry_index = -1; /* ours; -1 until the first charge */
+static int entry_pid;
 
 unsigned long long gs_now_ns(void)
 {
@@ -188,8 +188,9 @@ static void after_fork_child(void);
 
 static void open_once(void)
 {
-    /* The slot cache is this module's, so is resetting it in a forked child:
-     * gs_slot_locked's fast path relies on it instead of a getpid() per call. */
+    /* The cached index of our entry is this module's, so is resetting it in
+     * a forked child: gs_proc_entry_locked's fast path relies on it instead
+     * of a getpid() per call. */
     pthread_atfork(NULL, NULL, after_fork_child);
     struct gpuslice_region *r = open_file();
     if (!r) {
@@ -220,7 +221,7 @@ int gs_region_lock(struct gpuslice_region *r)
     int rc = pthread_mutex_lock(gpuslice_region_mutex(r));
     if (rc == EOWNERDEAD) {
         /* A process died holding the lock, maybe half-way through an update.
-         * Slots are updated before totals, and totals are derived: drop the
+         * Entries are updated before totals, and totals are derived: drop the
          * dead, recompute, and the state is exact again. */
         pthread_mutex_consistent(gpuslice_region_mutex(r));
         gs_log_write(GS_LOG_WARN, "a process died holding the region lock; recomputing usage");
@@ -263,7 +264,7 @@ unsigned long long gs_proc_start_time(int pid)
     return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
-static int slot_dead(const struct gpuslice_proc *s)
+static int entry_dead(const struct gpuslice_proc *s)
 {
     int pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
     if (pid <= 0)
@@ -275,7 +276,7 @@ static int slot_dead(const struct gpuslice_proc *s)
     return st != 0 && st != s->start_time;
 }
 
-static void slot_clear_locked(struct gpuslice_region *r, struct gpuslice_proc *s)
+static void entry_clear_locked(struct gpuslice_region *r, struct gpuslice_proc *s)
 {
     for (int d = 0; d < GPUSLICE_MAX_DEVICES; d++) {
         unsigned long long sum = 0;
@@ -286,7 +287,7 @@ static void slot_clear_locked(struct gpuslice_region *r, struct gpuslice_proc *s
         unsigned long long u = r->devices[d].used_bytes;
         __atomic_store_n(&r->devices[d].used_bytes, u > sum ? u - sum : 0, __ATOMIC_RELAXED);
     }
-    __atomic_store_n(&s->state, GPUSLICE_SLOT_FREE, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->state, GPUSLICE_PROC_FREE, __ATOMIC_RELAXED);
     __atomic_store_n(&s->pid, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&s->host_pid, 0, __ATOMIC_RELAXED);
 }
@@ -295,9 +296,9 @@ void gs_reclaim_locked(struct gpuslice_region *r)
 {
     for (int i = 0; i < GPUSLICE_MAX_PROCS; i++) {
         struct gpuslice_proc *s = &r->procs[i];
-        if (s->state == GPUSLICE_SLOT_LIVE && i != slot_index && slot_dead(s)) {
-            GS_LOG(GS_LOG_INFO, "reclaiming slot %d of dead pid %d", i, s->pid);
-            slot_clear_locked(r, s);
+        if (s->state == GPUSLICE_PROC_LIVE && i != entry_index && entry_dead(s)) {
+            GS_LOG(GS_LOG_INFO, "reclaiming entry %d of dead pid %d", i, s->pid);
+            entry_clear_locked(r, s);
         }
     }
 }
@@ -305,17 +306,17 @@ void gs_reclaim_locked(struct gpuslice_region *r)
 static int take_free_locked(struct gpuslice_region *r)
 {
     for (int i = 0; i < GPUSLICE_MAX_PROCS; i++)
-        if (r->procs[i].state == GPUSLICE_SLOT_FREE)
+        if (r->procs[i].state == GPUSLICE_PROC_FREE)
             return i;
     return -1;
 }
 
-int gs_slot_locked(struct gpuslice_region *r)
+int gs_proc_entry_locked(struct gpuslice_region *r)
 {
-    /* Fast path without a syscall: a fork resets slot_index in the child
-     * (after_fork_child), so a set slot_index is this process's. */
-    if (slot_index >= 0 && r->procs[slot_index].pid == slot_pid)
-        return slot_index;
+    /* Fast path without a syscall: a fork resets entry_index in the child
+     * (after_fork_child), so a set entry_index is this process's. */
+    if (entry_index >= 0 && r->procs[entry_index].pid == entry_pid)
+        return entry_index;
     int pid = getpid();
     unsigned long long st = gs_proc_start_time(pid);
     int idx = -1;
@@ -323,8 +324,8 @@ int gs_slot_locked(struct gpuslice_region *r)
         struct gpuslice_proc *s = &r->procs[i];
         /* Same pid and start time: an image we replaced by exec; its memory
          * went away with it. */
-        if (s->state == GPUSLICE_SLOT_LIVE && s->pid == pid && s->start_time == st) {
-            slot_clear_locked(r, s);
+        if (s->state == GPUSLICE_PROC_LIVE && s->pid == pid && s->start_time == st) {
+            entry_clear_locked(r, s);
             idx = i;
         }
     }
@@ -335,7 +336,7 @@ int gs_slot_locked(struct gpuslice_region *r)
         idx = take_free_locked(r);
     }
     if (idx < 0) {
-        gs_log_write(GS_LOG_ERROR, "all %d process slots are taken; refusing allocations",
+        gs_log_write(GS_LOG_ERROR, "all %d process entries are taken; refusing allocations",
                      GPUSLICE_MAX_PROCS);
         return -1;
     }
@@ -343,16 +344,16 @@ int gs_slot_locked(struct gpuslice_region *r)
     s->start_time = st;
     __atomic_store_n(&s->host_pid, gs_driver_pid(), __ATOMIC_RELAXED);
     __atomic_store_n(&s->pid, pid, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->state, GPUSLICE_SLOT_LIVE, __ATOMIC_RELEASE);
-    slot_index = idx;
-    slot_pid = pid;
+    __atomic_store_n(&s->state, GPUSLICE_PROC_LIVE, __ATOMIC_RELEASE);
+    entry_index = idx;
+    entry_pid = pid;
     return idx;
 }
 
 static void after_fork_child(void)
 {
-    /* The child is a new process: it takes its own slot on first use. The
+    /* The child is a new process: it takes its own entry on first use. The
      * mapping itself is inherited and still right. */
-    slot_index = -1;
-    slot_pid = 0;
+    entry_index = -1;
+    entry_pid = 0;
 }

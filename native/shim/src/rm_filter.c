@@ -8,7 +8,7 @@
  * table through all end in that control (seen on driver 580: the table's
  * layout is private, this control's is the driver's published ABI). Its
  * answer is cut here to the container's own processes: the driver pids
- * that its slots in the region recorded (ctx_cost.c). NVML then asks for
+ * that its processes recorded in the region (ctx_cost.c). NVML then asks for
  * the usage of the pids so listed only, so no route shows another tenant's
  * pids or memory. An answer whose size is not the one we know is refused
  * rather than shown.
@@ -82,7 +82,7 @@ int gs_container_driver_pids(unsigned int *out, int cap)
     for (int i = 0; i < GPUSLICE_MAX_PROCS && n < cap; i++) {
         const struct gpuslice_proc *s = &r->procs[i];
         unsigned int pid = __atomic_load_n(&s->host_pid, __ATOMIC_RELAXED);
-        if (pid && pid != me && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == GPUSLICE_SLOT_LIVE)
+        if (pid && pid != me && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == GPUSLICE_PROC_LIVE)
             out[n++] = pid;
     }
     return n;

@@ -4,7 +4,7 @@
  * makes one where it finds none: a process run outside such a container),
  * both do to it: where its process-shared robust
  * mutex lives, how a fresh region is laid out, and its one derived figure (a
- * device's used_bytes is the sum of its live slots' usage). C only (static
+ * device's used_bytes is the sum of its live entries' usage). C only (static
  * inline): the headers cffi reads are the ones beside ../region.h.
  */
 #ifndef GPUSLICE_C_REGION_RULES_H
@@ -43,14 +43,14 @@ static inline void gpuslice_region_format(struct gpuslice_region *r,
     __atomic_store_n(&r->magic, GPUSLICE_REGION_MAGIC, __ATOMIC_RELEASE);
 }
 
-/* With the region's mutex held: the totals from the live slots (after a
+/* With the region's mutex held: the totals from the live entries (after a
  * process died holding the mutex, maybe half-way through an update). */
 static inline void gpuslice_region_recompute(struct gpuslice_region *r)
 {
     for (int d = 0; d < GPUSLICE_MAX_DEVICES; d++) {
         unsigned long long sum = 0;
         for (int i = 0; i < GPUSLICE_MAX_PROCS; i++)
-            if (r->procs[i].state == GPUSLICE_SLOT_LIVE)
+            if (r->procs[i].state == GPUSLICE_PROC_LIVE)
                 for (int k = 0; k < GPUSLICE_KINDS; k++)
                     sum += r->procs[i].used[d][k];
         __atomic_store_n(&r->devices[d].used_bytes, sum, __ATOMIC_RELAXED);
