@@ -1,7 +1,7 @@
 """The workload suite on the GPU: bench/suite.py's request shapes and busy programs, in torch.
 
 bench/compute_prog.py builds them in two steps, so that a tenant touches
-the GPU only in its own turn: Models(...) creates the weights on the CPU
+the GPU only in its own run: Models(...) creates the weights on the CPU
 (seeded) right after torch's import, before the first run of the bench;
 .requests(dev) / .busy(program, dev) move them, allocate every buffer,
 capture the CUDA graph and warm up, in the tenant's setup. Nothing is
