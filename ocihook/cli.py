@@ -483,6 +483,63 @@ def card_enable(state: State, card: str) -> None:
         acct.close()
 
 
+# -- mps --------------------------------------------------------------------
+
+@cli.group("mps", short_help="Run the NVIDIA MPS control daemon of cards in MPS mode.",
+           epilog=examples("gpuslice mps start 0", "gpuslice mps status",
+                           "systemctl enable --now gpuslice-mps@0"))
+def mps_group() -> None:
+    """The MPS control daemon of each card in MPS mode (configuration
+    card_modes), its folders under the state dir."""
+
+
+def _mps_each(state: State, card: Optional[str], verb: str) -> None:
+    from ocihook import mps
+
+    acct = _accountant(state)
+    failed = False
+    try:
+        for d in mps.daemons(state.config, acct, card):
+            if verb == "start":
+                click.echo(mps.start(state.config, d))
+            elif verb == "stop":
+                click.echo(mps.stop(d, mps.holders(acct, d)))
+            else:
+                up, line = mps.status_line(d, mps.holders(acct, d))
+                failed = failed or not up
+                click.echo(line)
+    except mps.MpsError as e:
+        fail(str(e))
+    finally:
+        acct.close()
+    if failed:
+        sys.exit(EXIT_NO)
+
+
+@mps_group.command("start", epilog=examples("gpuslice mps start", "gpuslice mps start 0"))
+@click.argument("card", required=False)
+@click.pass_obj
+def mps_start(state: State, card: Optional[str]) -> None:
+    """Start the daemon of CARD (its index or UUID), or of every card in MPS mode."""
+    _mps_each(state, card, "start")
+
+
+@mps_group.command("stop", epilog=examples("gpuslice mps stop 0"))
+@click.argument("card", required=False)
+@click.pass_obj
+def mps_stop(state: State, card: Optional[str]) -> None:
+    """Stop the daemon of CARD, or of every card in MPS mode (its clients lose their server)."""
+    _mps_each(state, card, "stop")
+
+
+@mps_group.command("status", epilog=examples("gpuslice mps status"))
+@click.argument("card", required=False)
+@click.pass_obj
+def mps_status(state: State, card: Optional[str]) -> None:
+    """Whether each daemon is up (exit 1 if one is not)."""
+    _mps_each(state, card, "status")
+
+
 from ocihook.slurm.cli import slurm_group  # noqa: E402 (its commands use the group above)
 
 cli.add_command(slurm_group)
