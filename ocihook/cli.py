@@ -158,7 +158,9 @@ def cdi_generate(state: State, driver_root: Optional[str], dev_root: Optional[st
               help="folder to read (repeatable) [default: config spec_dir]")
 @click.pass_obj
 def cdi_list(state: State, spec_dirs: List[str]) -> None:
-    """Print every fully qualified device name a runtime will accept."""
+    """Print every fully qualified device name a runtime will accept; a slice
+    of a card in MPS mode says so after its name."""
+    from cdi.limits import MPS_PIPE_ENV
     from cdi.names import qualified
     from cdi.specfile import load_specs
 
@@ -167,7 +169,9 @@ def cdi_list(state: State, spec_dirs: List[str]) -> None:
         warn(f"ignored, as a runtime would: {line}")
     for _path, spec in good:
         for dev in spec.devices:
-            click.echo(qualified(spec.kind, dev.name))
+            mps = any(e.startswith(f"{MPS_PIPE_ENV}=") for e in dev.edits.env)
+            click.echo(qualified(spec.kind, dev.name) +
+                       ("  (mode mps: its compute cap is an SM share)" if mps else ""))
 
 
 @cdi_group.command("validate", short_help="Check CDI spec FILES against the specification.",

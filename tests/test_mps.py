@@ -318,3 +318,31 @@ def test_no_card_in_mps_mode(tmp_path: Path, driver_root: Path, fakedriver: Path
     n = MpsNode(tmp_path, driver_root, modes="")
     res = n.mps("status")
     assert res.returncode == 2 and "no card is in MPS mode" in one_line(res.stderr)
+
+
+# -- what the readers say --------------------------------------------------------
+
+def test_cdi_list_status_top_and_the_exporter_say_the_mode(node: MpsNode) -> None:
+    listed = node.host.run("cdi", "list").stdout.splitlines()
+    assert "gpuslice.io/gpu=0-6g-50  (mode mps: its compute cap is an SM share)" in listed
+    assert "gpuslice.io/gpu=1-6g-50" in listed
+    doc = json.loads(node.host.run("status", "--json").stdout)
+    assert [(c["index"], c["mode"]) for c in doc["cards"]] == [(0, "mps"), (1, "time")]
+    text = node.host.run("status").stdout
+    assert "(mode mps: SM shares)" in text and "(mode time: card time)" in text
+    top = node.host.run("top", "--once").stdout
+    assert "(mps: SM share)" in top and "(time: card time)" in top
+
+
+def test_the_exporter_has_a_mode_info_metric(node: MpsNode) -> None:
+    from prometheus_client import generate_latest
+
+    from ocihook import exporter
+
+    collector = exporter.NodeCollector(str(node.state_dir), str(node.host.tmp / "state.db"),
+                                       None)
+    text = generate_latest(exporter.registry(collector)).decode()
+    lines = [ln for ln in text.splitlines() if ln.startswith("gpuslice_card_mode_info{")]
+    assert len(lines) == 2
+    assert any('index="0"' in ln and 'mode="mps"' in ln for ln in lines)
+    assert any('index="1"' in ln and 'mode="time"' in ln for ln in lines)
