@@ -346,3 +346,36 @@ def test_the_exporter_has_a_mode_info_metric(node: MpsNode) -> None:
     assert len(lines) == 2
     assert any('index="0"' in ln and 'mode="mps"' in ln for ln in lines)
     assert any('index="1"' in ln and 'mode="time"' in ln for ln in lines)
+
+
+# -- the unit ------------------------------------------------------------------
+
+UNIT = REPO / "packaging" / "systemd" / "gpuslice-mps@.service"
+
+
+def test_the_unit_runs_the_cli_for_its_instance_card(node: MpsNode) -> None:
+    """What systemd would run for gpuslice-mps@0, run here with the stand-in."""
+    lines = dict(ln.split("=", 1) for ln in UNIT.read_text().splitlines()
+                 if "=" in ln and not ln.startswith("#"))
+    assert lines["Type"] == "oneshot" and lines["RemainAfterExit"] == "yes"
+    for key, verb in (("ExecStart", "start"), ("ExecStop", "stop")):
+        argv = lines[key].replace("%i", "0").split()
+        assert argv[:3] == ["/usr/bin/gpuslice", "mps", verb]
+        if os.geteuid() == 0:
+            res = node.mps(verb, *argv[3:])
+            assert res.returncode == 0, res.stderr
+    for name in ("gpuslice.install",):
+        assert "gpuslice-mps@.service" in (REPO / "packaging" / "deb" / "debian" / name).read_text()
+    assert "gpuslice-mps@.service" in (REPO / "packaging" / "rpm" / "gpuslice.spec").read_text()
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze")
+def test_systemd_reads_the_unit(tmp_path: Path) -> None:
+    unit = tmp_path / "gpuslice-mps@0.service"
+    unit.write_text(UNIT.read_text())
+    res = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                         text=True, timeout=60)
+    # A command missing on this machine is the one complaint it may make.
+    problems = [ln for ln in res.stderr.splitlines()
+                if ln.strip() and "/usr/bin/gpuslice" not in ln and "man:" not in ln]
+    assert problems == [], res.stderr
