@@ -158,8 +158,9 @@ def cdi_generate(state: State, driver_root: Optional[str], dev_root: Optional[st
               help="folder to read (repeatable) [default: config spec_dir]")
 @click.pass_obj
 def cdi_list(state: State, spec_dirs: List[str]) -> None:
-    """Print every fully qualified device name a runtime will accept; a slice
-    of a card in MPS mode says so after its name."""
+    """Print every fully qualified device name a runtime will accept.
+
+    A slice of a card in MPS mode says so after its name."""
     from cdi.limits import MPS_PIPE_ENV
     from cdi.names import qualified
     from cdi.specfile import load_specs
@@ -524,7 +525,7 @@ def _mps_each(state: State, card: Optional[str], verb: str) -> None:
 @click.argument("card", required=False)
 @click.pass_obj
 def mps_start(state: State, card: Optional[str]) -> None:
-    """Start the daemon of CARD (its index or UUID), or of every card in MPS mode."""
+    """Start the daemon of CARD (index or UUID), or of all MPS cards."""
     _mps_each(state, card, "start")
 
 
@@ -532,7 +533,9 @@ def mps_start(state: State, card: Optional[str]) -> None:
 @click.argument("card", required=False)
 @click.pass_obj
 def mps_stop(state: State, card: Optional[str]) -> None:
-    """Stop the daemon of CARD, or of every card in MPS mode (its clients lose their server)."""
+    """Stop the daemon of CARD, or of every card in MPS mode.
+
+    The containers on the card lose their MPS server; they are listed."""
     _mps_each(state, card, "stop")
 
 
