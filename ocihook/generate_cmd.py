@@ -59,6 +59,18 @@ def ensure_card_dir(path: str) -> None:
     os.chmod(path, 0o1777)
 
 
+def ensure_mps_dirs(cfg: Config, inventory: "Inventory") -> None:
+    """The folders a slice of an MPS card mounts (its pipes, its /dev/shm),
+    made before any container asks: the runtime mounts them before the hook
+    runs, and a missing one would fail the start with the runtime's words
+    instead of the hook's refusal (its daemon is down). Modes as
+    `gpuslice mps start` makes them."""
+    from ocihook import mps
+
+    for uuid in mps_cards(cfg, inventory):
+        mps.make_folders(cfg.state_dir, uuid)
+
+
 def recorded_cards(inventory: "Inventory", cfg: Config
                    ) -> "Tuple[List[accountant.Card], List[accountant.CardLink]]":
     """The cards as the accountant records them: with their places and the links
@@ -168,8 +180,9 @@ def run(cfg: Config, req: Request) -> int:
     if not req.dry_run and not req.check_only:
         try:
             ensure_card_dir(cfg.card_dir())
+            ensure_mps_dirs(cfg, inventory)
         except OSError as e:
-            error(f"cannot make the card folder {cfg.card_dir()}: {e.strerror}")
+            error(f"cannot make the folder {e.filename}: {e.strerror}")
     for path in check.missing_on_host(spec):
         warn(f"{path} does not exist: containers that ask for a device needing it will "
              "fail to start until it is installed")

@@ -158,6 +158,16 @@ def _log_tail(d: Daemon) -> str:
         return ""
 
 
+def make_folders(state_dir: str, uuid: str) -> None:
+    """The card's pipe, log and shm folders (`gpuslice cdi generate` makes
+    them too: a slice mounts them before its hook runs)."""
+    for folder, mode in ((statedir.mps_pipe_dir(state_dir, uuid), 0o755),
+                         (statedir.mps_log_dir(state_dir, uuid), 0o755),
+                         (statedir.mps_shm_dir(state_dir, uuid), 0o1777)):
+        os.makedirs(folder, exist_ok=True)
+        os.chmod(folder, mode)  # shm as /dev/shm: a client of any user maps its part
+
+
 def start(cfg: Config, d: Daemon) -> str:
     """Start d's daemon (a left pipe is cleared first); what to print."""
     now, pid = state(d)
@@ -166,9 +176,7 @@ def start(cfg: Config, d: Daemon) -> str:
     binary = control_binary()
     if now == STALE:
         _clear_pipes(d)
-    for folder, mode in ((d.pipe_dir, 0o755), (d.log_dir, 0o755), (d.shm_dir, 0o1777)):
-        os.makedirs(folder, exist_ok=True)
-        os.chmod(folder, mode)  # shm as /dev/shm: a client of any user maps its part
+    make_folders(cfg.state_dir, d.card.uuid)
     # A mount namespace of its own where the card's shm folder is /dev/shm;
     # `-d` leaves the daemon there and returns.
     script = 'mount --bind "$1" /dev/shm && exec "$2" -d'
