@@ -141,8 +141,9 @@ def _gang(k: Dict[str, Any]) -> str:
 
 
 def _mode_words(mode: str) -> str:
-    """What a compute cap is on a card of this mode (docs/compute-limit.md, Two modes)."""
-    return "(mode mps: SM shares)" if mode == MODE_MPS else "(mode time: card time)"
+    """What a compute cap is on a card in MPS mode (docs/compute-limit.md, Two
+    modes); nothing for the default, time."""
+    return " (mode mps: SM shares)" if mode == MODE_MPS else ""
 
 
 def render(doc: Dict[str, Any]) -> str:
@@ -161,7 +162,7 @@ def render(doc: Dict[str, Any]) -> str:
             f"; OUT OF SERVICE: {c['health_reason'] or 'no reason recorded'}"
         lines.append(f"card {c['index']} {c['uuid']} {c['name']}: {c['reserved_mib']} of "
                      f"{c['total_mib']} MiB reserved, {_card_used(c)}, "
-                     f"{c['unreserved_mib']} MiB unreserved, {c['cores']}% compute reserved "
+                     f"{c['unreserved_mib']} MiB unreserved, {c['cores']}% compute reserved"
                      f"{_mode_words(c['mode'])}{state}")
         for k in c["containers"]:
             named = f" ({k['name']})" if k["name"] else ""
