@@ -13,6 +13,11 @@ any device of ours. Devices:
   topology; offered from 2 up to the cards that fit the profile (at most
   MAX_GANG).
 
+A card in MPS mode (opts.mps) is offered whole and as ``<index>-<profile>``
+slices, each with NVIDIA's MPS client env in place of the pacer's compute
+cap and its card's MPS pipes and /dev/shm mounted; never as a card-less
+slice or in a gang, whose card is picked after the spec is written.
+
 Slices carry the limits and the compute priority as GPUSLICE_* env
 (cdi/slice_env.py), the shim (mounted and preloaded), the host's card files
 (read-write: how tenants of one card see each other compete,
@@ -27,7 +32,7 @@ no one shares it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from cdi import devnodes, driverfiles
 from cdi.nvml import DiscoveryError, Gpu, Inventory
@@ -40,6 +45,20 @@ from cdi.version import minimum_version
 SHIM_CONTAINER_PATH = "/usr/lib/gpuslice/libgpuslice.so"
 CARD_DIR_OPTIONS = ["rw", "nosuid", "nodev", "noexec", "bind"]
 HOOK_ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# A slice of a card in MPS mode: where the container sees its card's MPS
+# pipes, and its /dev/shm, which is the card's MPS folder (the server maps
+# what it shares with its clients there; docs/compute-limit.md, Two modes).
+MPS_PIPE_CONTAINER_PATH = "/run/nvidia-mps"
+MPS_SHM_CONTAINER_PATH = "/dev/shm"
+MPS_MOUNT_OPTIONS = ["rw", "nosuid", "nodev", "noexec", "bind"]
+
+
+@dataclass(frozen=True)
+class MpsFolders:
+    """A card in MPS mode: its control daemon's folders on the host (under
+    the state dir, statedir.h's names, which the caller has)."""
+    pipe_dir: str
+    shm_dir: str
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,9 @@ class GenerateOptions:
     hook_common: List[str] = field(default_factory=list)
     hook_create: List[str] = field(default_factory=list)
     hook_installed: bool = True
+    # The cards in MPS mode, by UUID: offered as <index>-<profile> slices
+    # only (the pipes a slice is given are its card's, fixed in the spec).
+    mps: Mapping[str, MpsFolders] = field(default_factory=dict)
 
 
 def _hooks(opts: GenerateOptions, device: str, request: List[str]) -> List[Hook]:
@@ -89,14 +111,20 @@ def _slice(opts: GenerateOptions, name: str, nodes: List[DeviceNode], profile: P
     """A slice of `gpu`, or of whichever card the accountant picks (gpu None); with
     slices > 1, a gang of that many, on as many cards as the accountant picks.
     The limits are per card: every card the container sees is capped alike."""
+    mps = opts.mps.get(gpu.uuid) if gpu else None
     request = (["--card", gpu.uuid] if gpu else []) + [
         "--memory-mib", str(profile.memory_mib), "--cores", str(profile.cores or 0),
-        "--priority", profile.priority] + (["--slices", str(slices)] if slices > 1 else [])
-    env = [f"{k}={v}" for k, v in slice_env(profile).items()]
+        "--priority", profile.priority] + (["--slices", str(slices)] if slices > 1 else []) \
+        + (["--mps"] if mps else [])
+    env = [f"{k}={v}" for k, v in
+           slice_env(profile, MPS_PIPE_CONTAINER_PATH if mps else None).items()]
     env.append(f"LD_PRELOAD={SHIM_CONTAINER_PATH}")
-    shim = Mount(opts.shim_path, SHIM_CONTAINER_PATH, options=list(driverfiles.MOUNT_OPTIONS))
-    cards = Mount(opts.card_dir, opts.card_dir_mount, options=list(CARD_DIR_OPTIONS))
-    return Device(name, ContainerEdits(env=env, device_nodes=nodes, mounts=[shim, cards],
+    mounts = [Mount(opts.shim_path, SHIM_CONTAINER_PATH, options=list(driverfiles.MOUNT_OPTIONS)),
+              Mount(opts.card_dir, opts.card_dir_mount, options=list(CARD_DIR_OPTIONS))]
+    if mps:
+        mounts += [Mount(mps.pipe_dir, MPS_PIPE_CONTAINER_PATH, options=list(MPS_MOUNT_OPTIONS)),
+                   Mount(mps.shm_dir, MPS_SHM_CONTAINER_PATH, options=list(MPS_MOUNT_OPTIONS))]
+    return Device(name, ContainerEdits(env=env, device_nodes=nodes, mounts=mounts,
                                        hooks=_hooks(opts, name, request)))
 
 
@@ -140,6 +168,9 @@ def build_spec(inv: Inventory, opts: GenerateOptions) -> Tuple[Spec, List[str]]:
             if profile.memory_mib <= gpu.memory_mib:
                 devices.append(_slice(opts, slice_device_name(gpu.index, profile),
                                       card_nodes[gpu.index], profile, gpu))
+    # A card-less slice or a gang is placed at create time, but a slice of an
+    # MPS card carries its card's pipes: those are offered on time cards only.
+    sliceable = [g for g in sliceable if g.uuid not in opts.mps]
     for profile in opts.profiles:
         fits = [g for g in sliceable if profile.memory_mib <= g.memory_mib]
         if fits:

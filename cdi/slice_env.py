@@ -9,16 +9,26 @@ Where a cap lives). A process that finds no region takes them as its own.
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
-from cdi.limits import CORE_LIMIT_ENV, MEMORY_LIMIT_ENV, PRIORITY_ENV
+from cdi.limits import (CORE_LIMIT_ENV, MEMORY_LIMIT_ENV, MPS_MEMORY_ENV, MPS_PIPE_ENV,
+                        MPS_THREADS_ENV, PRIORITY_ENV)
 from cdi.profiles import Profile
 
 
-def slice_env(profile: Profile) -> Dict[str, str]:
-    """The limit variables of a slice of profile, in the order a spec lists them."""
+def slice_env(profile: Profile, mps_pipe: Optional[str] = None) -> Dict[str, str]:
+    """The limit variables of a slice of profile, in the order a spec lists
+    them. On a card in MPS mode (mps_pipe: where the container sees its
+    control daemon's pipes) the compute share is MPS's SM share, not the
+    pacer's card time, and MPS caps the device memory too, behind the shim:
+    the container's one card is its CUDA device 0."""
     env = {MEMORY_LIMIT_ENV: f"{profile.memory_mib}MiB"}
-    if profile.cores:
+    if mps_pipe is not None:
+        env[MPS_PIPE_ENV] = mps_pipe
+        if profile.cores:
+            env[MPS_THREADS_ENV] = str(profile.cores)
+        env[MPS_MEMORY_ENV] = f"0={profile.memory_mib}M"
+    elif profile.cores:
         env[CORE_LIMIT_ENV] = str(profile.cores)
     # Always, normal too: a spec's env replaces a variable of the same name
     # that the container set itself, so the operator's priority is the one it

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from cdi.limits import MODE_TIME
 from ocihook import cheader
 from ocihook.policy import Policy
 
@@ -127,6 +128,13 @@ _MIGRATIONS: Tuple[str, ...] = (
     );
     ALTER TABLE reservations ADD COLUMN slot INTEGER NOT NULL DEFAULT 0 CHECK (slot >= 0);
     """,
+    # 6: a card's sharing mode (configuration card_modes, written by `gpuslice
+    # cdi generate`): time slicing with card-time caps, or NVIDIA MPS with SM
+    # shares; the hook admits a slice of an MPS card only while its control
+    # daemon is up (docs/compute-limit.md, Two modes).
+    """
+    ALTER TABLE cards ADD COLUMN mode TEXT NOT NULL DEFAULT 'time' CHECK (mode IN ('time', 'mps'));
+    """,
 )
 
 
@@ -158,6 +166,10 @@ class AccountantError(RuntimeError):
     """The database cannot be used (unreadable, another program's, a newer schema)."""
 
 
+class ModeChangeRefused(AccountantError):
+    """A card's mode would change while containers hold it (sync_cards)."""
+
+
 @dataclass(frozen=True)
 class Card:
     index: int
@@ -171,6 +183,7 @@ class Card:
     pci_bus_id: str = ""  # NVML's form, 00000000:18:00.0; "" unknown
     numa_node: Optional[int] = None
     cpu_affinity: str = ""  # the CPUs nearest the card, a cpulist ("0-15,32-47"); "" unknown
+    mode: str = MODE_TIME  # one of cdi.limits.MODES: how its slices share it
 
 
 @dataclass(frozen=True)
@@ -219,7 +232,7 @@ def _row_reservation(row: sqlite3.Row) -> Reservation:
 def _row_card(row: sqlite3.Row) -> Card:
     return Card(row["idx"], row["uuid"], row["total_mib"], row["name"], bool(row["mig"]),
                 bool(row["healthy"]), row["health_reason"], row["health_since"],
-                row["pci_bus_id"], row["numa_node"], row["cpu_affinity"])
+                row["pci_bus_id"], row["numa_node"], row["cpu_affinity"], row["mode"])
 
 
 class Accountant:
@@ -348,22 +361,25 @@ class Accountant:
         recorded between cards seen now are replaced by these). A card gone from
         the host stays, out of service (GONE_REASON); one seen again comes back
         only if that was all that was wrong: a mark of the health watcher or an
-        operator stays (clears_itself)."""
+        operator stays (clears_itself). A card's mode changes only while
+        nothing holds it: else ModeChangeRefused, and nothing is written."""
         now = time.time()
         with self._tx():
             known = {c.uuid: c for c in self.cards()}
+            self._refuse_mode_change(known, cards)
             seen = set()
             for c in cards:
                 seen.add(c.uuid)
                 self.db.execute(
                     "INSERT INTO cards(uuid, idx, name, total_mib, mig, healthy, seen, "
-                    "pci_bus_id, numa_node, cpu_affinity) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "pci_bus_id, numa_node, cpu_affinity, mode) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT(uuid) DO UPDATE SET idx=excluded.idx, name=excluded.name, "
                     "total_mib=excluded.total_mib, mig=excluded.mig, seen=excluded.seen, "
                     "pci_bus_id=excluded.pci_bus_id, numa_node=excluded.numa_node, "
-                    "cpu_affinity=excluded.cpu_affinity",
+                    "cpu_affinity=excluded.cpu_affinity, mode=excluded.mode",
                     (c.uuid, c.index, c.name, c.total_mib, int(c.mig), int(c.healthy), now,
-                     c.pci_bus_id, c.numa_node, c.cpu_affinity))
+                     c.pci_bus_id, c.numa_node, c.cpu_affinity, c.mode))
                 was = known.get(c.uuid)
                 if was is not None and clears_itself(was):
                     self._set_health(was.uuid, True, "", None)
@@ -375,6 +391,20 @@ class Accountant:
                     self._set_health(c.uuid, False, reason, now)
                     self._event("unhealthy", card_uuid=c.uuid, cause="gone", reason=reason)
             self._replace_links(seen, links)
+
+    def _refuse_mode_change(self, known: Dict[str, Card], cards: Sequence[Card]) -> None:
+        """A mode changed under running containers would leave them with the
+        other mode's env and caps: the first such card, one line, its holders."""
+        for c in cards:
+            was = known.get(c.uuid)
+            if was is None or was.mode == c.mode:
+                continue
+            held = sorted({r.container_id[:12] for r in self.reservations(c.uuid)})
+            if held:
+                raise ModeChangeRefused(
+                    f"card {c.index} ({c.uuid}) cannot change from mode {was.mode} to "
+                    f"{c.mode}: containers run on it ({', '.join(held)}); stop them first, "
+                    "or keep its card_modes entry as it was")
 
     def _replace_links(self, seen: "set[str]", links: Sequence[CardLink]) -> None:
         for row in self.db.execute("SELECT card_a, card_b FROM card_links").fetchall():

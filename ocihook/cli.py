@@ -158,7 +158,10 @@ def cdi_generate(state: State, driver_root: Optional[str], dev_root: Optional[st
               help="folder to read (repeatable) [default: config spec_dir]")
 @click.pass_obj
 def cdi_list(state: State, spec_dirs: List[str]) -> None:
-    """Print every fully qualified device name a runtime will accept."""
+    """Print every fully qualified device name a runtime will accept.
+
+    A slice of a card in MPS mode says so after its name."""
+    from cdi.limits import MPS_PIPE_ENV
     from cdi.names import qualified
     from cdi.specfile import load_specs
 
@@ -167,7 +170,9 @@ def cdi_list(state: State, spec_dirs: List[str]) -> None:
         warn(f"ignored, as a runtime would: {line}")
     for _path, spec in good:
         for dev in spec.devices:
-            click.echo(qualified(spec.kind, dev.name))
+            mps = any(e.startswith(f"{MPS_PIPE_ENV}=") for e in dev.edits.env)
+            click.echo(qualified(spec.kind, dev.name) +
+                       ("  (mode mps: its compute cap is an SM share)" if mps else ""))
 
 
 @cdi_group.command("validate", short_help="Check CDI spec FILES against the specification.",
@@ -481,6 +486,65 @@ def card_enable(state: State, card: str) -> None:
         fail(str(e))
     finally:
         acct.close()
+
+
+# -- mps --------------------------------------------------------------------
+
+@cli.group("mps", short_help="Run the NVIDIA MPS control daemon of cards in MPS mode.",
+           epilog=examples("gpuslice mps start 0", "gpuslice mps status",
+                           "systemctl enable --now gpuslice-mps@0"))
+def mps_group() -> None:
+    """The MPS control daemon of each card in MPS mode (configuration
+    card_modes), its folders under the state dir."""
+
+
+def _mps_each(state: State, card: Optional[str], verb: str) -> None:
+    from ocihook import mps
+
+    acct = _accountant(state)
+    failed = False
+    try:
+        for d in mps.daemons(state.config, acct, card):
+            if verb == "start":
+                click.echo(mps.start(state.config, d))
+            elif verb == "stop":
+                click.echo(mps.stop(d, mps.holders(acct, d)))
+            else:
+                up, line = mps.status_line(d, mps.holders(acct, d))
+                failed = failed or not up
+                click.echo(line)
+    except mps.MpsError as e:
+        fail(str(e))
+    finally:
+        acct.close()
+    if failed:
+        sys.exit(EXIT_NO)
+
+
+@mps_group.command("start", epilog=examples("gpuslice mps start", "gpuslice mps start 0"))
+@click.argument("card", required=False)
+@click.pass_obj
+def mps_start(state: State, card: Optional[str]) -> None:
+    """Start the daemon of CARD (index or UUID), or of all MPS cards."""
+    _mps_each(state, card, "start")
+
+
+@mps_group.command("stop", epilog=examples("gpuslice mps stop 0"))
+@click.argument("card", required=False)
+@click.pass_obj
+def mps_stop(state: State, card: Optional[str]) -> None:
+    """Stop the daemon of CARD, or of every card in MPS mode.
+
+    The containers on the card lose their MPS server; they are listed."""
+    _mps_each(state, card, "stop")
+
+
+@mps_group.command("status", epilog=examples("gpuslice mps status"))
+@click.argument("card", required=False)
+@click.pass_obj
+def mps_status(state: State, card: Optional[str]) -> None:
+    """Whether each daemon is up (exit 1 if one is not)."""
+    _mps_each(state, card, "status")
 
 
 from ocihook.slurm.cli import slurm_group  # noqa: E402 (its commands use the group above)

@@ -9,8 +9,8 @@ documented in docs/configuration.md.
 The file is read as its author may have made it: a regular file only (a
 FIFO or a device is refused, never waited on), at most MAX_BYTES, UTF-8,
 without YAML anchors or aliases, nested at most cdi.yamlin.MAX_DEPTH deep.
-The values with a rule of their own (memory_overcommit, a profile's memory,
-cores and priority) are checked here first, so that the message says what to
+The values with a rule of their own (memory_overcommit, card_modes, a
+profile's memory, cores and priority) are checked here first, so that the message says what to
 write instead; then the structure against config_schema.json with
 cdi.schemalite (`gpuslice config check` runs jsonschema as well); then the
 rest a schema cannot say (names, duplicates). A bad file raises ConfigError
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from cdi import names, regularfile
-from cdi.limits import DEFAULT_PRIORITY
+from cdi.limits import DEFAULT_PRIORITY, MODE_TIME, MODES
 from cdi.profiles import Profile, ProfileError, validate_priority, validate_profile_name
 from ocihook import statedir, units
 from ocihook.policy import (CORES_LIMIT_MAX, CORES_LIMIT_MIN, OVERCOMMIT_MAX, OVERCOMMIT_MIN,
@@ -98,6 +98,9 @@ class Config:
     docker_root: str = "/var/lib/docker"
     slurm_shards: int = 8  # gres/shard count of each card (docs/slurm.md)
     slurm_cores: bool = False  # a job of k shards also gets a k/N compute cap
+    # A card's sharing mode by its index ("0") or UUID: cdi.limits.MODES;
+    # a card not named is in MODE_TIME (docs/compute-limit.md, Two modes).
+    card_modes: Dict[str, str] = field(default_factory=dict)
     source: Optional[str] = None  # the file it came from; None for built-in defaults
 
     def card_dir(self) -> str:
@@ -111,6 +114,11 @@ class Config:
     def hook_create_args(self) -> List[str]:
         """How gpuslice-hook create preloads the shim (it reads no configuration file)."""
         return ["--preload", self.preload]
+
+    def mode_of(self, index: int, uuid: str) -> str:
+        """The mode the file gives the card of this index and UUID (the
+        UUID's entry wins over the index's)."""
+        return self.card_modes.get(uuid, self.card_modes.get(str(index), MODE_TIME))
 
     def policy(self) -> Policy:
         """The admission policy this file asks for; the hook admits by the one
@@ -143,6 +151,7 @@ class Config:
             "docker_root": self.docker_root,
             "slurm_shards": self.slurm_shards,
             "slurm_cores": self.slurm_cores,
+            "card_modes": dict(self.card_modes),
         }
 
 
@@ -193,6 +202,29 @@ def parse_cores_limit(value: Any) -> int:
                       "of one card may carry); write e.g. 100 for no limit or 80")
 
 
+def parse_card_modes(value: Any) -> Dict[str, str]:
+    """card_modes by its rule: a mapping of a card's index (0, 1, ...) or
+    UUID (GPU-...) to one of cdi.limits.MODES, or ConfigError without the
+    file. Keys come back as text: "0", "GPU-..."."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"card_modes {value!r} is not a mapping of cards to modes; write "
+                          "e.g. card_modes: {0: mps}")
+    out: Dict[str, str] = {}
+    for card, mode in value.items():
+        key = str(card) if isinstance(card, int) and not isinstance(card, bool) else card
+        if not isinstance(key, str) or not (key.isdigit() and key.isascii()
+                                            or key.startswith("GPU-")):
+            raise ConfigError(f"card_modes: {card!r} is not a card: name one by its index "
+                              "(0, 1, ...) or UUID (GPU-...) as `gpuslice cdi list` shows")
+        if mode not in MODES:
+            raise ConfigError(f"card_modes: card {key}: {mode!r} is not a mode: write "
+                              f"{' or '.join(MODES)} (time sharing is the default)")
+        if key in out:
+            raise ConfigError(f"card_modes: card {key} is named twice; keep one entry")
+        out[key] = mode
+    return out
+
+
 def _path_problem(key: str, value: Any) -> Optional[str]:
     bad = next((c for c in value if ord(c) < 0x20 or c == "\x7f"), None) \
         if isinstance(value, str) else None
@@ -222,6 +254,11 @@ def _value_problems(source: str, doc: Dict[str, Any]) -> List[Problem]:
                 parse(doc[key])
             except ConfigError as e:
                 out.append(((key,), f"{source}: {e}"))
+    if "card_modes" in doc:
+        try:
+            parse_card_modes(doc["card_modes"])
+        except ConfigError as e:
+            out.append((("card_modes",), f"{source}: {e}"))
     for key in PATH_KEYS:
         problem = _path_problem(key, doc.get(key))
         if problem:
@@ -307,6 +344,8 @@ def _built(doc: Dict[str, Any], source: str) -> Config:
         cfg.cores_limit = parse_cores_limit(doc["cores_limit"])
     if "profiles" in doc:
         cfg.profiles = _profiles(doc["profiles"])
+    if "card_modes" in doc:
+        cfg.card_modes = parse_card_modes(doc["card_modes"])
     return cfg
 
 

@@ -126,6 +126,9 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
                    CARD_LABELS)
     healthy = _gauge("gpuslice_card_healthy", "1 if the card is in service, 0 if the "
                      "accountant holds it out of service", CARD_LABELS)
+    mode = _gauge("gpuslice_card_mode_info", "how the card is shared: mode time (a compute "
+                  "cap is card time) or mps (a compute cap is an MPS SM share); 1",
+                  CARD_LABELS + ["mode"])
     health = _gauge("gpuslice_card_health_info", "why the card is out of service (reason, "
                     "empty while healthy); always 1", CARD_LABELS + ["reason"])
     since = _gauge("gpuslice_card_unhealthy_since_seconds", "when the card went out of "
@@ -170,6 +173,7 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
         cores.add_metric(card, c.cores / 100)
         healthy.add_metric(card, 1 if c.card.healthy else 0)
         health.add_metric(card + [shown(c.card.health_reason)], 1)
+        mode.add_metric(card + [c.card.mode], 1)
         if not c.card.healthy and c.card.health_since is not None:
             since.add_metric(card, c.card.health_since)
         xid.add_metric(card, snap.events.count("unhealthy", c.card.uuid, cause="xid"))
@@ -209,7 +213,7 @@ def metrics(snap: snapshot.Snapshot, version: str) -> List[Metric]:
     reclaims = CounterMetricFamily("gpuslice_reclaims", "reservations of dead containers "
                                    "reclaimed (gc, or at an admission)")
     reclaims.add_metric([], snap.events.count("reclaim"))
-    return [build, up, total, reserved, used, busy, cores, healthy, health, since, xid,
+    return [build, up, total, reserved, used, busy, cores, healthy, health, mode, since, xid,
             info, limit, cused, cap, card_time, throttled, procs, gang, pmem,
             admissions, releases, reclaims]
 

@@ -6,15 +6,17 @@ step can call it as a function.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from ocihook import statedir
 from ocihook.config import Config
-from ocihook.messages import EXIT_NO, error, say, warn
+from ocihook.messages import EXIT_NO, error, error_line, say, warn
 
 if TYPE_CHECKING:
     from ocihook import accountant
+    from cdi.generate import MpsFolders
     from cdi.spec import Spec
     from cdi.nvml import Inventory
 
@@ -57,10 +59,24 @@ def ensure_card_dir(path: str) -> None:
     os.chmod(path, 0o1777)
 
 
-def recorded_cards(inventory: "Inventory"
+def ensure_mps_dirs(cfg: Config, inventory: "Inventory") -> None:
+    """The folders a slice of an MPS card mounts (its pipes, its /dev/shm),
+    made before any container asks: the runtime mounts them before the hook
+    runs, and a missing one would fail the start with the runtime's words
+    instead of the hook's refusal (its daemon is down). Modes as
+    `gpuslice mps start` makes them."""
+    from ocihook import mps
+
+    for uuid in mps_cards(cfg, inventory):
+        mps.make_folders(cfg.state_dir, uuid)
+
+
+def recorded_cards(inventory: "Inventory", cfg: Config
                    ) -> "Tuple[List[accountant.Card], List[accountant.CardLink]]":
     """The cards as the accountant records them: with their places and the links
-    between them (what gang placement reads)."""
+    between them (what gang placement reads), and the mode the configuration
+    gives each (a MIG card is never in MPS mode: it is offered whole only)."""
+    from cdi.limits import MODE_TIME
     from cdi.topology import Place
     from ocihook import accountant
 
@@ -71,7 +87,8 @@ def recorded_cards(inventory: "Inventory"
         place = topo.places.get(g.index, Place(None, "")) if topo else Place(None, "")
         cards.append(accountant.Card(g.index, g.uuid, g.memory_mib, g.name, g.mig,
                                      pci_bus_id=g.pci_bus_id, numa_node=place.numa_node,
-                                     cpu_affinity=place.cpu_affinity))
+                                     cpu_affinity=place.cpu_affinity,
+                                     mode=MODE_TIME if g.mig else cfg.mode_of(g.index, g.uuid)))
     links = [accountant.CardLink(uuid[k.a], uuid[k.b], k.pcie, k.nvlinks)
              for k in (topo.links if topo else [])]
     return cards, links
@@ -88,12 +105,34 @@ def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
         error(f"{e}; gpuslice-hook admits against the cards recorded there, so no device "
               "of the spec could start")
     try:
-        acct.sync_cards(*recorded_cards(inventory))
+        acct.sync_cards(*recorded_cards(inventory, cfg))
         acct.set_policy(cfg.policy())
+    except accountant.ModeChangeRefused as e:
+        error_line(f"{e}; the spec was not written")
+        sys.exit(EXIT_NO)
     except accountant.AccountantError as e:
         error(str(e))
     finally:
         acct.close()
+
+
+def mps_cards(cfg: Config, inventory: "Inventory") -> "Dict[str, MpsFolders]":
+    """The cards the configuration puts in MPS mode, by UUID, with their
+    daemon's folders under the state dir (a MIG card stays whole only)."""
+    from cdi.generate import MpsFolders
+    from cdi.limits import MODE_MPS
+
+    return {g.uuid: MpsFolders(statedir.mps_pipe_dir(cfg.state_dir, g.uuid),
+                               statedir.mps_shm_dir(cfg.state_dir, g.uuid))
+            for g in inventory.gpus
+            if not g.mig and cfg.mode_of(g.index, g.uuid) == MODE_MPS}
+
+
+def unknown_mode_cards(cfg: Config, inventory: "Inventory") -> List[str]:
+    """card_modes entries that name no card NVML lists, one line each."""
+    known = {str(g.index) for g in inventory.gpus} | {g.uuid for g in inventory.gpus}
+    return [f"card_modes names card {card}, which NVML does not list: ignored"
+            for card in cfg.card_modes if card not in known]
 
 
 def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
@@ -117,9 +156,10 @@ def build(cfg: Config, req: Request) -> Tuple["Spec", List[str], "Inventory"]:
         hook_common=cfg.hook_common_args(),
         hook_create=cfg.hook_create_args(),
         hook_installed=os.access(cfg.hook_path, os.X_OK),
+        mps=mps_cards(cfg, inventory),
     )
     spec, warnings = build_spec(inventory, opts)
-    return spec, warnings, inventory
+    return spec, warnings + unknown_mode_cards(cfg, inventory), inventory
 
 
 def run(cfg: Config, req: Request) -> int:
@@ -140,8 +180,9 @@ def run(cfg: Config, req: Request) -> int:
     if not req.dry_run and not req.check_only:
         try:
             ensure_card_dir(cfg.card_dir())
+            ensure_mps_dirs(cfg, inventory)
         except OSError as e:
-            error(f"cannot make the card folder {cfg.card_dir()}: {e.strerror}")
+            error(f"cannot make the folder {e.filename}: {e.strerror}")
     for path in check.missing_on_host(spec):
         warn(f"{path} does not exist: containers that ask for a device needing it will "
              "fail to start until it is installed")

@@ -33,3 +33,28 @@ def card_files_mount() -> str:
     """Where a container sees the card files: the shim's default GPUSLICE_CARD_DIR."""
     return os.path.join(cheader.string("GPUSLICE_STATE_MOUNT"),
                         cheader.string("GPUSLICE_CARDFILES_DIR"))
+
+
+def mps_dir(state_dir: str, uuid: str) -> str:
+    """<state_dir>/mps/<GPU UUID>: a card in MPS mode, its daemon's folders."""
+    return os.path.join(state_dir, cheader.string("GPUSLICE_MPS_DIR"), uuid)
+
+
+def mps_pipe_dir(state_dir: str, uuid: str) -> str:
+    """Where the card's MPS control daemon listens (CUDA_MPS_PIPE_DIRECTORY)."""
+    return os.path.join(mps_dir(state_dir, uuid), cheader.string("GPUSLICE_MPS_PIPE_DIR"))
+
+
+def mps_log_dir(state_dir: str, uuid: str) -> str:
+    """Where the card's MPS daemon and server log (CUDA_MPS_LOG_DIRECTORY)."""
+    return os.path.join(mps_dir(state_dir, uuid), cheader.string("GPUSLICE_MPS_LOG_DIR"))
+
+
+def mps_shm_dir(state_dir: str, uuid: str) -> str:
+    """What the card's MPS daemon, its server and its clients see as /dev/shm."""
+    return os.path.join(mps_dir(state_dir, uuid), cheader.string("GPUSLICE_MPS_SHM_DIR"))
+
+
+def mps_control(state_dir: str, uuid: str) -> str:
+    """The control daemon's pipe: there while the daemon is up (the hook looks)."""
+    return os.path.join(mps_pipe_dir(state_dir, uuid), cheader.string("GPUSLICE_MPS_CONTROL"))

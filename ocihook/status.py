@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from cdi.limits import DEFAULT_PRIORITY
+from cdi.limits import DEFAULT_PRIORITY, MODE_MPS
 from ocihook import accountant, engine_names, room, snapshot
 from ocihook.config import Config
 from ocihook.policy import Policy
@@ -61,7 +61,8 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
     null (none recorded yet), "policy_file_differs": {key: {"recorded", "file"}},
     "cards": [{index, uuid, total_mib, reserved_mib, used_mib, used_uncounted,
     used_plausible, unreserved_mib (what the accountant can still promise), healthy,
-    health_reason ("" while healthy), health_since (seconds since the epoch, null
+    health_reason ("" while healthy), mode (time: card-time caps; mps: a cap's compute
+    is an MPS SM share), health_since (seconds since the epoch, null
     while healthy), pci_bus_id, numa_node (null: unknown), cpu_affinity (a cpulist,
     "" unknown), containers: [{id, name, device, resized (the slice differs from its
     profile's: `gpuslice resize` changed it), memory_mib, cores, priority, gang ({slices, slot, cards: the gang's card indexes by slot} for
@@ -93,7 +94,7 @@ def collect(cfg: Config, acct: accountant.Accountant) -> Dict[str, Any]:
                       "healthy": u.card.healthy, "health_reason": shown(u.card.health_reason),
                       "health_since": u.card.health_since, "mig": u.card.mig,
                       "pci_bus_id": u.card.pci_bus_id, "numa_node": u.card.numa_node,
-                      "cpu_affinity": u.card.cpu_affinity,
+                      "cpu_affinity": u.card.cpu_affinity, "mode": u.card.mode,
                       "total_mib": u.card.total_mib, "reserved_mib": u.reserved_mib,
                       "used_mib": used,
                       "used_uncounted": sum(c["used_mib"] is None for c in containers),
@@ -139,6 +140,12 @@ def _gang(k: Dict[str, Any]) -> str:
     return f"; gang {g['slot'] + 1} of {g['slices']} on cards {cards}"
 
 
+def _mode_words(mode: str) -> str:
+    """What a compute cap is on a card in MPS mode (docs/compute-limit.md, Two
+    modes); nothing for the default, time."""
+    return " (mode mps: SM shares)" if mode == MODE_MPS else ""
+
+
 def render(doc: Dict[str, Any]) -> str:
     """The policy line, then one line per card, one indented line per container."""
     lines = []
@@ -155,7 +162,8 @@ def render(doc: Dict[str, Any]) -> str:
             f"; OUT OF SERVICE: {c['health_reason'] or 'no reason recorded'}"
         lines.append(f"card {c['index']} {c['uuid']} {c['name']}: {c['reserved_mib']} of "
                      f"{c['total_mib']} MiB reserved, {_card_used(c)}, "
-                     f"{c['unreserved_mib']} MiB unreserved, {c['cores']}% compute reserved{state}")
+                     f"{c['unreserved_mib']} MiB unreserved, {c['cores']}% compute reserved"
+                     f"{_mode_words(c['mode'])}{state}")
         for k in c["containers"]:
             named = f" ({k['name']})" if k["name"] else ""
             lines.append(f"  {k['id'][:12]}{named}  {k['device']:<10} {_held(k)}; "

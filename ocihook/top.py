@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional, Tuple
 
+from cdi.limits import MODE_MPS
 from ocihook import engine_names, snapshot
 from ocihook.tenant_text import shown
 from ocihook.nvml_sample import Sampler
@@ -63,8 +64,10 @@ def frame(snap: snapshot.Snapshot, prev: Optional[snapshot.Snapshot],
         used = (f"{c.nvml.used_bytes // MIB} MiB used of {c.total_bytes // MIB}" if c.nvml
                 else f"{c.claimed_bytes // MIB} MiB used (regions) of {c.total_bytes // MIB}")
         state = "healthy" if c.card.healthy else "UNHEALTHY"
+        # Time is the default, said by nothing; an MPS card's caps are SM shares.
+        share = " (mps: SM shares)" if c.card.mode == MODE_MPS else ""
         lines.append(f"  memory {used}, {c.reserved_mib} reserved; compute {c.cores}% "
-                     f"reserved; {state}")
+                     f"reserved{share}; {state}")
         if not c.card.healthy:
             since = (time.strftime(" since %Y-%m-%d %H:%M", time.localtime(c.card.health_since))
                      if c.card.health_since else "")

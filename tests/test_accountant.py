@@ -457,7 +457,7 @@ def test_wal_and_version_recorded(tmp_path: Path) -> None:
     a = acct.Accountant(str(tmp_path / "state.db"))
     a.sync_cards([card(0)])
     assert a.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert a.db.execute("PRAGMA user_version").fetchone()[0] == acct.SCHEMA_VERSION == 5
+    assert a.db.execute("PRAGMA user_version").fetchone()[0] == acct.SCHEMA_VERSION == 6
     assert a.db.execute("PRAGMA application_id").fetchone()[0] == 0x47505344
     tables = {r[0] for r in a.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "meta" not in tables and "policy" in tables  # the version is no longer text

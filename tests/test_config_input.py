@@ -505,3 +505,30 @@ def test_the_policy_rules_are_the_schema_s_and_the_table_s(tmp_path):
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
             db.execute(f"UPDATE policy SET {column} = ?", (value,))
     db.close()
+
+
+# -- card_modes ----------------------------------------------------------------
+
+@pytest.mark.parametrize("text, message", [
+    ("card_modes: [0]\n", "card_modes [0] is not a mapping of cards to modes; write e.g."),
+    ("card_modes: {0: MPS}\n", "card_modes: card 0: 'MPS' is not a mode: write time or mps"),
+    ("card_modes: {0: true}\n", "card_modes: card 0: True is not a mode"),
+    ("card_modes: {gpu0: mps}\n", "card_modes: 'gpu0' is not a card: name one by its index"),
+    ("card_modes: {-1: mps}\n", "card_modes: -1 is not a card"),
+    ("card_modes: {0: mps, '0': time}\n", "card_modes: card 0 is named twice; keep one entry"),
+])
+def test_card_modes_outside_the_rule_are_refused(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    refused_both_ways(path, message)
+
+
+def test_card_modes_by_index_and_uuid_are_kept(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("card_modes: {0: mps, GPU-1234: time}\n")
+    res = gpuslice("config", "check", str(path))
+    assert res.returncode == 0, res.stderr
+    cfg = config_mod.load(str(path))
+    assert cfg.card_modes == {"0": "mps", "GPU-1234": "time"}
+    assert cfg.mode_of(0, "GPU-x") == "mps" and cfg.mode_of(1, "GPU-1234") == "time"
+    assert cfg.mode_of(2, "GPU-y") == "time"  # the default

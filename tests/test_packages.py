@@ -61,6 +61,7 @@ KEY_FILES = {
     "/usr/lib/systemd/system/gpuslice-cdi-refresh.path",
     "/usr/lib/systemd/system/gpuslice-exporter.service",
     "/usr/lib/systemd/system/gpuslice-health.service",
+    "/usr/lib/systemd/system/gpuslice-mps@.service",
     "/usr/lib/tmpfiles.d/gpuslice.conf", HOOKS_D + "/gpuslice-poststop.json",
     # Every man page (tests/test_manpages.py checks them).
     *(f"/usr/share/man/man8/{page.name}.gz" for page in (REPO / "packaging" / "man").glob("*.8")),

@@ -77,6 +77,10 @@ DETAILS: Dict[str, List[str]] = {
                      "refused with the reason; what runs there is left alone. An error is "
                      "one line in the journal, then a retry."],
     "card disable": ["The containers running on the card are listed and left alone."],
+    "mps start": ["The daemon is nvidia-cuda-mps-control -d, run as root with the card's UUID "
+                  "in CUDA_VISIBLE_DEVICES, its pipes, logs and shared memory under the state "
+                  "dir, in a mount namespace where the card's shm folder is /dev/shm. "
+                  "gpuslice-mps@.service runs this command for its instance's card."],
     "card enable": ["Whatever took the card out: the health watcher, an operator, or "
                     "`gpuslice cdi generate` not seeing it. Lists the containers running "
                     "there."],

@@ -81,9 +81,10 @@ class Stack(NamedTuple):
     env: Dict[str, str]  # the node's configuration and cache
 
 
-def stack_node(out: Path) -> Optional[Stack]:
+def stack_node(out: Path, extra: str = "") -> Optional[Stack]:
     """runc, gpuslice-runtime and the hook (checked present), the shim built,
-    the node generated in OUT; None (checked, printed) if any is missing."""
+    the node generated in OUT (extra: more configuration lines); None
+    (checked, printed) if any is missing."""
     runc = os.environ.get("GPUSLICE_RUNC") or shutil.which("runc") or ""
     runtime = os.environ.get("GPUSLICE_RUNTIME") or str(
         REPO / "native" / "hook" / "build" / "gpuslice-runtime")
@@ -99,7 +100,7 @@ def stack_node(out: Path) -> Optional[Stack]:
     os.makedirs(os.path.dirname(SHIM_IN_CONTAINER), exist_ok=True)
     if not os.path.exists(SHIM_IN_CONTAINER):
         Path(SHIM_IN_CONTAINER).touch()
-    env = generate(out, shim, hook)
+    env = generate(out, shim, hook, extra)
     if env is None:
         return None
     tool = out / "gpuslice-cdi-cache"

@@ -22,12 +22,13 @@ def hook_binary() -> str:
     return str(REPO / "native" / "hook" / "build" / "gpuslice-hook")
 
 
-def generate(out: Path, shim: Path, hook: str) -> Optional[Dict[str, str]]:
+def generate(out: Path, shim: Path, hook: str, extra: str = "") -> Optional[Dict[str, str]]:
     """The env that names the node's configuration (spec, database and state
-    in OUT), once `cdi generate` has run on it; None (checked, printed) if it failed."""
+    in OUT; extra: more lines of it), once `cdi generate` has run on it; None
+    (checked, printed) if it failed."""
     config = out / "config.yaml"
     config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n"
-                      f"database: {out}/state.db\nstate_dir: {out}/state\n")
+                      f"database: {out}/state.db\nstate_dir: {out}/state\n{extra}")
     env = dict(os.environ, GPUSLICE_CONFIG=str(config))
     gen = subprocess.run([sys.executable, "-m", "ocihook.cli", "cdi", "generate"], env=env,
                          capture_output=True, text=True, cwd=REPO)

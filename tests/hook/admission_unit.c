@@ -10,7 +10,7 @@
 
 static struct gs_card card(int64_t index, const char *uuid)
 {
-    return (struct gs_card){index, (char *)uuid, 16384, 0, 1, (char *)"", -1};
+    return (struct gs_card){index, (char *)uuid, 16384, 0, 1, (char *)"", -1, 0, 0};
 }
 
 static void place(const char *name, struct gs_policy p, int64_t mib, struct gs_card **cand,

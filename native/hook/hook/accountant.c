@@ -13,8 +13,14 @@
 #include "admission.h"
 #include "gpuslice/statedb.h"
 #include "json.h"
+#include "mpsdaemon.h"
 #include "store.h"
 #include "util.h"
+
+void gs_acct_set_state_dir(struct gs_acct *a, const char *state_dir)
+{
+    a->state_dir = state_dir;
+}
 
 int gs_acct_gc(struct gs_acct *a, struct gs_reservations *out)
 {
@@ -89,6 +95,9 @@ static int candidates_of(struct gs_acct *a, const struct gs_request *req, struct
     for (size_t i = 0; i < c->ncards; i++)
         if (wanted(req, c->cards[i].uuid))
             c->cand[c->n++] = &c->cards[i];
+    /* One stat per MPS card asked for; a time card costs nothing more. */
+    for (size_t i = 0; i < c->n; i++)
+        c->cand[i]->mps_up = c->cand[i]->mps && gs_mps_daemon_up(a->state_dir, c->cand[i]->uuid);
     for (; c->nuse < c->n; c->nuse++)
         if (gs_card_usage(a, c->cand[c->nuse], &c->use[c->nuse]) != GS_OK) {
             free(c->use[c->nuse].holders);

@@ -36,6 +36,7 @@ struct gs_request {
     const char *name;        /* the engine's name for the container; NULL: none */
     int64_t slices;          /* 0 or 1: one card; N > 1: a gang, one slice on each of N
                               * cards (gang.h), all or none */
+    int mps;                 /* a slice of a card in MPS mode (the spec's --mps) */
 };
 
 struct gs_reservation {
@@ -111,6 +112,10 @@ int gs_acct_resize(struct gs_acct *a, const struct gs_resize *req, unsigned long
  * configuration's defaults. One read snapshot, no write lock. */
 int gs_acct_room(struct gs_acct *a, const int64_t *memory_mib, const int64_t *cores,
                  size_t nprofiles, struct gs_str *json);
+
+/* The state dir, where an admission looks for the MPS control daemons of
+ * cards in MPS mode (mpsdaemon.h); NULL: none is up. Kept, not copied. */
+void gs_acct_set_state_dir(struct gs_acct *a, const char *state_dir);
 
 /* Reclaim the reservations whose process is gone; out gets them. */
 int gs_acct_gc(struct gs_acct *a, struct gs_reservations *out);

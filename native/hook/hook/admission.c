@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gang.h"
+#include "gpuslice/limits.h"
 
 int64_t gs_capacity_mib(const struct gs_policy *p, const struct gs_card *c)
 {
@@ -76,6 +77,41 @@ static int why_held(const struct gs_request *req, const struct gs_card *c,
     return 0;
 }
 
+/* The card's mode against the request's, its daemon, its clients: *cls is GS_R_MPS. */
+static int why_mode(const struct gs_request *req, const struct gs_card *c,
+                    const struct gs_usage *u, struct gs_str *why)
+{
+    const char *dev = req->device;
+    long long idx = (long long)c->index;
+    if (!c->mps) {
+        if (req->mps)
+            gs_str_addf(why, "%s: card %lld (%s) is in time mode and this is a slice of it in "
+                        "MPS mode; run `gpuslice cdi generate` (the spec is older than the "
+                        "card's mode)", dev, idx, c->uuid);
+        return req->mps;
+    }
+    if (req->exclusive)
+        gs_str_addf(why, "%s: card %lld (%s) is in MPS mode, shared by its MPS clients, and is "
+                    "not held whole; ask for a slice of it (%lld-<profile>), or set card_modes "
+                    "to time for it and run `gpuslice cdi generate`", dev, idx, c->uuid, idx);
+    else if (!req->mps)
+        gs_str_addf(why, "%s: card %lld (%s) is in MPS mode: ask for a slice of it by name "
+                    "(%lld-<profile>); a card-less slice or a gang goes to cards in time mode, "
+                    "and a spec older than the mode is refreshed by `gpuslice cdi generate`",
+                    dev, idx, c->uuid, idx);
+    else if (!c->mps_up)
+        gs_str_addf(why, "%s: card %lld (%s) is in MPS mode and its MPS control daemon is not "
+                    "running; start it: `gpuslice mps start %lld` (or `systemctl start "
+                    "gpuslice-mps@%lld`)", dev, idx, c->uuid, idx, idx);
+    else if (u->count >= GPUSLICE_MPS_MAX_CLIENTS)
+        gs_str_addf(why, "%s: card %lld (%s) has %zu containers, the most its MPS server takes "
+                    "(%d clients); stop one of them or ask for another card", dev, idx,
+                    c->uuid, u->count, GPUSLICE_MPS_MAX_CLIENTS);
+    else
+        return 0;
+    return 1;
+}
+
 int gs_why_not(const struct gs_policy *p, const struct gs_request *req, const struct gs_card *c,
                const struct gs_usage *u, struct gs_str *why, const char **cls)
 {
@@ -87,6 +123,9 @@ int gs_why_not(const struct gs_policy *p, const struct gs_request *req, const st
         out_of_service(why, c);
         return 1;
     }
+    *cls = GS_R_MPS;
+    if (why_mode(req, c, u, why))
+        return 1;
     *cls = GS_R_HELD;
     if (why_held(req, c, u, why))
         return 1;
@@ -338,6 +377,10 @@ int64_t gs_slices_that_fit(const struct gs_policy *p, const struct gs_card *c,
     if (u->exclusive || c->mig || memory_mib <= 0)
         return 0;
     int64_t n = gs_free_mib(p, c, u) / memory_mib;
+    if (c->mps) {
+        int64_t clients = GPUSLICE_MPS_MAX_CLIENTS - (int64_t)u->count;
+        n = clients < n ? (clients > 0 ? clients : 0) : n;
+    }
     if (cores > 0) {
         int64_t left = p->cores_limit - u->cores;
         int64_t by_cores = left > 0 ? left / cores : 0;
@@ -355,6 +398,10 @@ int gs_resize_fits(const struct gs_policy *p, const struct gs_card *c, const str
     long long idx = (long long)c->index;
     int64_t others_mib = u->reserved_mib - old_mib, others_cores = u->cores - old_cores;
     int64_t room = gs_capacity_mib(p, c) - others_mib;
+    if (c->mps)
+        return gs_refuse("%s: card %lld (%s) is in MPS mode, where a slice's SM share and MPS "
+                         "memory limit are set as its processes start; start the container "
+                         "again with the profile it needs", dev, idx, c->uuid);
     if ((mem > old_mib || cores > old_cores) && !c->healthy) {
         struct gs_str why = {0};
         gs_str_addf(&why, "%s: ", dev);

@@ -34,6 +34,8 @@ struct gs_card {
     int mig, healthy;
     char *reason; /* health_reason: why it is out of service, "" if none recorded */
     int numa;     /* numa_node, -1 unknown (for a gang's placement) */
+    int mps;      /* in MPS mode (the cards table's mode) */
+    int mps_up;   /* its MPS control daemon listens (mpsdaemon.h; the caller's look) */
 };
 
 /* What a card's reservations hold together. */
@@ -57,6 +59,7 @@ struct gs_link {
 #define GS_R_FULL "full"        /* not enough memory free */
 #define GS_R_COMPUTE "compute"  /* cores_limit reached */
 #define GS_R_UNKNOWN "unknown-card"
+#define GS_R_MPS "mps"          /* the card's mode, its daemon or its clients keep it out */
 
 /* A refusal's class and the uuid of the card its line names ("" if none). */
 struct gs_refusal {
@@ -73,6 +76,12 @@ int64_t gs_free_mib(const struct gs_policy *p, const struct gs_card *c, const st
  * sorts as code points), each once, ", "-joined. Frees ids and its strings. */
 char *gs_holders(char **ids, size_t n);
 
+/* On a card in MPS mode: whole cards are refused (its tenants are MPS
+ * clients, each within its SM share), a slice is one the spec made for MPS
+ * (--mps) and is admitted while the card's control daemon is up, up to
+ * GPUSLICE_MPS_MAX_CLIENTS containers; the SM shares add up to cores_limit
+ * as card-time caps do. A --mps slice of a card in time mode is refused
+ * (the spec is older than the mode). */
 /* 0 if req fits on c now, else 1, the one-line reason (naming what to do)
  * added to why, and its class in *cls. */
 int gs_why_not(const struct gs_policy *p, const struct gs_request *req, const struct gs_card *c,

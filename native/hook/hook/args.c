@@ -19,12 +19,13 @@
 static const char *const usages[] = {
     "gpuslice-hook create --device NAME --database DB --state-dir DIR [--card UUID]... "
     "[--exclusive] [--memory-mib N [--slices N]] [--cores N] [--priority " GPUSLICE_PRIORITY_CHOICES "] "
-    "[--preload env|ld.so.preload]",
+    "[--mps] [--preload env|ld.so.preload]",
     "gpuslice-hook release --database DB --state-dir DIR [--id CID]",
     "gpuslice-hook gc --database DB --state-dir DIR",
     "gpuslice-hook admit --database DB --state-dir DIR --id CID --device NAME "
     "[--card UUID]... [--exclusive] [--memory-mib N [--slices N]] [--cores N] "
-    "[--priority " GPUSLICE_PRIORITY_CHOICES "] [--pid N [--pid-start T]] [--runtime NAME] [--name TEXT]",
+    "[--priority " GPUSLICE_PRIORITY_CHOICES "] [--mps] [--pid N [--pid-start T]] [--runtime NAME] "
+    "[--name TEXT]",
     "gpuslice-hook resize --database DB --state-dir DIR --id CID --device NAME "
     "[--memory-mib N] [--cores N]",
     "gpuslice-hook room --database DB [--state-dir DIR] [--profile MIB:CORES]...",
@@ -48,7 +49,8 @@ static const char help_text[] =
     "several --card: all or none), --memory-mib N (a slice), --cores N (0-100, 0: no cap),\n"
     "--priority " GPUSLICE_PRIORITY_CHOICES " (a slice's; default " GPUSLICE_PRIORITY_NORMAL_WORD
     "), --slices N (a gang: N such\n"
-    "slices, each on its own card, all or none, placed by the cards' topology).\n"
+    "slices, each on its own card, all or none, placed by the cards' topology), --mps (a\n"
+    "slice of a card in MPS mode: --cores is its SM share, the pacer gets no cap).\n"
     "Policy (placement, memory overcommit, cores limit): the accountant's, read in each\n"
     "admission (`gpuslice config apply` records the configuration's).\n"
     "In a user namespace (a rootless container's hooks) nothing is granted: the accountant\n"
@@ -79,6 +81,9 @@ static const struct {
     [O_PROFILE] = {"--profile", 1, V_ROOM},
     /* What an engine without a bundle (Slurm) calls the holder; shown by status. */
     [O_NAME] = {"--name", 1, V_ADMIT},
+    /* A slice of a card in MPS mode, as the spec made it: the card must be
+     * in that mode now, and its compute share is MPS's, not the pacer's. */
+    [O_MPS] = {"--mps", 0, REQUEST_VERBS},
 };
 
 /* The policy options of gpuslice-hook before schema 3: a spec that still
@@ -409,6 +414,10 @@ static int check_request(const struct gs_args *a)
         if (!v[O_EXCLUSIVE] && !v[O_MEMORY])
             return usage_error(a, "a slice needs %s N (or --exclusive for a whole card)",
                                "--memory-mib");
+        if (v[O_MPS] && (v[O_EXCLUSIVE] || v[O_SLICES] || a->n_cards != 1))
+            return usage_error(a, "%s is a slice of one card in MPS mode: it goes with one "
+                               "--card and --memory-mib, without --exclusive or --slices",
+                               "--mps");
         if (v[O_SLICES] && v[O_EXCLUSIVE])
             return usage_error(a, "%s is a gang of slices; whole cards are asked for by "
                                "--card, one each", "--slices");

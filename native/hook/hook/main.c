@@ -65,6 +65,7 @@ static size_t build_requests(const struct gs_args *a, const char *cid, const int
             .runtime = runtime,
             .slices = a->slices,
             .name = a->value[O_NAME],
+            .mps = a->value[O_MPS] != NULL,
         };
     }
     *out = reqs;
@@ -122,6 +123,7 @@ static int cmd_admit(const struct gs_args *a)
     size_t n = build_requests(a, cid, pid, pid_start, a->value[O_RUNTIME], &reqs);
     struct gs_reservations held = {0}, dead = {0};
     int first;
+    gs_acct_set_state_dir(acct, a->value[O_STATE_DIR]);
     int rc = gs_acct_admit(acct, reqs, n, &held, &dead, &first);
     gs_acct_close(acct);
     free(reqs);
@@ -139,8 +141,11 @@ static int cmd_admit(const struct gs_args *a)
 /* A slice's caps, as the accountant holds them, into the container's region
  * before any of its processes starts: the region is where a running
  * container's caps live (docs/architecture.md, Where a cap lives). A gang's
- * slices have one profile, so one figure caps each of its devices. */
-static int write_caps(const char *state_dir, const char *cid, const struct gs_reservations *held)
+ * slices have one profile, so one figure caps each of its devices. On a
+ * card in MPS mode (mps) the compute share is MPS's SM share, set by the
+ * spec's env: the pacer is given no cap there. */
+static int write_caps(const char *state_dir, const char *cid, const struct gs_reservations *held,
+                      int mps)
 {
     struct gs_caps_hold h;
     int rc = gs_caps_take(state_dir, cid, &h);
@@ -149,7 +154,8 @@ static int write_caps(const char *state_dir, const char *cid, const struct gs_re
         return rc;
     }
     const struct gs_reservation *r = &held->v[0];
-    return gs_caps_write(&h, (long long)r->memory_mib, (long long)r->cores, r->priority);
+    return gs_caps_write(&h, (long long)r->memory_mib, mps ? 0 : (long long)r->cores,
+                         r->priority);
 }
 
 /* After admission: the state dir (fresh for a container that held nothing
@@ -164,7 +170,7 @@ static int set_up(const struct gs_args *a, const struct gs_state *st, const stru
     char *path = NULL, *rootfs = NULL;
     rc = gs_make_container_dir(state_dir, st->id, cfg->uid, cfg->gid, first, &dirfd, &path);
     if (rc == GS_OK && !req->exclusive && held->n > 0)
-        rc = write_caps(state_dir, st->id, held);
+        rc = write_caps(state_dir, st->id, held, req->mps);
     /* Cards the accountant picked (no card, or several to pick from; a
      * gang's, by slot): the shim shows CUDA only the cards listed in
      * `placement`, in its order. */
@@ -211,6 +217,7 @@ static int cmd_create(const struct gs_args *a)
         (rc = gs_read_bundle(st.bundle, &cfg)) != GS_OK ||
         (rc = gs_acct_open(a->value[O_DATABASE], &acct)) != GS_OK)
         goto out;
+    gs_acct_set_state_dir(acct, a->value[O_STATE_DIR]);
     int has_pid;
     int64_t pid, start;
     char runtime[33];

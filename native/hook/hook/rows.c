@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpuslice/limits.h"
 #include "gpuslice/statedb.h"
 #include "json.h"
 #include "procs.h"
@@ -223,7 +224,7 @@ void gs_cards_free(struct gs_card *cards, size_t n)
 int gs_load_cards(struct gs_acct *a, struct gs_card **out, size_t *n)
 {
     sqlite3_stmt *st = gs_sql_prepare(a, "SELECT idx, uuid, total_mib, mig, healthy, "
-                                         "health_reason, numa_node FROM cards ORDER BY idx");
+                                         "health_reason, numa_node, mode FROM cards ORDER BY idx");
     if (!st)
         return GS_ERROR;
     struct gs_card *v = NULL;
@@ -240,6 +241,8 @@ int gs_load_cards(struct gs_acct *a, struct gs_card **out, size_t *n)
         c->reason = gs_sql_col_text(st, 5);
         c->numa = sqlite3_column_type(st, 6) == SQLITE_NULL ? -1
                                                             : (int)sqlite3_column_int64(st, 6);
+        const unsigned char *mode = sqlite3_column_text(st, 7);
+        c->mps = mode && strcmp((const char *)mode, GPUSLICE_MODE_MPS) == 0;
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {

@@ -198,6 +198,7 @@ int gs_acct_open(const char *path, struct gs_acct **out)
     a->path = shown;
     a->refused_class = a->refused_device = NULL;
     a->refused_card = NULL;
+    a->state_dir = NULL;
     sqlite3_busy_timeout(db, GS_BUSY_TIMEOUT_MS);
     /* No checkpoint when this, often the last, connection closes: it costs two
      * fdatasyncs (WAL and database) on every container start and stop, for

@@ -19,6 +19,7 @@ struct gs_acct {
     sqlite3 *db;
     char *path;             /* for messages: one line (gs_quote) */
     struct gs_policy policy; /* read in each admission's transaction */
+    const char *state_dir;   /* gs_acct_set_state_dir's: where MPS daemons listen */
     /* Why the last admission was refused, for its `refuse` event: the
      * class (a static string) and the card the line names ("" if none). */
     const char *refused_class, *refused_device; /* the device: the request's */

@@ -30,6 +30,26 @@
 #define GPUSLICE_ENV_LOG "GPUSLICE_LOG"
 #define GPUSLICE_ENV_DISABLE "GPUSLICE_DISABLE"
 
+/* A slice of a card in MPS mode (docs/compute-limit.md, Two modes): NVIDIA's
+ * client settings, which the CDI spec gives the slice in place of the
+ * pacer's GPUSLICE_ENV_CORE_LIMIT. Where the card's control daemon listens,
+ * the SM share in percent (the slice's compute share), the device memory
+ * cap as "<ordinal>=<MiB>M" (a second guard behind the shim's), and where
+ * a client logs. */
+#define GPUSLICE_ENV_MPS_PIPE_DIRECTORY "CUDA_MPS_PIPE_DIRECTORY"
+#define GPUSLICE_ENV_MPS_LOG_DIRECTORY "CUDA_MPS_LOG_DIRECTORY"
+#define GPUSLICE_ENV_MPS_ACTIVE_THREAD_PERCENTAGE "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+#define GPUSLICE_ENV_MPS_PINNED_DEVICE_MEM_LIMIT "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+/* What one MPS server serves on Volta and later: clients per card. The
+ * hook admits at most this many containers to an MPS card (each holds one
+ * client at least). */
+#define GPUSLICE_MPS_MAX_CLIENTS 48
+/* A card's sharing mode, as the configuration, the accountant's column and
+ * every reader spell it: time slicing with card-time caps (the default),
+ * or NVIDIA MPS with SM shares. */
+#define GPUSLICE_MODE_TIME "time"
+#define GPUSLICE_MODE_MPS "mps"
+
 /* A container's compute priority: who of a card's tenants is served first.
  * The number is what a region stores (0 is normal, so a zeroed field is the
  * default); the word is what people and the accountant's CHECK say. */

@@ -10,7 +10,7 @@
 #define GPUSLICE_STATEDB_H
 
 #define GPUSLICE_DB_APPLICATION_ID 0x47505344 /* "GPSD" */
-#define GPUSLICE_DB_SCHEMA_VERSION 5
+#define GPUSLICE_DB_SCHEMA_VERSION 6
 
 /* The admission policy's ranges, for the policy table's one row: memory
  * overcommit (a multiple of a card's total, any number in between) and the

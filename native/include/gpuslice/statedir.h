@@ -11,6 +11,12 @@
  *   containers/<id>/placement   where its card-less devices were placed
  *   containers/<id>/cards       mount point: the host's cards/ bound here
  *   cards/<GPU UUID>            the card files (cardfile.h), mode 01777
+ *   mps/<GPU UUID>/pipe/        a card in MPS mode: its control daemon's
+ *                               pipes (CUDA_MPS_PIPE_DIRECTORY); the daemon
+ *                               is up while pipe/control is there
+ *   mps/<GPU UUID>/log/         its logs (CUDA_MPS_LOG_DIRECTORY)
+ *   mps/<GPU UUID>/shm/         what the daemon and its server see as
+ *                               /dev/shm, and so do the card's clients
  * Inside the container, containers/<id>/ is mounted at GPUSLICE_STATE_MOUNT.
  */
 #ifndef GPUSLICE_STATEDIR_H
@@ -20,6 +26,15 @@
 #define GPUSLICE_CONTAINERS_DIR "containers"
 #define GPUSLICE_REGION_FILE "region"
 #define GPUSLICE_CARDFILES_DIR "cards"
+
+/* A card in MPS mode (`gpuslice mps start`, ocihook/mps.py): its folder
+ * under <state_dir>, the three folders in it, and the control daemon's
+ * pipe, which the hook looks for before it admits a slice of the card. */
+#define GPUSLICE_MPS_DIR "mps"
+#define GPUSLICE_MPS_PIPE_DIR "pipe"
+#define GPUSLICE_MPS_LOG_DIR "log"
+#define GPUSLICE_MPS_SHM_DIR "shm"
+#define GPUSLICE_MPS_CONTROL "control"
 
 /* The placement file: one line "<index> <GPU UUID>\n" per card-less device,
  * in the order the devices were placed; written by the hook (replaced
