@@ -468,8 +468,9 @@ def test_the_largest_gang_reaches_cuda_whole(tmp_path: Path, driver_root: Path,
 
 
 def test_a_version_4_database_is_upgraded_in_place(tmp_path: Path) -> None:
-    """Schema 5 (where cards sit, their links, a reservation's slot) is a
-    migration after the four before it: a version-4 file keeps its rows."""
+    """Schema 5 (where cards sit, their links, a reservation's slot) and the
+    ones after it are migrations after the four before: a version-4 file
+    keeps its rows and reaches the current version."""
     import sqlite3
 
     path = tmp_path / "state.db"
@@ -485,11 +486,11 @@ def test_a_version_4_database_is_upgraded_in_place(tmp_path: Path) -> None:
     a = acct.Accountant(str(path))
     try:
         [card] = a.cards()
-        assert (card.uuid, card.pci_bus_id, card.numa_node, card.cpu_affinity) == \
-            ("GPU-a", "", None, "")
+        assert (card.uuid, card.pci_bus_id, card.numa_node, card.cpu_affinity, card.mode) == \
+            ("GPU-a", "", None, "", "time")
         [r] = a.reservations("GPU-a")
         assert (r.container_id, r.memory_mib, r.slot) == ("c", 512, 0)
         assert a.links() == []
-        assert a.db.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert a.db.execute("PRAGMA user_version").fetchone()[0] == acct.SCHEMA_VERSION
     finally:
         a.close()
