@@ -5,11 +5,14 @@ that run together), and this module runs them: every process is started at
 once and imports torch before the first run, each touches the GPU only
 after the run before it is done, and each scenario's tenants get their own
 card folder (GPUSLICE_CARD_DIR) and each tenant its own state folder (its
-own container). Clocks samples the card (SM clock, power, NVML's
-utilization) beside the runs.
+own container). A tenant that names a GPUSLICE device runs in a real
+container instead (bench/compute_container.py): its launcher says where the
+process finds Python, bench/ and its folder. Clocks samples the card (SM
+clock, power, NVML's utilization) beside the runs.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -18,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Callable, Dict, List, Optional, Sequence, Tuple
 
 import suite
 
@@ -51,6 +54,10 @@ class Tenant:
     priority: Optional[str] = None  # GPUSLICE_PRIORITY, if any
     env: Dict[str, str] = field(default_factory=dict)  # more (an MPS client's, say)
     phases: List[suite.Phase] = field(default_factory=list)  # program requests: what it serves
+    # A GPUSLICE device (0-8g-50): the tenant runs in a container made by
+    # gpuslice-runtime, which gives it the slice's env (the shim, its cap or
+    # MPS share); cap and shim then only describe it.
+    device: Optional[str] = None
     proc: Optional[subprocess.Popen] = None
     data: Optional[dict] = None
     error: str = ""
@@ -134,6 +141,16 @@ def prewarm(bench: str, programs: Sequence[str] = (), shapes: Sequence[str] = ()
     return res.stdout.strip().splitlines()[-1]
 
 
+def csv(text: str, allowed: Sequence[str], what: str) -> List[str]:
+    """A comma-separated option's values, each one of allowed (argparse's type)."""
+    got = [w for w in text.split(",") if w]
+    bad = [w for w in got if w not in allowed]
+    if bad or not got:
+        raise argparse.ArgumentTypeError(f"{what}: {', '.join(bad) or 'none given'}; "
+                                         f"choose from {', '.join(allowed)}")
+    return got
+
+
 def other_gpu_users() -> str:
     """Compute processes already on the GPU (they would take a share); '' when none or unknown."""
     try:
@@ -174,24 +191,60 @@ def tenant_cpu(index: int, sc: Scenario, t: Tenant) -> Optional[int]:
     return cpus[-1 - j] if len(cpus) > len(sc.tenants) + 1 else None
 
 
-def launch(index: int, sc: Scenario, t: Tenant, root: Path, seconds: int,
-           setup_lead: float) -> None:
-    state = root / t.key / "state"
-    state.mkdir(parents=True)
-    cmd = [sys.executable, str(PROG), t.program, f"{sc.windows(seconds) + TAIL_S}",
-           f"{sc.start_at:.6f}", str(root / t.key / "out.json"),
+class Launcher:
+    """Starts a tenant's process: here, a plain process of this host.
+
+    python, bench and seen() say how the process sees the interpreter, the
+    bench's folder and the tenant's own folder (a container sees them at
+    paths of its own).
+    """
+    python = sys.executable
+    bench = str(HERE)
+
+    def seen(self, folder: Path) -> str:
+        return str(folder)
+
+    def start(self, t: Tenant, cmd: List[str], env: Dict[str, str], folder: Path,
+              log: IO[str]) -> subprocess.Popen:
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=str(REPO))
+
+
+PROCESSES = Launcher()
+
+
+def command(sc: Scenario, t: Tenant, launcher: Launcher, folder: Path, seconds: int,
+            setup_lead: float, cpu: Optional[int]) -> List[str]:
+    """The tenant's bench/compute_prog.py command line, as its launcher's process sees paths."""
+    at = launcher.seen(folder)
+    cmd = [launcher.python, f"{launcher.bench}/{PROG.name}", t.program,
+           f"{sc.windows(seconds) + TAIL_S}", f"{sc.start_at:.6f}", f"{at}/out.json",
            "--setup-lead", f"{sc.lead(setup_lead)}", "--warmup", f"{WARMUP_S}"]
     if sc.early:
         cmd.append("--setup-early")
     if t.phases:
-        (root / t.key / "phases.json").write_text(suite.to_json(t.phases))
-        cmd += ["--phases", str(root / t.key / "phases.json")]
-    cpu = tenant_cpu(index, sc, t)
+        cmd += ["--phases", f"{at}/phases.json"]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
-    with open(root / t.key / "log", "w") as log:
-        t.proc = subprocess.Popen(cmd, env=tenant_env(t, state, sc.card_dir), stdout=log,
-                                  stderr=subprocess.STDOUT, cwd=str(REPO))
+    return cmd
+
+
+def launch(index: int, sc: Scenario, t: Tenant, root: Path, seconds: int,
+           setup_lead: float, containers: Optional[Launcher] = None) -> None:
+    folder = root / t.key
+    state = folder / "state"
+    state.mkdir(parents=True)
+    launcher = PROCESSES
+    if t.device:
+        if containers is None:
+            raise ValueError(f"tenant {t.key} asks for device {t.device}: give run_all a "
+                             "container launcher (bench/compute_container.py)")
+        launcher = containers
+    if t.phases:
+        (folder / "phases.json").write_text(suite.to_json(t.phases))
+    cmd = command(sc, t, launcher, folder, seconds, setup_lead, tenant_cpu(index, sc, t))
+    with open(folder / "log", "w") as log:
+        t.proc = launcher.start(t, cmd, tenant_env(t, state, sc.card_dir), folder, log)
 
 
 def nothing_works(tenants: List[Tenant]) -> bool:
@@ -219,7 +272,8 @@ def schedule(plan: Sequence[Scenario], first_at: float, seconds: int,
 
 def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: str,
             events: Sequence[Tuple[float, Callable[[], None]]] = (),
-            setup_lead: float = LATE_SETUP_LEAD_S) -> None:
+            setup_lead: float = LATE_SETUP_LEAD_S,
+            containers: Optional[Launcher] = None) -> None:
     """Launch every tenant at once, `lead` s before the first START_AT; wait for all, read results.
 
     All of them import torch before the first run starts, and set up then
@@ -228,7 +282,8 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
     tiny, then measures the bench, not the limiter; a request tenant's setup
     takes 5-11 s, measured on the H200, most of it loading kernels).
     `events`: (monotonic time, action) to run meanwhile, in order (starting
-    and stopping an MPS daemon between runs, say).
+    and stopping an MPS daemon between runs, say). `containers` starts the
+    tenants that name a device.
     """
     launched: List[Tenant] = []
     pending = sorted(events, key=lambda e: e[0])
@@ -240,7 +295,7 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
             sc.card_dir = root / f"card-{i:02d}"
             sc.card_dir.mkdir()
             for t in sc.tenants:
-                launch(i, sc, t, root, seconds, setup_lead)
+                launch(i, sc, t, root, seconds, setup_lead, containers)
                 launched.append(t)
             caps = ", ".join("none" if t.cap is None else str(t.cap) for t in sc.tenants)
             print(f"[{i + 1}/{len(plan)}] {sc.name}: {sc.tenants[0].program} (cap {caps}) "

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:  # this module stands alone (tests load it by its path)
+    import suite
 
 TOLERANCE = 2.0      # points of card time, the acceptance
 SKIP_FIRST = 1       # windows not judged: the limiter may still be settling
@@ -304,3 +307,13 @@ def busy_tenant_verdict(rate: float, ref_rate: float, card: Sequence[float], cap
     ok = rate >= ref_rate and low >= floor - 1e-9
     return ok, (f"{rate:.1f} units/s vs {ref_rate:.1f} under plain time slicing "
                 f"({rate / ref_rate:.2f}); card time min {low:.1f} (floor {floor:g})")
+
+
+def phase_windows(p: suite.Phase, seconds: int) -> List[int]:
+    """The judged 1 s windows a phase overlaps."""
+    lo = max(SKIP_FIRST, math.floor(p.at))
+    return list(range(lo, min(seconds, math.ceil(p.at + p.seconds))))
+
+
+def rng(values: Sequence[float]) -> str:
+    return f"{min(values):.1f}-{max(values):.1f}" if values else "-"

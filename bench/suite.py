@@ -4,7 +4,8 @@ Pure Python (no torch), so CI tests it: the request shapes and the rates
 each is offered at, the arrival times and sizes of a phase's requests
 (seeded: every scenario of a run sees the very same requests), and a
 phase's JSON form, which bench/compute_latency writes and
-bench/compute_prog.py reads. bench/workloads.py builds the shapes and the
+bench/compute_prog.py reads, and what a request tenant's result says of each
+phase (served). bench/workloads.py builds the shapes and the
 busy programs on the GPU.
 
 Request shapes (each serves one request and returns once its answer is on
@@ -39,8 +40,8 @@ from __future__ import annotations
 import json
 import random
 import zlib
-from dataclasses import asdict, dataclass
-from typing import Dict, List, Sequence, Tuple
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -162,3 +163,36 @@ def to_json(ph: Sequence[Phase]) -> str:
 
 def from_json(text: str) -> List[Phase]:
     return [Phase(**d) for d in json.loads(text)]
+
+
+@dataclass
+class Served:
+    """A request tenant's requests of one phase in one scenario."""
+    phase: Phase
+    latency_ms: List[float] = field(default_factory=list)  # arrival to answer
+    unanswered: int = 0      # not begun by the run's end: counted up to then
+    done: List[float] = field(default_factory=list)  # answered ones: GPU end, s from start
+    span: List[float] = field(default_factory=list)  # and GPU time from first launch to answer
+
+
+def served(data: Optional[dict]) -> Dict[Tuple[str, str, str], Served]:
+    """A request tenant's requests (its bench/compute_prog.py JSON), by phase key, judged
+    phases only."""
+    d = data or {}
+    phases = from_json(json.dumps(d.get("phases", [])))
+    out = {p.key: Served(p) for p in phases if p.judged}
+    stop = d.get("seconds", 0.0)
+    j = 0  # answered requests come first (a request unanswered ends the run): done_s[j]
+    for i, arrival, end in zip(d.get("phase", []), d.get("arrival_s", []), d.get("end_s", [])):
+        got = out.get(phases[i].key) if phases[i].judged else None
+        if end is None:
+            if got:
+                got.latency_ms.append(1e3 * (stop - arrival))
+                got.unanswered += 1
+            continue
+        if got:
+            got.latency_ms.append(1e3 * (end - arrival))
+            got.done.append(d["done_s"][j])
+            got.span.append(d["span_s"][j])
+        j += 1
+    return out

@@ -197,6 +197,39 @@ def test_reserve_gives_the_task_the_profiles_priority(nomad_client: Path, node: 
     assert given == {k: v for k, v in envs.items() if k not in ("GPUSLICE", "GPUSLICE_CLAIM")}
 
 
+def test_reserve_on_an_mps_card_gives_the_specs_mps_client_env_and_folders(
+        nomad_client: Path, node: Node) -> None:
+    """A slice of a card in MPS mode, reserved through Nomad, is an MPS client as the
+    spec's device of that name is: MPS's env in place of the compute cap, the card's
+    pipe and shm folders mounted, and admitted as an MPS slice (--mps)."""
+    with node.config.open("a") as f:
+        f.write("  - {name: 2g-50, memory: 2GiB, cores: 50}\ncard_modes: {1: mps}\n")
+    node.generate()
+    pipe = node.state_dir / "mps" / card_uuid(node, 1) / "pipe"
+    pipe.mkdir(parents=True, exist_ok=True)  # cdi generate made the MPS card's folders
+    os.mkfifo(pipe / "control")  # the daemon's control pipe, as the hook looks for it
+    c = start(nomad_client, node)
+    try:
+        iid = ids(groups(c("fingerprint"))["2g-50"], 1)[0]
+        res = c(f"reserve {iid}")["container_res"]
+    finally:
+        c.close()
+    envs = res["envs"]
+    assert envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+    assert "GPUSLICE_CORE_LIMIT" not in envs
+    [path] = [p for p in node.host.spec_dir.glob("gpuslice.*") if p.suffix in (".json", ".yaml")]
+    [dev] = [d for d in yaml.safe_load(path.read_text())["devices"] if d["name"] == "1-2g-50"]
+    given = dict(e.split("=", 1) for e in dev["containerEdits"]["env"])
+    del given["LD_PRELOAD"]
+    assert given == {k: v for k, v in envs.items() if k not in ("GPUSLICE", "GPUSLICE_CLAIM")}
+    mounted = {m["task_path"]: m["host_path"] for m in res.get("mounts", [])}
+    for m in dev["containerEdits"]["mounts"]:
+        assert mounted.get(m["containerPath"]) == m["hostPath"]
+    assert mounted["/run/nvidia-mps"] == str(pipe)
+    # Admitted: the hook refuses a slice not asked for as MPS (--mps) on an MPS card.
+    assert rows(node.db, "SELECT device FROM reservations") == [("1-2g-50",)]
+
+
 def used_stats(client: PluginClient, iid: str, cid: str, node: Node) -> Dict[str, Any]:
     """Stats of iid while a process of container cid holds 1536 MiB through the
     shim (the region that Stats read)."""

@@ -394,3 +394,163 @@ def test_a_starved_neighbour_reads_zero_and_fails_its_floor():
     rows, _ = rows_of(plan)
     got = [r for r in rows if r[2] == "beside matmul 50"]
     assert got and all(r[-2] == ct.FAIL and "card 0.0-0.0" in r[10] for r in got)
+
+
+# --- bench/compute_mps: an MPS card through gpuslice-runtime ------------------
+
+cm = load("compute_mps", BENCH / "compute_mps")
+cc = load("compute_container", BENCH / "compute_container.py")
+
+
+def mps_runs(*argv: str):
+    args = cm.parse(list(argv))
+    stages = cm.build(args.shapes, args.loads, args.lead)
+    return stages, [sc for st in stages for sc in st.scenarios]
+
+
+def test_compute_mps_plan_runs_each_split_in_its_slices_within_the_budget():
+    stages, runs = mps_runs()
+    assert [sc.name for sc in runs] == ["baseline matmul", "ts", "time 50", "mps 50/50",
+                                        "mps 70/30", "mps 90/10"]
+    assert [st.mode for st in stages] == ["time", "mps", "mps", "mps"]
+    # ts: plain processes without the shim; the rest in containers on card 0's slices.
+    assert all(t.device is None and not t.shim for sc in runs[:2] for t in sc.tenants)
+    assert [t.device for t in runs[2].tenants] == ["0-8g", "0-8g-50"]
+    for sc, (a, b) in zip(runs[3:], ((50, 50), (70, 30), (90, 10))):
+        assert [t.program for t in sc.tenants] == ["requests", "matmul"]
+        assert [t.device for t in sc.tenants] == [f"0-8g-{a}", f"0-8g-{b}"]
+        assert all(t.cap is None for t in sc.tenants)  # MPS's share, not the pacer's
+    # L serves the reduced suite: Poisson, heavy, eager-s, graph-s and mm2.
+    judged = [p for p in runs[1].tenants[0].phases if p.judged]
+    assert [(p.shape, p.arrival, p.load) for p in judged] == [
+        ("eager-s", "poisson", "heavy"), ("graph-s", "poisson", "heavy"),
+        ("mm2", "poisson", "heavy")]
+    assert all(sc.tenants[0].phases == runs[1].tenants[0].phases for sc in runs[1:])
+    total = cm.schedule(stages, cm.STARTUP_S)
+    assert total <= cm.BUDGET_S <= 8 * 60
+    # Each split's containers start after the one before is over (MPS shares add up to
+    # 100 on a card): its lead begins after that run's end.
+    for a, b in zip(runs[3:], runs[4:]):
+        assert b.start_at - cm.MPS_LEAD_S >= a.start_at + a.windows(0) + cr.TAIL_S
+    # More phases lengthen each of the five runs with L by as much.
+    more, more_runs = mps_runs("--loads", "light,heavy", "--shapes", ",".join(suite.SHAPES))
+    longer = more_runs[1].windows(0) - runs[1].windows(0)
+    assert longer >= 12
+    assert cm.schedule(more, cm.STARTUP_S) == pytest.approx(total + 5 * longer)
+
+
+def test_compute_mps_plan_prints_without_running(capsys, monkeypatch):
+    assert cm.main(["--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "GPUSLICE=0-8g-90" in out and "estimated" in out and "EXCEEDED" not in out
+    monkeypatch.setattr(cm, "BUDGET_S", 200.0)
+    assert cm.main(["--plan"]) == 0
+    assert "EXCEEDED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mps", [False, True])
+def test_compute_mps_node_offers_every_device_its_runs_name(tmp_path, mps):
+    """The node's configuration, read by gpuslice's own reader: each device a run asks
+    for is a profile of that memory and compute figure, and card 0's mode is the stage's."""
+    from ocihook import config
+
+    path = tmp_path / "config.yaml"
+    path.write_text(f"spec_dir: {tmp_path}/cdi\n" + cm.node_config(mps))
+    cfg = config.parse_text(path.read_text(), str(path))
+    profiles = {p.name: p for p in cfg.profiles}
+    _, runs = mps_runs()
+    for t in (t for sc in runs for t in sc.tenants if t.device):
+        card, name = t.device.split("-", 1)
+        want = 0 if name == "8g" else int(name.split("-")[1])
+        assert card == "0" and profiles[name].memory_mib == 8192
+        assert profiles[name].cores == want
+    assert cfg.mode_of(0, "GPU-x") == ("mps" if mps else "time")
+
+
+def runc_spec() -> dict:
+    """What `runc spec` writes, in the parts the bench touches."""
+    return {"process": {"terminal": True, "args": ["sh"], "env": ["PATH=/bin", "TERM=xterm"]},
+            "root": {"path": "rootfs", "readonly": True},
+            "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}]}
+
+
+def test_a_container_tenant_runs_compute_prog_from_the_bound_bench(tmp_path, monkeypatch):
+    _, runs = mps_runs()
+    sc, t = runs[3], runs[3].tenants[0]
+    sc.start_at = 123.5
+    monkeypatch.setenv("GPUSLICE_LOG", "debug")
+    launcher = cc.Containers(None, tmp_path / "bundles")
+    folder = tmp_path / t.key
+    cmd = cr.command(sc, t, launcher, folder, 3, 2.5, cpu=7)
+    assert cmd[:5] == [launcher.python, "/bench/compute_prog.py", "requests",
+                       f"{sc.windows(0) + cr.TAIL_S}", "123.500000"]
+    assert cmd[5] == "/out/out.json" and cmd[cmd.index("--phases") + 1] == "/out/phases.json"
+    assert "--setup-early" in cmd and cmd[-2:] == ["--cpu", "7"]
+    spec = cc.tenant_spec(cc.check_runtime.host_spec(runc_spec()), t, cmd, folder)
+    assert spec["process"]["args"] == cmd and spec["process"]["terminal"] is False
+    env = spec["process"]["env"]
+    # The slice is asked for once; its limits, the shim and MPS's env are the spec's to give.
+    assert [e for e in env if e.startswith("GPUSLICE=")] == ["GPUSLICE=0-8g-50"]
+    assert "PYTHONUNBUFFERED=1" in env and "GPUSLICE_LOG=debug" in env
+    assert not any(e.startswith(("LD_PRELOAD=", "GPUSLICE_CORE_LIMIT=", "CUDA_MPS_"))
+                   for e in env)
+    binds = {m["destination"]: (m["source"], m["options"]) for m in spec["mounts"]
+             if m["type"] == "bind"}
+    assert binds["/bench"] == (str(BENCH), ["rbind", "ro"])
+    assert binds["/out"] == (str(folder), ["rbind", "rw"])
+    assert all(binds[d] == (d, ["rbind", "ro"]) for d in ("/usr", "/etc", "/opt"))
+    assert spec["root"] == {"path": "rootfs", "readonly": False}
+
+
+class Recorder(cr.Launcher):
+    def __init__(self) -> None:
+        self.started = []
+
+    def start(self, t, cmd, env, folder, log):
+        self.started.append((t.key, cmd, env))
+        return None
+
+
+def test_a_tenant_naming_a_device_starts_only_through_a_container_launcher(tmp_path,
+                                                                            monkeypatch):
+    _, runs = mps_runs()
+    for sc in runs:
+        sc.card_dir = tmp_path / "card"
+    with pytest.raises(ValueError, match="0-8g"):
+        cr.launch(2, runs[2], runs[2].tenants[0], tmp_path, 3, 2.5)
+    containers, processes = Recorder(), Recorder()
+    monkeypatch.setattr(cr, "PROCESSES", processes)
+    cr.launch(2, runs[2], runs[2].tenants[1], tmp_path, 3, 2.5, containers)
+    for t in runs[1].tenants:  # ts: no device, plain processes whatever launcher is given
+        cr.launch(1, runs[1], t, tmp_path, 3, 2.5, containers)
+    assert [k for k, _, _ in containers.started] == [runs[2].tenants[1].key]
+    assert [k for k, _, _ in processes.started] == [t.key for t in runs[1].tenants]
+    key, cmd, env = processes.started[0]
+    # A plain process sees its folder where it is, and no shim was asked for.
+    assert cmd[5] == str(tmp_path / key / "out.json") and "LD_PRELOAD" not in env
+    assert suite.from_json((tmp_path / key / "phases.json").read_text()) == \
+        runs[1].tenants[0].phases
+
+
+def test_compute_mps_rows_give_p99_against_ts_and_time_and_the_neighbours_share():
+    _, runs = mps_runs()
+    p99 = {"ts": 10.0, "time 50": 5.0, "mps 50/50": 4.0, "mps 70/30": 2.0, "mps 90/10": 1.0}
+    fill(runs, p99, share={"mps 50/50": 0.5, "mps 70/30": 0.3, "mps 90/10": 0.1})
+    text, ok = cm.report("H200", runs, cr.Clocks([]), "")
+    rows, closing, rate = cm.analyse(runs, cr.Clocks([]))
+    assert ok and rate == pytest.approx(BASE_RATE)
+    assert len(rows) == 5 * 3  # five runs with L, three judged phases each
+    by = {(r[0], r[2]): r for r in rows}
+    for shape in ("eager-s", "graph-s", "mm2"):
+        assert by[(shape, "ts")][7:9] == ["1.00", "2.00"] and by[(shape, "ts")][10] == "ref"
+        assert by[(shape, "mps 70/30")][7:9] == ["0.20", "0.40"]
+        assert by[(shape, "mps 90/10")][6] == "1.00"  # max
+        assert by[(shape, "mps 90/10")][9] == "10.0-10.0"  # N's throughput, % of alone
+        assert by[(shape, "time 50")][9] == "50.0-50.0"
+        assert by[(shape, "mps 50/50")][10] == "measured"
+    assert any(line.startswith("p99 mps 90/10 / time 50: median 0.20") for line in closing)
+    assert "ALL MEASURED" in text
+    broken = runs[4].tenants[1]
+    broken.data, broken.error = None, "exit 1: admission refused"
+    text, ok = cm.report("H200", runs, cr.Clocks([]), "")
+    assert not ok and "admission refused" in text and "NOT ALL MEASURED" in text

@@ -33,6 +33,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Set, Tuple
 
+from cdi.generate import MPS_PIPE_CONTAINER_PATH
+from cdi.limits import MODE_MPS
 from cdi.registry import Registry, ResolveError
 from cdi import names
 from cdi.slice_env import slice_env
@@ -76,10 +78,11 @@ _last_line = hookcall.last_line
 def admit(cfg: Config, inst: Instance, token: str) -> None:
     """The slice of inst, held as claim_id(token) for this process."""
     p = inst.profile
+    # On an MPS card, the request the spec's hook makes: a slice for MPS (--mps).
     res = _hook(cfg, ["admit", "--id", claim_id(token), "--device", inst.device,
                       "--card", inst.card.uuid, "--memory-mib", str(p.memory_mib),
                       "--cores", str(p.cores or 0), "--priority", p.priority,
-                      "--pid", str(os.getpid())])
+                      "--pid", str(os.getpid())] + (["--mps"] if mps(inst) else []))
     if res.returncode != 0:
         raise ReserveError(_last_line(res.stderr), refused=res.returncode == 1)
 
@@ -126,11 +129,19 @@ def cdi_edits(cfg: Config, device: str) -> Edits:
     return Edits(devices, mounts, version)
 
 
+def mps(inst: Instance) -> bool:
+    """inst is a slice of a card in MPS mode (an MPS client of the card's server)."""
+    return inst.card.mode == MODE_MPS
+
+
 def container_reservation(inst: Instance, token: str, edits: Edits
                           ) -> device_pb2.ContainerReservation:
     """What the task's container is given: its device, its token and the slice's
-    environment (its limits and priority), as the spec gives a slice's."""
-    envs = {"GPUSLICE": inst.device, CLAIM_ENV: token, **slice_env(inst.profile)}
+    environment (its limits and priority; on an MPS card MPS's client env, the
+    card's pipes and shm folder being among the edits' mounts), as the spec gives
+    a slice's."""
+    envs = {"GPUSLICE": inst.device, CLAIM_ENV: token,
+            **slice_env(inst.profile, MPS_PIPE_CONTAINER_PATH if mps(inst) else None)}
     return device_pb2.ContainerReservation(envs=envs, devices=edits.devices, mounts=edits.mounts)
 
 

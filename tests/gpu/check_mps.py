@@ -39,8 +39,9 @@ from typing import Dict, List, Optional
 import pynvml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_runtime import REPO, out_dir, stack_node  # noqa: E402
+from check_runtime import out_dir, stack_node  # noqa: E402
 from check_views import container, finish  # noqa: E402
+from node import gpuslice  # noqa: E402
 from table import check, measured, report  # noqa: E402
 
 MIB = 1 << 20
@@ -158,11 +159,6 @@ except Exception as e:
         out["sync"] = repr(e2)[:200]
 print(json.dumps(out), flush=True)
 """
-
-
-def gpuslice(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ocihook.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=90)
 
 
 def host_pids(runc: str, cid: str) -> List[int]:

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,18 +58,43 @@ def rootfs(path: Path) -> Path:
     return path
 
 
+def torch_python() -> str:
+    """The Python with PyTorch, which the container finds at the same path (its /opt and
+    /usr are the host's)."""
+    return next((p for p in ("/opt/torch/.venv/bin/python", shutil.which("python3"))
+                 if p and os.path.exists(p)), "python3")
+
+
 def bundle_config(runc: str, bundle: Path) -> dict:
     subprocess.run([runc, "spec", "--bundle", str(bundle)], check=True)
-    spec = json.loads((bundle / "config.json").read_text())
+    return host_spec(json.loads((bundle / "config.json").read_text()))
+
+
+def host_spec(spec: dict) -> dict:
+    """runc's default spec made this check's: a writable rootfs with the host's /usr,
+    /etc and /opt bound read-only, PyTorch's Python running INSIDE in a 4 GiB slice."""
     spec["root"] = {"path": "rootfs", "readonly": False}
-    python = next((p for p in ("/opt/torch/.venv/bin/python", shutil.which("python3"))
-                   if p and os.path.exists(p)), "python3")
-    spec["process"].update(terminal=False, args=[python, "-c", INSIDE], env=[
+    spec["process"].update(terminal=False, args=[torch_python(), "-c", INSIDE], env=[
         "PATH=/opt/torch/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME=/root", "GPUSLICE=0-4g"])
     for d in ("/usr", "/etc", "/opt"):
         spec["mounts"].append({"destination": d, "type": "bind", "source": d,
                                "options": ["rbind", "ro"]})
+    return spec
+
+
+def slice_process(spec: dict, args: Sequence[str], device: str,
+                  mounts: Sequence[Tuple[Union[Path, str], str, str]] = (),
+                  env: Sequence[str] = ()) -> dict:
+    """spec (bundle_config's) running args in a slice of device (GPUSLICE=device in
+    place of the check's), with each (host source, container path, ro|rw) bound
+    in and the NAME=value env added."""
+    spec["process"]["args"] = list(args)
+    spec["process"]["env"] = [e for e in spec["process"]["env"] if not e.startswith("GPUSLICE=")]
+    spec["process"]["env"] += [f"GPUSLICE={device}", *env]
+    for src, dst, mode in mounts:
+        spec["mounts"].append({"destination": dst, "type": "bind", "source": str(src),
+                               "options": ["rbind", mode]})
     return spec
 
 
@@ -79,6 +104,12 @@ class Stack(NamedTuple):
     runtime: str
     tool: Path  # the CDI cache tool, run by this Python
     env: Dict[str, str]  # the node's configuration and cache
+
+
+def run_command(stack: Stack, bundle: Path, cid: str) -> List[str]:
+    """`gpuslice-runtime run` of bundle as container cid, over the stack's runc and cache tool."""
+    return [stack.runtime, "--gpuslice-runtime", stack.runc, "--gpuslice-cache-tool",
+            str(stack.tool), "run", "--bundle", str(bundle), cid]
 
 
 def stack_node(out: Path, extra: str = "") -> Optional[Stack]:
@@ -122,13 +153,12 @@ def main() -> int:
     stack = stack_node(out)
     if stack is None:
         return report()
-    runc, runtime, tool, env = stack
+    runc, env = stack.runc, stack.env
     bundle = out / "bundle"
     rootfs(bundle / "rootfs")
     (bundle / "config.json").write_text(json.dumps(bundle_config(runc, bundle)))
     before = (bundle / "config.json").read_bytes()
-    res = subprocess.run([runtime, "--gpuslice-runtime", runc, "--gpuslice-cache-tool", str(tool),
-                          "run", "--bundle", str(bundle), "gpuslice-gpu-check"], env=env,
+    res = subprocess.run(run_command(stack, bundle, "gpuslice-gpu-check"), env=env,
                          capture_output=True, text=True, timeout=300)
     check("gpuslice-runtime run exits 0", 0, res.returncode, res.returncode == 0)
     if res.returncode:

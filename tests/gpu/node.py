@@ -22,6 +22,12 @@ def hook_binary() -> str:
     return str(REPO / "native" / "hook" / "build" / "gpuslice-hook")
 
 
+def gpuslice(env: Dict[str, str], *args: str) -> "subprocess.CompletedProcess[str]":
+    """`gpuslice ARGS` of this tree, on the node env names."""
+    return subprocess.run([sys.executable, "-m", "ocihook.cli", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=90)
+
+
 def generate(out: Path, shim: Path, hook: str, extra: str = "") -> Optional[Dict[str, str]]:
     """The env that names the node's configuration (spec, database and state
     in OUT; extra: more lines of it), once `cdi generate` has run on it; None
@@ -30,8 +36,7 @@ def generate(out: Path, shim: Path, hook: str, extra: str = "") -> Optional[Dict
     config.write_text(f"spec_dir: {out}/cdi\nshim_path: {shim}\nhook_path: {hook}\n"
                       f"database: {out}/state.db\nstate_dir: {out}/state\n{extra}")
     env = dict(os.environ, GPUSLICE_CONFIG=str(config))
-    gen = subprocess.run([sys.executable, "-m", "ocihook.cli", "cdi", "generate"], env=env,
-                         capture_output=True, text=True, cwd=REPO)
+    gen = gpuslice(env, "cdi", "generate")
     check("cdi generate", 0, gen.returncode, gen.returncode == 0)
     if gen.returncode:
         print(gen.stderr)
