@@ -108,11 +108,24 @@ def _is_control(argv: List[bytes]) -> bool:
     return any(os.path.basename(a) == CONTROL_BINARY.encode() for a in argv[:2])
 
 
+def _ours(pid: str, own_ns: str) -> bool:
+    """pid runs as we do, in our pid namespace: a daemon `gpuslice mps start`
+    made. A command line and an environment are a tenant's to choose: a
+    container's process named nvidia-cuda-mps-control with the card's pipe
+    folder in its env must not pass for the card's daemon."""
+    try:
+        return (os.stat(f"/proc/{pid}").st_uid == os.geteuid() and
+                os.readlink(f"/proc/{pid}/ns/pid") == own_ns)
+    except OSError:
+        return False
+
+
 def daemon_pid(d: Daemon) -> Optional[int]:
     """The pid of the control daemon that listens in d's pipe folder, if any."""
     want = f"{MPS_PIPE_ENV}={d.pipe_dir}".encode()
+    own_ns = os.readlink("/proc/self/ns/pid")
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or not _ours(entry, own_ns):
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:

@@ -15,6 +15,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -296,6 +297,40 @@ def test_start_clears_a_pipe_left_by_a_dead_daemon(node: MpsNode) -> None:
     assert res.returncode == 0, res.stderr
     assert "started" in res.stdout
     assert node.mps("stop").returncode == 0
+
+
+def look_alike_running() -> bool:
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "cmdline").read_bytes().startswith(b"nvidia-cuda-mps-control\0"):
+                return True
+        except OSError:
+            continue  # gone meanwhile
+    return False
+
+
+@needs_root
+def test_a_look_alike_in_another_pid_namespace_is_no_daemon(node: MpsNode) -> None:
+    # A container's process may call itself nvidia-cuda-mps-control and carry
+    # the card's pipe folder in its env; with a pipe left behind, it must not
+    # pass for the card's daemon (start would then refuse to start one).
+    node.fake_daemon_up()
+    code = ("import os; os.execve('/bin/sleep', ['nvidia-cuda-mps-control', '60'], "
+            f"{{'CUDA_MPS_PIPE_DIRECTORY': {str(node.pipe_dir())!r}}})")
+    fake = subprocess.Popen(["unshare", "--pid", "--fork", "python3", "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not look_alike_running():
+            time.sleep(0.05)
+        assert look_alike_running()
+        res = node.mps("status", "0")
+        assert res.returncode == 1 and "daemon gone but its pipe is left" in res.stdout, res.stdout
+        res = node.mps("start", "0")
+        assert res.returncode == 0 and "started" in res.stdout, res.stdout + res.stderr
+        assert node.mps("stop", "0").returncode == 0
+    finally:
+        fake.kill()
+        fake.wait(timeout=30)
 
 
 def test_without_the_binary_one_line_exit_2(node: MpsNode) -> None:
