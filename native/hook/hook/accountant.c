@@ -17,11 +17,6 @@
 #include "store.h"
 #include "util.h"
 
-void gs_acct_set_state_dir(struct gs_acct *a, const char *state_dir)
-{
-    a->state_dir = state_dir;
-}
-
 int gs_acct_gc(struct gs_acct *a, struct gs_reservations *out)
 {
     if (gs_sql_begin(a) != GS_OK)

@@ -60,8 +60,11 @@ void gs_reservations_free(struct gs_reservations *list);
 struct gs_acct;
 
 /* Open an existing database (never create one) and check that it is
- * gpuslice's, at this schema version. GS_OK, or GS_ERROR with the message. */
-int gs_acct_open(const char *path, struct gs_acct **out);
+ * gpuslice's, at this schema version. GS_OK, or GS_ERROR with the message.
+ * state_dir: the node's, where an admission looks for the MPS control
+ * daemons of cards in MPS mode (mpsdaemon.h); NULL: none is up. Kept, not
+ * copied. */
+int gs_acct_open(const char *path, const char *state_dir, struct gs_acct **out);
 void gs_acct_close(struct gs_acct *a);
 
 /* Reserve every request or none (all of one container), by the recorded
@@ -112,10 +115,6 @@ int gs_acct_resize(struct gs_acct *a, const struct gs_resize *req, unsigned long
  * configuration's defaults. One read snapshot, no write lock. */
 int gs_acct_room(struct gs_acct *a, const int64_t *memory_mib, const int64_t *cores,
                  size_t nprofiles, struct gs_str *json);
-
-/* The state dir, where an admission looks for the MPS control daemons of
- * cards in MPS mode (mpsdaemon.h); NULL: none is up. Kept, not copied. */
-void gs_acct_set_state_dir(struct gs_acct *a, const char *state_dir);
 
 /* Reclaim the reservations whose process is gone; out gets them. */
 int gs_acct_gc(struct gs_acct *a, struct gs_reservations *out);

@@ -117,13 +117,12 @@ static int cmd_admit(const struct gs_args *a)
     else if (pid && gs_start_time(a->pid, &start))
         pid_start = &start;
     struct gs_acct *acct;
-    if (gs_acct_open(a->value[O_DATABASE], &acct) != GS_OK)
+    if (gs_acct_open(a->value[O_DATABASE], a->value[O_STATE_DIR], &acct) != GS_OK)
         return GS_ERROR;
     struct gs_request *reqs;
     size_t n = build_requests(a, cid, pid, pid_start, a->value[O_RUNTIME], &reqs);
     struct gs_reservations held = {0}, dead = {0};
     int first;
-    gs_acct_set_state_dir(acct, a->value[O_STATE_DIR]);
     int rc = gs_acct_admit(acct, reqs, n, &held, &dead, &first);
     gs_acct_close(acct);
     free(reqs);
@@ -215,9 +214,8 @@ static int cmd_create(const struct gs_args *a)
      * container would otherwise fail on the database, in SQLite's words. */
     if ((rc = granted_here(st.id, a->value[O_DEVICE], FIX_CONTAINER)) != GS_OK ||
         (rc = gs_read_bundle(st.bundle, &cfg)) != GS_OK ||
-        (rc = gs_acct_open(a->value[O_DATABASE], &acct)) != GS_OK)
+        (rc = gs_acct_open(a->value[O_DATABASE], a->value[O_STATE_DIR], &acct)) != GS_OK)
         goto out;
-    gs_acct_set_state_dir(acct, a->value[O_STATE_DIR]);
     int has_pid;
     int64_t pid, start;
     char runtime[33];
@@ -294,7 +292,7 @@ static int cmd_release(const struct gs_args *a)
     }
     struct gs_acct *acct;
     struct gs_reservations held = {0};
-    int rc = gs_acct_open(db, &acct);
+    int rc = gs_acct_open(db, state_dir, &acct);
     if (rc == GS_OK) {
         rc = gs_acct_release(acct, cid, a->value[O_ID] ? "operator-release" : "release", &held);
         gs_acct_close(acct);
@@ -320,7 +318,7 @@ static int cmd_gc(const struct gs_args *a)
     struct gs_reservations dead = {0};
     if (gs_require_initial_userns("gc", FIX_OPERATOR) != GS_OK)
         return GS_ERROR;
-    int rc = gs_acct_open(a->value[O_DATABASE], &acct);
+    int rc = gs_acct_open(a->value[O_DATABASE], a->value[O_STATE_DIR], &acct);
     if (rc != GS_OK)
         return rc;
     rc = gs_acct_gc(acct, &dead);
@@ -350,7 +348,7 @@ static int cmd_resize(const struct gs_args *a)
     if (granted_here(cid, a->value[O_DEVICE], FIX_OPERATOR) != GS_OK)
         return GS_ERROR;
     struct gs_acct *acct;
-    if (gs_acct_open(a->value[O_DATABASE], &acct) != GS_OK)
+    if (gs_acct_open(a->value[O_DATABASE], a->value[O_STATE_DIR], &acct) != GS_OK)
         return GS_ERROR;
     struct gs_caps_hold h;
     int rc = gs_caps_take(a->value[O_STATE_DIR], cid, &h);
@@ -392,7 +390,7 @@ static int cmd_resize(const struct gs_args *a)
 static int cmd_room(const struct gs_args *a)
 {
     struct gs_acct *acct;
-    if (gs_acct_open(a->value[O_DATABASE], &acct) != GS_OK)
+    if (gs_acct_open(a->value[O_DATABASE], a->value[O_STATE_DIR], &acct) != GS_OK)
         return GS_ERROR;
     struct gs_str json = {0};
     int rc = gs_acct_room(acct, a->profile_mib, a->profile_cores, a->n_profiles, &json);

@@ -168,7 +168,7 @@ static int schema_check(struct gs_acct *a)
     return GS_OK;
 }
 
-int gs_acct_open(const char *path, struct gs_acct **out)
+int gs_acct_open(const char *path, const char *state_dir, struct gs_acct **out)
 {
     struct stat st;
     char *shown = gs_quoted(path, strlen(path), GS_AS_PATH);
@@ -198,7 +198,7 @@ int gs_acct_open(const char *path, struct gs_acct **out)
     a->path = shown;
     a->refused_class = a->refused_device = NULL;
     a->refused_card = NULL;
-    a->state_dir = NULL;
+    a->state_dir = state_dir;
     sqlite3_busy_timeout(db, GS_BUSY_TIMEOUT_MS);
     /* No checkpoint when this, often the last, connection closes: it costs two
      * fdatasyncs (WAL and database) on every container start and stop, for
