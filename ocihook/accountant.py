@@ -399,12 +399,16 @@ class Accountant:
             was = known.get(c.uuid)
             if was is None or was.mode == c.mode:
                 continue
-            held = sorted({r.container_id[:12] for r in self.reservations(c.uuid)})
+            held = self.holders(c.uuid)
             if held:
                 raise ModeChangeRefused(
                     f"card {c.index} ({c.uuid}) cannot change from mode {was.mode} to "
                     f"{c.mode}: containers run on it ({', '.join(held)}); stop them first, "
                     "or keep its card_modes entry as it was")
+
+    def holders(self, card_uuid: str) -> List[str]:
+        """The containers holding the card, their ids cut to 12, sorted."""
+        return sorted({r.container_id[:12] for r in self.reservations(card_uuid)})
 
     def _replace_links(self, seen: "set[str]", links: Sequence[CardLink]) -> None:
         for row in self.db.execute("SELECT card_a, card_b FROM card_links").fetchall():

@@ -508,9 +508,9 @@ def _mps_each(state: State, card: Optional[str], verb: str) -> None:
             if verb == "start":
                 click.echo(mps.start(state.config, d))
             elif verb == "stop":
-                click.echo(mps.stop(d, mps.holders(acct, d)))
+                click.echo(mps.stop(d, acct.holders(d.card.uuid)))
             else:
-                up, line = mps.status_line(d, mps.holders(acct, d))
+                up, line = mps.status_line(d, acct.holders(d.card.uuid))
                 failed = failed or not up
                 click.echo(line)
     except mps.MpsError as e:

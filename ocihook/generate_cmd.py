@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ocihook import accountant
     from cdi.generate import MpsFolders
     from cdi.spec import Spec
-    from cdi.nvml import Inventory
+    from cdi.nvml import Gpu, Inventory
 
 
 @dataclass
@@ -71,12 +71,19 @@ def ensure_mps_dirs(cfg: Config, inventory: "Inventory") -> None:
         mps.make_folders(cfg.state_dir, uuid)
 
 
+def card_mode(cfg: Config, gpu: "Gpu") -> str:
+    """The mode the configuration gives a card; a MIG card is always in time
+    mode: it is offered whole only."""
+    from cdi.limits import MODE_TIME
+
+    return MODE_TIME if gpu.mig else cfg.mode_of(gpu.index, gpu.uuid)
+
+
 def recorded_cards(inventory: "Inventory", cfg: Config
                    ) -> "Tuple[List[accountant.Card], List[accountant.CardLink]]":
     """The cards as the accountant records them: with their places and the links
     between them (what gang placement reads), and the mode the configuration
-    gives each (a MIG card is never in MPS mode: it is offered whole only)."""
-    from cdi.limits import MODE_TIME
+    gives each (card_mode)."""
     from cdi.topology import Place
     from ocihook import accountant
 
@@ -88,7 +95,7 @@ def recorded_cards(inventory: "Inventory", cfg: Config
         cards.append(accountant.Card(g.index, g.uuid, g.memory_mib, g.name, g.mig,
                                      pci_bus_id=g.pci_bus_id, numa_node=place.numa_node,
                                      cpu_affinity=place.cpu_affinity,
-                                     mode=MODE_TIME if g.mig else cfg.mode_of(g.index, g.uuid)))
+                                     mode=card_mode(cfg, g)))
     links = [accountant.CardLink(uuid[k.a], uuid[k.b], k.pcie, k.nvlinks)
              for k in (topo.links if topo else [])]
     return cards, links
@@ -118,14 +125,14 @@ def sync_accountant(cfg: Config, inventory: "Inventory") -> None:
 
 def mps_cards(cfg: Config, inventory: "Inventory") -> "Dict[str, MpsFolders]":
     """The cards the configuration puts in MPS mode, by UUID, with their
-    daemon's folders under the state dir (a MIG card stays whole only)."""
+    daemon's folders under the state dir (card_mode)."""
     from cdi.generate import MpsFolders
     from cdi.limits import MODE_MPS
 
     return {g.uuid: MpsFolders(statedir.mps_pipe_dir(cfg.state_dir, g.uuid),
                                statedir.mps_shm_dir(cfg.state_dir, g.uuid))
             for g in inventory.gpus
-            if not g.mig and cfg.mode_of(g.index, g.uuid) == MODE_MPS}
+            if card_mode(cfg, g) == MODE_MPS}
 
 
 def unknown_mode_cards(cfg: Config, inventory: "Inventory") -> List[str]:

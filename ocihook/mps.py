@@ -254,8 +254,3 @@ def status_line(d: Daemon, holders: List[str]) -> Tuple[bool, str]:
                        f"`gpuslice mps start {d.card.index}` clears it and starts one")
     return False, (f"{d.name()}: mps, daemon down{held}; slices of it are refused until "
                    f"`gpuslice mps start {d.card.index}`")
-
-
-def holders(acct: accountant.Accountant, d: Daemon) -> List[str]:
-    """The containers on d's card, their ids cut to 12."""
-    return sorted({r.container_id[:12] for r in acct.reservations(d.card.uuid)})
