@@ -12,7 +12,6 @@ phases in, its result and nothing else out) read-write at /out.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -63,15 +62,11 @@ class Containers(cr.Launcher):
     def start(self, t: Tenant, cmd: List[str], env: Dict[str, str], folder: Path,
               log: IO[str]) -> subprocess.Popen:
         # env (a plain process's) is not the container's: the spec and the hook give that.
-        bundle = self.bundles / t.key
-        check_runtime.rootfs(bundle / "rootfs")
-        spec = check_runtime.bundle_config(self.stack.runc, bundle)
-        (bundle / "config.json").write_text(json.dumps(tenant_spec(spec, t, cmd, folder)))
         cid = container_id(t)
-        subprocess.run([self.stack.runc, "delete", "-f", cid], capture_output=True)  # a stale one
         self.ids.append(cid)
-        return subprocess.Popen(check_runtime.run_command(self.stack, bundle, cid),
-                                env=self.stack.env, stdout=log, stderr=subprocess.STDOUT)
+        return check_runtime.start_container(
+            self.stack, self.bundles / t.key, cid,
+            lambda spec: tenant_spec(spec, t, cmd, folder), stdout=log, stderr=subprocess.STDOUT)
 
     def remove(self) -> None:
         """Delete every container started (runc run ends its own as its process exits; one

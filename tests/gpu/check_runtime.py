@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -110,6 +110,18 @@ def run_command(stack: Stack, bundle: Path, cid: str) -> List[str]:
     """`gpuslice-runtime run` of bundle as container cid, over the stack's runc and cache tool."""
     return [stack.runtime, "--gpuslice-runtime", stack.runc, "--gpuslice-cache-tool",
             str(stack.tool), "run", "--bundle", str(bundle), cid]
+
+
+def start_container(stack: Stack, bundle: Path, cid: str, make: Callable[[dict], dict],
+                    **popen: Any) -> subprocess.Popen:
+    """`gpuslice-runtime run` of container cid in a fresh bundle, its config.json
+    make(bundle_config's spec); a container of that id left by a killed run is
+    deleted first. popen: where its output goes."""
+    shutil.rmtree(bundle, ignore_errors=True)
+    rootfs(bundle / "rootfs")
+    (bundle / "config.json").write_text(json.dumps(make(bundle_config(stack.runc, bundle))))
+    subprocess.run([stack.runc, "delete", "-f", cid], capture_output=True)
+    return subprocess.Popen(run_command(stack, bundle, cid), env=stack.env, **popen)
 
 
 def stack_node(out: Path, extra: str = "") -> Optional[Stack]:

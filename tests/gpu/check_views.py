@@ -36,8 +36,8 @@ from typing import Dict, List, Tuple
 import pynvml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_runtime import (REPO, bundle_config, out_dir, rootfs, run_command,  # noqa: E402
-                           slice_process, stack_node)
+from check_runtime import (REPO, out_dir, slice_process, stack_node,  # noqa: E402
+                           start_container)
 from table import check, measured, report  # noqa: E402
 
 MIB = 1 << 20
@@ -120,18 +120,13 @@ def outside() -> Dict[int, int]:
 def container(stack, bundle: Path, cid: str, device: str, code: str, args: List[str],
               mounts: List[Tuple[Path, str, str]]) -> subprocess.Popen:
     """A container running Python `code` with `args`, asking for `device`."""
-    runc, env = stack.runc, stack.env
-    shutil.rmtree(bundle, ignore_errors=True)
-    rootfs(bundle / "rootfs")
-    spec = bundle_config(runc, bundle)
     # GPUSLICE_LOG: to see what the shim decides inside.
-    spec = slice_process(spec, spec["process"]["args"][:2] + [code, *args], device, mounts,
-                         [f"GPUSLICE_LOG={os.environ['GPUSLICE_LOG']}"]
-                         if os.environ.get("GPUSLICE_LOG") else [])
-    (bundle / "config.json").write_text(json.dumps(spec))
-    subprocess.run([runc, "delete", "-f", cid], capture_output=True)  # one left by a killed run
-    return subprocess.Popen(run_command(stack, bundle, cid), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = [f"GPUSLICE_LOG={os.environ['GPUSLICE_LOG']}"] if os.environ.get("GPUSLICE_LOG") else []
+    return start_container(
+        stack, bundle, cid,
+        lambda spec: slice_process(spec, spec["process"]["args"][:2] + [code, *args], device,
+                                   mounts, env),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(p: subprocess.Popen, timeout: float = 60) -> str:
