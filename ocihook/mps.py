@@ -181,12 +181,26 @@ def make_folders(state_dir: str, uuid: str) -> None:
         os.chmod(folder, mode)  # shm as /dev/shm: a client of any user maps its part
 
 
+def _outside_dev_shm(state_dir: str, d: Daemon) -> None:
+    """The daemon's namespace has the card's shm folder over /dev/shm: a pipe
+    or log folder below /dev/shm would be hidden from it, and it exits 1
+    saying nothing."""
+    shm = os.path.realpath("/dev/shm")
+    for folder in (d.pipe_dir, d.log_dir):
+        real = os.path.realpath(folder)
+        if real == shm or real.startswith(shm + os.sep):
+            raise MpsError(f"{d.name()}: state_dir {state_dir} lies under /dev/shm, which "
+                           "the MPS daemon's namespace replaces with the card's shm folder; "
+                           "set state_dir outside /dev/shm (the default is /run/gpuslice)")
+
+
 def start(cfg: Config, d: Daemon) -> str:
     """Start d's daemon (a left pipe is cleared first); what to print."""
     now, pid = state(d)
     if now == UP:
         return f"{d.name()}: MPS control daemon running already (pid {pid})"
     binary = control_binary()
+    _outside_dev_shm(cfg.state_dir, d)
     if now == STALE:
         _clear_pipes(d)
     make_folders(cfg.state_dir, d.card.uuid)

@@ -15,6 +15,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -339,6 +340,23 @@ def test_without_the_binary_one_line_exit_2(node: MpsNode) -> None:
     assert res.returncode == 2
     line = one_line(res.stderr)
     assert "nvidia-cuda-mps-control is not installed" in line
+
+
+def test_a_state_dir_under_dev_shm_is_refused_before_the_daemon_runs(node: MpsNode) -> None:
+    # The daemon's namespace mounts the card's shm folder over /dev/shm, which
+    # hid a pipe folder below it: the real daemon exited 1 with no word (H200).
+    under = Path(tempfile.mkdtemp(prefix="gpuslice-test-", dir="/dev/shm"))
+    try:
+        cfg = node.host.config
+        cfg.write_text(cfg.read_text().replace(f"state_dir: {node.state_dir}",
+                                               f"state_dir: {under}"))
+        res = node.mps("start", "0")
+        assert res.returncode == 2, res.stderr
+        line = one_line(res.stderr)
+        assert f"state_dir {under} lies under /dev/shm" in line and "outside /dev/shm" in line
+        assert not node.record.exists()  # no daemon was run
+    finally:
+        shutil.rmtree(under)
 
 
 def test_a_card_in_time_mode_has_no_daemon(node: MpsNode) -> None:
