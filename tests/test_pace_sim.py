@@ -479,3 +479,18 @@ def test_a_training_loop_holds_its_cap(sim: Path, cap: int) -> None:
     # (a shortfall named in docs/compute-limit.md).
     assert all(cap - 2 * TOLERANCE <= s <= cap + TOLERANCE for s in settled(run["a"].cardtime)), \
         run.procs
+
+
+@pytest.mark.parametrize("cap", [30, 50, 70])
+def test_a_host_bound_training_loop_holds_its_cap(sim: Path, cap: int) -> None:
+    # Goal 4 for a training loop bound by its host (PyTorch's eager steps on
+    # the H200, which got 22-23 at 30 there): it holds the card between its
+    # launches too, so the gaps inside a busy period are charged and its work
+    # is what the cap gives, though the card runs its kernels 45 % of the
+    # time at most. The H200's shortfall is outside this model (a cost per
+    # wake-up, docs/compute-limit.md).
+    alone = simulate(sim, 4, "a:trainh:0:0")["a"]
+    assert all(35 <= c <= 55 for c in settled(alone.cardtime)), alone.cardtime
+    run = simulate(sim, 6, f"a:trainh:{cap}:0")["a"]
+    assert within(run.share, cap), run.share
+    assert statistics.mean(settled(run.cardtime)) < 0.6 * cap, run.cardtime

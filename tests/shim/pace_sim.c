@@ -29,7 +29,8 @@
  *   10 us launches: CPU-bound), graph (570 us replays, 15 us launches),
  *   big (8 ms kernels), huge (13.7 ms: a 16384^2 fp16 matmul on an H200),
  *   long (40 ms kernels, 20 us launches both), train (a
- *   training step of 300 kernels and a sync), eagerloop (an eager transformer's
+ *   training step of 300 kernels and a sync), trainh (the same step
+ *   host-bound: 73 us launches), eagerloop (an eager transformer's
  *   forward passes back to back, host-bound, a sync each); request tenants,
  *   whose latency runs from a request's arrival to its answer: request (two
  *   150 us kernels every 10 ms), eager (that transformer's forward: 150
@@ -110,6 +111,9 @@ static const struct program programs[] = {
     /* A training step: 300 kernels (GEMMs and elementwise), GPU-bound,
      * then the optimizer's host work and a sync. */
     {"train", 60e3, 8e3, LOOP, 6e3, 300, 1, 200e3, 1, 1, 0},
+    /* The same step host-bound, as PyTorch's eager training launched it on
+     * the H200 (the card busy 43-47 % of the time uncapped). */
+    {"trainh", 60e3, 73e3, LOOP, 6e3, 300, 1, 200e3, 1, 1, 0},
     /* An eager transformer's forward passes back to back, a sync each:
      * 150 launches, 1.6 ms of GPU work behind 2.2 ms of host launching. */
     {"eagerloop", 17e3, 14.6e3, LOOP, 4.3e3, 150, 1, 30e3, 1, 1, 0},
@@ -790,7 +794,7 @@ int main(int argc, char **argv)
         }
         if (parse_proc(argv[a], &procs[nprocs]) != 0) {
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
-                    "[:option]..., program matmul|tiny|graph|big|huge|long|train|eagerloop|request|eager|"
+                    "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|eagerloop|request|eager|"
                     "eagerl|graphreq|decode|cnn|forge|forgehigh, cap 0-100, container 0-%d, "
                     "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson)\n",
                     argv[a], MAX_PROCS - 1);
