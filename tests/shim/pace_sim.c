@@ -45,7 +45,9 @@
  *   options: high, low (priority; default normal), noshim (no limiter at all:
  *   plain time slicing), idle=FROM-TO (seconds without launches), rate=N
  *   (requests a second), poisson (requests at random, exponential gaps;
- *   default: periodic within 10 %)
+ *   default: periodic within 10 %), wake=MS (after any wait of the pacer's
+ *   of 1 ms or more the host launches at half speed until it has lost MS ms:
+ *   a CPU, driver or card that idled; default 0)
  * Prints per process: "share <name> <w0> <w1> ..." percent per 1 s window of
  * the kernels it completed, against the same program alone and uncapped
  * (simulated first, in the same run); "cardtime <name> <w0> ...", percent
@@ -160,6 +162,9 @@ struct proc {
     double idle_from, idle_to;
     int poisson;     /* requests arrive at random (exponential gaps) */
     double every_ns; /* requests: mean time between arrivals */
+    double wake_ns;  /* host time lost, at half speed, after a wait of the pacer's */
+    double wake_due; /* that loss, still to be spent */
+    double slept_ns; /* asleep in the pacer (sleeps, futex waits) within this launch */
     struct gs_pacer pacer;
     ucontext_t uc;
     char *stack;
@@ -292,11 +297,21 @@ static unsigned long long io_now(struct gs_pace_io *io)
     return (unsigned long long)T;
 }
 
+/* A process the pacer kept asleep this long within one launch loses
+ * wake_ns of its progress after it. */
+#define WAKE_COLD_NS 1e6
+
+static void waited(struct proc *p, double since)
+{
+    p->slept_ns += T - since;
+}
+
 static void io_sleep(struct gs_pace_io *io, unsigned long long ns)
 {
-    (void)io;
+    double t0 = T;
     /* clock_nanosleep wakes late; 60 us is what an idle host does. */
     spend((double)ns + 60e3);
+    waited(of(io), t0);
 }
 
 /* A futex: the scheduler wakes the process WAKE_NS after the word changes,
@@ -304,14 +319,15 @@ static void io_sleep(struct gs_pace_io *io, unsigned long long ns)
 static void io_wait_word(struct gs_pace_io *io, unsigned *word, unsigned seen,
                          unsigned long long ns)
 {
-    (void)io;
     if (__atomic_load_n(word, __ATOMIC_RELAXED) != seen)
         return;
+    double t0 = T;
     current->state = ON_WORD;
     current->word = word;
     current->seen = seen;
     current->ready_at = T + (double)ns + 60e3;
     yield();
+    waited(of(io), t0);
 }
 
 static void io_wake_word(struct gs_pace_io *io, unsigned *word)
@@ -353,7 +369,10 @@ static unsigned io_cap(struct gs_pace_io *io) { return bucket_cap[of(io)->contai
 
 static void launch_one(struct proc *p)
 {
-    spend(p->prog->launch_ns);
+    /* A cold host launches at half speed until it has lost wake_ns. */
+    double cold = p->wake_due < p->prog->launch_ns ? p->wake_due : p->prog->launch_ns;
+    spend(p->prog->launch_ns + cold);
+    p->wake_due -= cold;
     while (p->kernels_queued >= QUEUE_DEPTH) {
         p->state = ON_QUEUE;
         yield();
@@ -363,6 +382,7 @@ static void launch_one(struct proc *p)
      * or prioritised tenant is on the card. */
     unsigned long long m = __atomic_load_n(&card.managed_ns, __ATOMIC_RELAXED);
     int paced = !p->noshim && (p->cap || p->prio != GPUSLICE_PRIORITY_NORMAL || m);
+    p->slept_ns = 0;
     if (paced)
         gs_pace_launch_begin(&p->pacer, &p->io, NULL);
     if (T >= NS && T - t0 > p->max_wait)
@@ -376,6 +396,8 @@ static void launch_one(struct proc *p)
     p->launches++;
     if (paced)
         gs_pace_launch_end(&p->pacer, &p->io, NULL, 1);
+    if (p->wake_ns > 0 && p->slept_ns >= WAKE_COLD_NS)
+        p->wake_due = p->wake_ns;
 }
 
 /* A hostile tenant: every FORGE_EVERY_NS it says a process that does not
@@ -747,6 +769,7 @@ static int parse_proc(const char *arg, struct proc *p)
     p->idle_from = p->idle_to = -1;
     p->poisson = 0;
     p->every_ns = p->prog ? p->prog->every_ns : 0;
+    p->wake_ns = p->wake_due = 0;
     for (char *opt; (opt = strtok_r(NULL, ":", &save));) {
         double from, to;
         char tail;
@@ -762,6 +785,8 @@ static int parse_proc(const char *arg, struct proc *p)
             p->poisson = 1;
         else if (sscanf(opt, "rate=%lf%c", &from, &tail) == 1 && from > 0 && from <= 10000)
             p->every_ns = NS / from;
+        else if (sscanf(opt, "wake=%lf%c", &from, &tail) == 1 && from >= 0 && from <= 100)
+            p->wake_ns = from * 1e6;
         else if (sscanf(opt, "idle=%lf-%lf%c", &from, &to, &tail) == 2 && from < to)
             p->idle_from = from * NS, p->idle_to = to * NS;
         else
@@ -796,7 +821,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
                     "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|eagerloop|request|eager|"
                     "eagerl|graphreq|decode|cnn|forge|forgehigh, cap 0-100, container 0-%d, "
-                    "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson)\n",
+                    "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson|wake=MS)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;
         }
