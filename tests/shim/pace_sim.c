@@ -45,9 +45,9 @@
  *   options: high, low (priority; default normal), noshim (no limiter at all:
  *   plain time slicing), idle=FROM-TO (seconds without launches), rate=N
  *   (requests a second), poisson (requests at random, exponential gaps;
- *   default: periodic within 10 %), wake=MS (after any wait of the pacer's
- *   of 1 ms or more the host launches at half speed until it has lost MS ms:
- *   a CPU, driver or card that idled; default 0)
+ *   default: periodic within 10 %), wake=MS (after the pacer kept it asleep
+ *   1 ms or more within one launch, the host launches at half speed until it
+ *   has lost MS ms: a CPU, driver or card that idled; default 0)
  * Prints per process: "share <name> <w0> <w1> ..." percent per 1 s window of
  * the kernels it completed, against the same program alone and uncapped
  * (simulated first, in the same run); "cardtime <name> <w0> ...", percent
