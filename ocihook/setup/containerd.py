@@ -176,7 +176,9 @@ def _set_string(doc: TOMLDocument, table: Holder, key: str, value: Any, indent: 
         insert(doc, table, key, item)
         lay_out(item, indent)
     elif table[key] != value:
-        table[key] = value
+        # An item, not the str: tomlkit 0.15 (not 0.11) would keep the old
+        # value's quoting ('...'), 0.11 writes "...": the same file from both.
+        table[key] = tomlkit.string(value) if isinstance(value, str) else value
 
 
 def reads_cdi(version: Version) -> bool:
