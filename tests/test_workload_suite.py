@@ -9,6 +9,7 @@ import importlib.machinery
 import importlib.util
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -586,3 +587,24 @@ def test_compute_mps_rows_give_p99_against_ts_and_time_and_the_neighbours_share(
     broken.data, broken.error = None, "exit 1: admission refused"
     text, ok = cm.report("H200", runs, cr.Clocks([]), "")
     assert not ok and "admission refused" in text and "NOT ALL MEASURED" in text
+
+
+def test_compute_share_only_keeps_a_scenario_and_the_baselines_around_it():
+    plan = cs.scenarios((30,), pairs_only=True, crowds=True, suite_rows=False)
+    kept = cs.only(plan, ["pair 30+bigmm"])
+    # matmul's nearest baselines before and after the pair, bigmm's before it
+    # (none comes after): in the plan's order.
+    assert [(sc.name, [t.program for t in sc.tenants]) for sc in kept] == [
+        ("baseline", ["matmul"]), ("baseline", ["bigmm"]),
+        ("pair 30+bigmm", ["matmul", "bigmm"]), ("baseline", ["matmul"])]
+    assert [plan.index(sc) for sc in kept] == sorted(plan.index(sc) for sc in kept)
+    assert plan.index(kept[0]) == max(i for i, sc in enumerate(plan[:plan.index(kept[2])])
+                                      if sc.name == "baseline"
+                                      and sc.tenants[0].program == "matmul")
+
+
+def test_compute_share_only_an_unknown_scenario_exits_2_naming_it():
+    res = subprocess.run([sys.executable, str(BENCH / "compute_share"), "--pairs", "--crowds",
+                          "--only", "pair 30+big"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--only 'pair 30+big'" in res.stderr and "'pair 30+bigmm'" in res.stderr

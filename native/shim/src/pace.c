@@ -399,6 +399,18 @@ void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *strea
     if (io->turns && io->card) {
         guest(p, io, (a & GS_PACE_MARK) && !p->slept, now);
         p->slept = 0;
+        /* An uncapped process never has more in flight than a new holder
+         * waits for (GS_PACE_DRAIN_NS): 13.7 ms kernels queued two deep
+         * while a capped holder slept outlasted the holder's wait when it
+         * came back, and shared its turn, charged to it (simulated: a 30 of
+         * graph replays got 22). What a long kernel costs for waiting: the
+         * card idles for one launch between two of them. Not a guest's or
+         * high work: others stand aside for it, and it queues its request
+         * while a neighbour's long kernel runs out (its launches' learned
+         * time then holds that kernel's). */
+        while (!io->cap(io) && io->prio != GPUSLICE_PRIORITY_HIGH && !p->guest_since_ns &&
+               p->count && gs_pace_queued_ns(p) + p->per_launch_ns > GS_PACE_DRAIN_NS)
+            wait_oldest(p, io);
         gs_pace_gate(p, io, stream);
         now = io->now(io);
     }

@@ -44,7 +44,7 @@
 #define GS_PACE_CAPPED_TURN_NS 12000000ull /* both, when only capped processes wait */
 #define GS_PACE_LONG_TURN_NS 100000000ull /* most a turn grows after a long drain */
 #define GS_PACE_GRACE_NS 100000000ull   /* a wait for turns spends patience only after this: the longest turn */
-#define GS_PACE_DRAIN_NS 16000000ull    /* most a new holder waits for the others' queues */
+#define GS_PACE_DRAIN_NS 16000000ull    /* most a holder drains others; most an uncapped one queues */
 #define GS_PACE_WANT_NS 1000000ull      /* a waiter renews its want this often: older is gone */
 #define GS_PACE_POLL_NS 250000ull       /* longest sleep of a waiter between two looks */
 #define GS_PACE_SPIN_NS 1000000ull      /* a waiter stays awake from this long before a turn ends */
