@@ -134,9 +134,14 @@ def request_sizes(shape: str, n: int, seed: int) -> List[int]:
 
 
 def phases(shapes: Sequence[str], arrivals: Sequence[str] = ARRIVALS,
-           loads: Sequence[str] = LOADS, settle_s: float = 1.0) -> List[Phase]:
+           loads: Sequence[str] = LOADS, settle_s: float = 1.0,
+           phase_s: Optional[float] = None) -> List[Phase]:
     """Every shape x arrival x load back to back, after a settling phase (the first one's
-    shape and arrival for settle_s, not reported: the first window is not judged)."""
+    shape and arrival for settle_s, not reported: the first window is not judged); each
+    lasts its shape's phase_s, or `phase_s` (a p99 of 40 requests is their slowest one:
+    a row that swings between runs needs 300 or more)."""
+    if phase_s is not None and not phase_s > 0:
+        raise ValueError(f"a phase must last more than 0 s, got {phase_s}")
     out: List[Phase] = []
     t = 0.0
     for shape in shapes:
@@ -147,8 +152,9 @@ def phases(shapes: Sequence[str], arrivals: Sequence[str] = ARRIVALS,
                 if not out and settle_s > 0:
                     out.append(Phase(shape, arrival, load, 0.0, settle_s, judged=False))
                     t = settle_s
-                out.append(Phase(shape, arrival, load, t, SHAPES[shape].phase_s))
-                t += SHAPES[shape].phase_s
+                secs = SHAPES[shape].phase_s if phase_s is None else phase_s
+                out.append(Phase(shape, arrival, load, t, secs))
+                t += secs
     return out
 
 

@@ -608,3 +608,27 @@ def test_compute_share_only_an_unknown_scenario_exits_2_naming_it():
                           "--only", "pair 30+big"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "--only 'pair 30+big'" in res.stderr and "'pair 30+bigmm'" in res.stderr
+
+
+def test_phases_of_a_given_length_hold_hundreds_of_requests():
+    ph = suite.phases(["cnn"], ["periodic"], phase_s=10.0)
+    judged = [p for p in ph if p.judged]
+    assert [p.seconds for p in judged] == [10.0, 10.0]
+    assert [len(p.requests()) for p in judged] == [300, 800]
+    assert suite.length(ph) == pytest.approx(1 + 20)
+    with pytest.raises(ValueError):
+        suite.phases(["cnn"], phase_s=0)
+
+
+def test_compute_latency_phase_seconds_in_the_plan_and_out_of_range():
+    args = cl.parse(["--shapes", "cnn", "--arrivals", "poisson", "--neighbours", "matmul",
+                     "--no-mps", "--phase-seconds", "10"])
+    plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, False,
+                                args.phase_seconds)
+    assert cl.estimate(plain, under_mps, args.lead) <= cl.BUDGET_S
+    for sc in plain:
+        assert all(p.seconds == 10.0 for p in sc.tenants[0].phases if p.judged)
+        assert sc.windows(0) >= suite.length(sc.tenants[0].phases)
+    res = subprocess.run([sys.executable, str(BENCH / "compute_latency"), "--plan",
+                          "--phase-seconds", "0.5"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--phase-seconds 0.5" in res.stderr, res.stderr
