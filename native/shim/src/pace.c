@@ -408,8 +408,8 @@ void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *strea
          * high work: others stand aside for it, and it queues its request
          * while a neighbour's long kernel runs out (its launches' learned
          * time then holds that kernel's). */
-        while (!io->cap(io) && io->prio != GPUSLICE_PRIORITY_HIGH && !p->guest_since_ns &&
-               p->count && gs_pace_queued_ns(p) + p->per_launch_ns > GS_PACE_DRAIN_NS)
+        while (p->count && io->prio != GPUSLICE_PRIORITY_HIGH && !p->guest_since_ns &&
+               gs_pace_queued_ns(p) + p->per_launch_ns > GS_PACE_DRAIN_NS && !io->cap(io))
             wait_oldest(p, io);
         gs_pace_gate(p, io, stream);
         now = io->now(io);
