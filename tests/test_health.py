@@ -214,6 +214,11 @@ def test_a_lost_card_is_marked_and_the_others_still_watched(host: Host) -> None:
     watch.inject("lost 1")
     assert until(lambda: not cards(host)[1].healthy), watch.lines
     assert cards(host)[1].health_reason.startswith("GPU is lost (NVML_ERROR_GPU_IS_LOST) at ")
+    # It marks the lost card, then registers the others in a new event set:
+    # an XID injected in between reached no set and was gone (as NVML's own
+    # would be), and this test failed once in five full runs. Inject once the
+    # new set watches.
+    assert until(lambda: sum("health: watching" in ln for ln in watch.lines) >= 2), watch.lines
     watch.inject("xid 0 48")
     assert until(lambda: not cards(host)[0].healthy), watch.lines
     assert cards(host)[0].health_reason.startswith("XID 48 (double-bit ECC error) at ")
