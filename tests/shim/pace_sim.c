@@ -30,7 +30,8 @@
  *   big (8 ms kernels), huge (13.7 ms: a 16384^2 fp16 matmul on an H200),
  *   long (40 ms kernels, 20 us launches both), train (a
  *   training step of 300 kernels and a sync), trainh (the same step
- *   host-bound: 73 us launches), eagerloop (an eager transformer's
+ *   host-bound: 73 us launches), trainv (host-bound, its kernels uneven: a
+ *   0.6 ms one every 20 launches, 6 us between), eagerloop (an eager transformer's
  *   forward passes back to back, host-bound, a sync each); request tenants,
  *   whose latency runs from a request's arrival to its answer: request (two
  *   150 us kernels every 10 ms), eager (that transformer's forward: 150
@@ -102,23 +103,28 @@ struct program {
     double host_ns;
     int steps_min, steps_max;
     double every_ns;
+    int long_every; /* if set: kernel_ns one launch in this many, kernel2_ns the rest */
 };
 static const struct program programs[] = {
-    {"matmul", 230e3, 10e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
-    {"tiny", 2e3, 10e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
-    {"graph", 570e3, 15e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
-    {"long", 40e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
-    {"big", 8e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
-    {"huge", 13.7e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0},
+    {"matmul", 230e3, 10e3, LOOP, 0, 1, 0, 0, 1, 1, 0, 0},
+    {"tiny", 2e3, 10e3, LOOP, 0, 1, 0, 0, 1, 1, 0, 0},
+    {"graph", 570e3, 15e3, LOOP, 0, 1, 0, 0, 1, 1, 0, 0},
+    {"long", 40e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0, 0},
+    {"big", 8e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0, 0},
+    {"huge", 13.7e6, 20e3, LOOP, 0, 1, 0, 0, 1, 1, 0, 0},
     /* A training step: 300 kernels (GEMMs and elementwise), GPU-bound,
      * then the optimizer's host work and a sync. */
-    {"train", 60e3, 8e3, LOOP, 6e3, 300, 1, 200e3, 1, 1, 0},
+    {"train", 60e3, 8e3, LOOP, 6e3, 300, 1, 200e3, 1, 1, 0, 0},
     /* The same step host-bound, as PyTorch's eager training launched it on
      * the H200 (the card busy 43-47 % of the time uncapped). */
-    {"trainh", 60e3, 73e3, LOOP, 6e3, 300, 1, 200e3, 1, 1, 0},
+    {"trainh", 60e3, 73e3, LOOP, 6e3, 300, 1, 200e3, 1, 1, 0, 0},
+    /* Host-bound on the whole (the card busy about half the time), but its
+     * kernels are uneven: a 0.6 ms GEMM every 20 launches, the host ahead
+     * of the card while it runs. */
+    {"trainv", 600e3, 73e3, LOOP, 6e3, 300, 1, 200e3, 1, 1, 0, 20},
     /* An eager transformer's forward passes back to back, a sync each:
      * 150 launches, 1.6 ms of GPU work behind 2.2 ms of host launching. */
-    {"eagerloop", 17e3, 14.6e3, LOOP, 4.3e3, 150, 1, 30e3, 1, 1, 0},
+    {"eagerloop", 17e3, 14.6e3, LOOP, 4.3e3, 150, 1, 30e3, 1, 1, 0, 0},
     /* Requests (latency from arrival to answer). request: two 150 us
      * matmuls every 10 ms; eager: the transformer forward above, host-bound;
      * eagerl: a larger one, GPU-bound (6 ms of kernels behind 2.2 ms of
@@ -127,14 +133,14 @@ static const struct program programs[] = {
      * convolutional network of 60 launches, host-bound as the H200 showed
      * resnet18 in PyTorch (3.3 ms a request alone, the card busy 0.75 ms
      * of it). */
-    {"request", 150e3, 10e3, REQUEST, 0, 2, 1, 0, 1, 1, 10e6},
-    {"eager", 17e3, 14.6e3, REQUEST, 4.3e3, 150, 1, 30e3, 1, 1, 25e6},
-    {"eagerl", 60e3, 14.6e3, REQUEST, 20e3, 150, 1, 30e3, 1, 1, 50e6},
-    {"graphreq", 1.6e6, 20e3, REQUEST, 0, 1, 1, 30e3, 1, 1, 25e6},
-    {"decode", 12e3, 14e3, REQUEST, 4e3, 30, 1, 60e3, 32, 128, 250e6},
-    {"cnn", 20e3, 55e3, REQUEST, 5e3, 60, 1, 30e3, 1, 1, 20e6},
-    {"forge", 0, 0, FORGE, 0, 0, 0, 0, 0, 0, 0},
-    {"forgehigh", 0, 0, FORGE_HIGH, 0, 0, 0, 0, 0, 0, 0},
+    {"request", 150e3, 10e3, REQUEST, 0, 2, 1, 0, 1, 1, 10e6, 0},
+    {"eager", 17e3, 14.6e3, REQUEST, 4.3e3, 150, 1, 30e3, 1, 1, 25e6, 0},
+    {"eagerl", 60e3, 14.6e3, REQUEST, 20e3, 150, 1, 30e3, 1, 1, 50e6, 0},
+    {"graphreq", 1.6e6, 20e3, REQUEST, 0, 1, 1, 30e3, 1, 1, 25e6, 0},
+    {"decode", 12e3, 14e3, REQUEST, 4e3, 30, 1, 60e3, 32, 128, 250e6, 0},
+    {"cnn", 20e3, 55e3, REQUEST, 5e3, 60, 1, 30e3, 1, 1, 20e6, 0},
+    {"forge", 0, 0, FORGE, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"forgehigh", 0, 0, FORGE_HIGH, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #define FORGE_EVERY_NS 0.5e6
 
@@ -389,8 +395,8 @@ static void launch_one(struct proc *p)
         p->max_wait = T - t0;
     if (trace && T - t0 > 4.7e6)
         fprintf(stderr, "%10.3f %s waited %.3f ms\n", T / 1e6, p->name, (T - t0) / 1e6);
-    double k = p->prog->kernel2_ns > 0 && (p->launches & 1) ? p->prog->kernel2_ns
-                                                             : p->prog->kernel_ns;
+    int second = p->prog->long_every ? p->launches % p->prog->long_every != 0 : p->launches & 1;
+    double k = p->prog->kernel2_ns > 0 && second ? p->prog->kernel2_ns : p->prog->kernel_ns;
     push(p, (struct item){1, k, NULL});
     p->kernels_queued++;
     p->launches++;
@@ -819,7 +825,7 @@ int main(int argc, char **argv)
         }
         if (parse_proc(argv[a], &procs[nprocs]) != 0) {
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
-                    "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|eagerloop|request|eager|"
+                    "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|trainv|eagerloop|request|eager|"
                     "eagerl|graphreq|decode|cnn|forge|forgehigh, cap 0-100, container 0-%d, "
                     "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson|wake=MS)\n",
                     argv[a], MAX_PROCS - 1);

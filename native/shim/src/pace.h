@@ -28,6 +28,7 @@
 
 #define GS_PACE_FENCE_NS 250000ull      /* GPU work between two fences */
 #define GS_PACE_QUEUE_NS 250000ull      /* work in flight a paced process waits down to at a fence */
+#define GS_PACE_ALONE_QUEUE_NS 1000000ull /* ... when no one else has used the card for a second */
 #define GS_PACE_MAX_QUEUED 2            /* fences in flight, while the time of a launch is unknown */
 #define GS_PACE_GAP_NS 2000000ull       /* no launch for this long: maybe a new busy period */
 #define GS_PACE_RESUME_NS 12000000ull   /* credit a throttled container sleeps for */

@@ -140,6 +140,20 @@ unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, i
     return most;
 }
 
+/* Whether another process has used the card within GS_PACE_STALE_NS (its
+ * seat says so, drained or not). */
+int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now)
+{
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
+        const struct gpuslice_cardfile_seat *s = &c->seats[i];
+        if (i != mine && __atomic_load_n(&s->owner, __ATOMIC_RELAXED) &&
+            within(__atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED), now, GS_PACE_AHEAD_NS,
+                   GS_PACE_STALE_NS))
+            return 1;
+    }
+    return 0;
+}
+
 /* Whether another process may still launch into a turn taken at `since`:
  * it said it had work queued within the last GS_PACE_GAP_NS (one busy
  * period) and has not let its queue run dry since. A host-bound one runs

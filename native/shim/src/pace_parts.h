@@ -55,6 +55,8 @@ void gs_pace_drain(struct gs_pacer *p, struct gs_pace_io *io, void *stream);
 unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, int mine,
                                             unsigned long long now,
                                             unsigned long long believed);
+/* Whether another process has used the card within GS_PACE_STALE_NS. */
+int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now);
 /* Whether another process may still launch into a turn taken at `since`. */
 int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
                              unsigned long long since, unsigned long long now);
