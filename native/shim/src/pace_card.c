@@ -18,6 +18,14 @@ static int seat_competes(const struct gpuslice_cardfile_seat *s, unsigned long l
     return owner && d < t && within(t, now, GS_PACE_AHEAD_NS, GS_PACE_BACKLOG_NS);
 }
 
+/* A seat in use: owned, and its owner competed within a second (else it
+ * is dead or idle, and its seat may be taken). */
+static int seat_held(unsigned long long owner, unsigned long long backlog_ns,
+                     unsigned long long now)
+{
+    return owner && within(backlog_ns, now, GS_PACE_AHEAD_NS, GS_PACE_STALE_NS);
+}
+
 unsigned gs_card_competitors(const struct gpuslice_cardfile *c, int mine, unsigned long long now)
 {
     unsigned n = 0;
@@ -36,9 +44,9 @@ int gs_card_seat(struct gpuslice_cardfile *c, unsigned long long token, unsigned
         struct gpuslice_cardfile_seat *s = &c->seats[i];
         unsigned long long owner = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
         unsigned long long t = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
-        /* Free, or its owner has not competed for a second (dead or idle:
-         * an idle owner takes another seat when it competes again). */
-        if (owner == 0 || !within(t, now, GS_PACE_AHEAD_NS, GS_PACE_STALE_NS)) {
+        /* Free, or stale (an idle owner takes another seat when it
+         * competes again). */
+        if (!seat_held(owner, t, now)) {
             if (__atomic_compare_exchange_n(&s->owner, &owner, token, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED)) {
                 __atomic_store_n(&s->backlog_ns, 0, __ATOMIC_RELAXED);
@@ -146,9 +154,8 @@ int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned 
 {
     for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
         const struct gpuslice_cardfile_seat *s = &c->seats[i];
-        if (i != mine && __atomic_load_n(&s->owner, __ATOMIC_RELAXED) &&
-            within(__atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED), now, GS_PACE_AHEAD_NS,
-                   GS_PACE_STALE_NS))
+        if (i != mine && seat_held(__atomic_load_n(&s->owner, __ATOMIC_RELAXED),
+                                   __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED), now))
             return 1;
     }
     return 0;
