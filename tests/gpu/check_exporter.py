@@ -3,8 +3,9 @@
 Two tenants on card 0, each admitted by the real gpuslice-hook (`admit`,
 against the real cards of `gpuslice cdi generate`) and run with the shim
 preloaded in its own container state folder, as the hook would give them:
-A, capped at 30 % in a 48 GiB slice, holds 44 GiB and runs a PyTorch fp16
-matmul loop; B, uncapped in a 64 GiB slice, holds 60 GiB and sleeps. The
+A, capped at 30 % in a slice of 3/8 of the card (48 GiB of an H200's, 29 of
+an H100 80GB's), holds 4 GiB less and runs a PyTorch fp16 matmul loop; B,
+uncapped in a slice of half the card, holds 4 GiB less and sleeps. The
 exporter serves them on a loopback port. Checked:
 
 - the card's memory used (exporter) against nvidia-smi's memory.used: 1 %;
@@ -97,9 +98,12 @@ def main() -> int:
     uuid = smi("--query-gpu=uuid")[0][0]
     (state / "cards").mkdir(parents=True, exist_ok=True)
     # Large holds: the shim charges a context at a fixed 768 MiB (a PyTorch context
-    # measured 520-610 MiB here), a difference that must stay within the 1 %.
-    tenants = {A: ("0-48g-30", 49152, 30, 45056, "matmul"),
-               B: ("0-64g", 65536, 0, 61440, "hold")}
+    # measured 520-610 MiB here), a difference that must stay within the 1 %. Sized to
+    # the card: both fit beside each other on an 80 GiB card as on a 141 GiB one.
+    card_gib = int(float(smi("--query-gpu=memory.total")[0][0])) // 1024
+    a_gib, b_gib = card_gib * 3 // 8, card_gib // 2
+    tenants = {A: (f"0-{a_gib}g-30", a_gib * 1024, 30, (a_gib - 4) * 1024, "matmul"),
+               B: (f"0-{b_gib}g", b_gib * 1024, 0, (b_gib - 4) * 1024, "hold")}
     procs: Dict[str, subprocess.Popen] = {}
     exporter = None
     try:
