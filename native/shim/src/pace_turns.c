@@ -100,11 +100,15 @@ static void changed_hands(struct gs_pace_io *io)
 
 /* The uncapped tenants' turn, when a capped holder leaves them the card: their
  * part of a round of GS_PACE_ROUND_NS, (100 - cap) % of it (the holder's turn,
- * should_yield, is the rest); at least GS_PACE_TURN_MIN_NS. */
-static unsigned long long uncapped_turn(struct gs_pace_io *io)
+ * should_yield, is the rest), shared with the other capped processes that
+ * wait (`capped`): their caps are not ours to know, and a window of
+ * (100 - cap) % after each of three 30s left each of them 22-28 (simulated);
+ * their buckets, not the windows, stop them at their caps, and the card is
+ * the uncapped ones' while they sleep. At least GS_PACE_TURN_MIN_NS. */
+static unsigned long long uncapped_turn(struct gs_pace_io *io, unsigned capped)
 {
     unsigned cap = io->cap(io);
-    unsigned long long t = cap >= 100 ? 0 : GS_PACE_ROUND_NS * (100 - cap) / 100;
+    unsigned long long t = cap >= 100 ? 0 : GS_PACE_ROUND_NS * (100 - cap) / 100 / (1 + capped);
     return t < GS_PACE_TURN_MIN_NS ? GS_PACE_TURN_MIN_NS : t;
 }
 
@@ -133,7 +137,7 @@ void gs_pace_give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, 
                 __atomic_compare_exchange_n(&c->turn_owner, &mine, 0, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED);
                 if (window && w.uncapped)
-                    store(&c->free_until_ns, now + ours + uncapped_turn(io));
+                    store(&c->free_until_ns, now + ours + uncapped_turn(io, w.parties - 1));
             }
             changed_hands(io);
         }
@@ -165,10 +169,17 @@ static int should_yield(struct gs_pacer *p, struct gs_pace_io *io, unsigned long
     unsigned long long q = gs_pace_queued_ns(p);
     if (!w.any)
         return 0;
+    int share_done = p->turn_card_ns + q >= p->turn_len_ns;
     if (w.next < 0)
-        return p->turn_card_ns + q >= p->turn_len_ns;
+        return share_done;
     unsigned long long turn = GS_PACE_CAPPED_TURN_NS;
-    return held + q >= turn / w.parties || now - w.oldest_ns + q >= turn;
+    int due = held + q >= turn / w.parties || now - w.oldest_ns + q >= turn;
+    /* With uncapped waiters too, a holder first keeps its share of the
+     * round: passed on after its part of the 12 ms, the first capped
+     * process of a round got less than its cap while the uncapped window
+     * stayed (100 - cap) % of a round (simulated: two 30s beside a busy
+     * tenant, 21.6 and 30). */
+    return due && (!w.uncapped || share_done);
 }
 
 /* Our turn begins. How long we hold it while uncapped processes wait: a
