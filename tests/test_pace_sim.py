@@ -507,6 +507,33 @@ def test_a_busy_tenant_of_many_kernels_gets_the_rest_of_the_card(sim: Path) -> N
 
 
 @pytest.mark.parametrize("cap", [30, 50, 90])
+def test_a_gated_tenant_launches_through_the_holders_turns(sim: Path, cap: int) -> None:
+    # Gates, the pacer's side (pace_sim's `gates`; the shim has none yet): an
+    # uncapped eager loop whose turn it is not closes its gate and goes on
+    # launching, its work held on the GPU until its watcher opens the gate.
+    # It is held on the host a watcher's look at most (0.8-1.2 ms, against
+    # 9-33 ms waiting for turns), the holder's card time stays its cap (what
+    # it is charged is its own work), and the loop does at least what it does
+    # waiting on the host: a pass a round more, no more, for its work still
+    # runs in its windows alone (docs/compute-limit.md, What is left).
+    host = simulate(sim, 6, f"a:matmul:{cap}:0", "b:eagerloop:0:1")
+    gated = simulate(sim, 6, f"a:matmul:{cap}:0", "b:eagerloop:0:1:gates")
+    assert within(gated["a"].cardtime, cap), gated.procs
+    assert gated["b"].maxwait <= 1.5 < WAIT_MS <= host["b"].maxwait, (host.procs, gated.procs)
+    assert statistics.mean(settled(gated["b"].share)) >= \
+        statistics.mean(settled(host["b"].share)), (host.procs, gated.procs)
+
+
+def test_a_gated_tenant_keeps_a_tenth_beside_a_holder_that_never_lets_go(sim: Path) -> None:
+    # The watcher opens the gate after the grace (100 ms), then for what
+    # patience is left: a forged turn holds a gated victim no more than it
+    # holds one that waits on the host (a tenth of its time).
+    for program in ("matmul", "eagerloop"):
+        run = simulate(sim, 6, f"e:{program}:0:1:gates", "f:forge:0:0")
+        assert all(s >= 10 for s in settled(run["e"].share)), (program, run.procs)
+
+
+@pytest.mark.parametrize("cap", [30, 50, 90])
 def test_a_training_loop_holds_its_cap(sim: Path, cap: int) -> None:
     # Goal 4 for the suite's training loop: alone and beside a busy uncapped tenant.
     assert within(simulate(sim, 6, f"a:train:{cap}:0")["a"].share, cap)

@@ -48,7 +48,11 @@
  *   (requests a second), poisson (requests at random, exponential gaps;
  *   default: periodic within 10 %), wake=MS (after the pacer kept it asleep
  *   1 ms or more within one launch, the host launches at half speed until it
- *   has lost MS ms: a CPU, driver or card that idled; default 0)
+ *   has lost MS ms: a CPU, driver or card that idled; default 0), gates (its
+ *   shim has gates: an uncapped process whose turn it is not goes on
+ *   launching behind a wait on a word of its own, which its watcher opens;
+ *   the watcher polls every GS_PACE_POLL_NS, waking late as a sleep does,
+ *   and WAKE_NS after the card's seq changed)
  * Prints per process: "share <name> <w0> <w1> ..." percent per 1 s window of
  * the kernels it completed, against the same program alone and uncapped
  * (simulated first, in the same run); "cardtime <name> <w0> ...", percent
@@ -149,10 +153,12 @@ struct sim_event {
     double t_done;
 };
 
+enum { EVENT_ITEM, KERNEL_ITEM, GATE_ITEM };
 struct item {
-    int is_kernel;
+    int is_kernel; /* an item kind above */
     double remaining;
     struct sim_event *ev;
+    unsigned epoch; /* GATE_ITEM: the context waits until its gate word reaches this */
 };
 
 enum { RUNNING, AT_TIME, ON_EVENT, ON_QUEUE, ON_WORD, ON_IDLE, FINISHED };
@@ -170,6 +176,9 @@ struct proc {
     double every_ns; /* requests: mean time between arrivals */
     double wake_ns;  /* host time lost, at half speed, after a wait of the pacer's */
     double wake_due; /* that loss, still to be spent */
+    int gates;       /* its shim closes a gate instead of waiting for turns */
+    unsigned gate_epoch, gate_word; /* the closed period, and what its word opens */
+    double watch_at; /* the watcher's next look; INFINITY while the gate is open */
     double slept_ns; /* asleep in the pacer (sleeps, futex waits) within this launch */
     struct gs_pacer pacer;
     ucontext_t uc;
@@ -260,7 +269,7 @@ static int ev_record(struct gs_pace_io *io, void *e, void *stream)
     struct sim_event *ev = e;
     ev->recorded = 1;
     ev->done = 0;
-    push(p, (struct item){0, 0, ev});
+    push(p, (struct item){EVENT_ITEM, 0, ev, 0});
     spend(RECORD_NS);
     return 0;
 }
@@ -371,6 +380,29 @@ static void io_throttled(struct gs_pace_io *io, unsigned long long ns)
 
 static unsigned io_cap(struct gs_pace_io *io) { return bucket_cap[of(io)->container]; }
 
+/* Gates: a wait item in the process's queue (one stream), opened by its
+ * word; the watcher's first look after a poll, as a sleeper wakes. */
+static void io_gate_close(struct gs_pace_io *io, void *stream)
+{
+    (void)stream;
+    struct proc *p = of(io);
+    push(p, (struct item){GATE_ITEM, 0, NULL, ++p->gate_epoch});
+    p->watch_at = T + GS_PACE_POLL_NS + 60e3;
+    spend(RECORD_NS);
+}
+
+static void io_gate_hold(struct gs_pace_io *io, void *stream)
+{
+    (void)io, (void)stream; /* one stream: it waits since the gate closed */
+}
+
+static void io_gate_open(struct gs_pace_io *io)
+{
+    struct proc *p = of(io);
+    p->gate_word = p->gate_epoch;
+    p->watch_at = INFINITY;
+}
+
 /* ------------------------------------------------------------ processes */
 
 static void launch_one(struct proc *p)
@@ -397,7 +429,7 @@ static void launch_one(struct proc *p)
         fprintf(stderr, "%10.3f %s waited %.3f ms\n", T / 1e6, p->name, (T - t0) / 1e6);
     int second = p->prog->long_every ? p->launches % p->prog->long_every != 0 : p->launches & 1;
     double k = p->prog->kernel2_ns > 0 && second ? p->prog->kernel2_ns : p->prog->kernel_ns;
-    push(p, (struct item){1, k, NULL});
+    push(p, (struct item){KERNEL_ITEM, k, NULL, 0});
     p->kernels_queued++;
     p->launches++;
     if (paced)
@@ -506,7 +538,11 @@ static void trampoline(void) { run_proc(); }
  * runs that context (what the H200's markers showed: bench/card_handover). */
 static int has_work(int i)
 {
-    return procs[i].qlen > 0;
+    const struct proc *p = &procs[i];
+    if (!p->qlen)
+        return 0;
+    const struct item *it = &p->q[p->qhead];
+    return it->is_kernel != GATE_ITEM || it->epoch <= p->gate_word;
 }
 
 static int other_waiting(int i)
@@ -531,11 +567,22 @@ static int next_context(int after)
 /* Pop what completes at the head: events now, kernels with no work left. */
 static void settle_heads(void)
 {
+    for (int i = 0; i < nprocs; i++) { /* an open gate passes at once, whoever runs */
+        struct proc *p = &procs[i];
+        while (p->qlen && p->q[p->qhead].is_kernel == GATE_ITEM &&
+               p->q[p->qhead].epoch <= p->gate_word) {
+            p->qhead = (p->qhead + 1) % QUEUE_CAP;
+            p->qlen--;
+        }
+    }
     if (gpu_on >= 0 && switch_left <= EPS) {
         struct proc *p = &procs[gpu_on];
         while (p->qlen) {
             struct item *it = &p->q[p->qhead];
-            if (it->is_kernel) {
+            if (it->is_kernel == GATE_ITEM) {
+                if (it->epoch > p->gate_word)
+                    break;
+            } else if (it->is_kernel == KERNEL_ITEM) {
                 if (it->remaining > EPS)
                     break;
                 int w = (int)(T / NS);
@@ -577,6 +624,13 @@ static void simulate(double seconds)
             .turns = turns, .prio = p->prio, .wait_word = io_wait_word,
             .wake_word = io_wake_word, .pause = io_pause,
         };
+        if (p->gates) {
+            p->io.gate_close = io_gate_close;
+            p->io.gate_hold = io_gate_hold;
+            p->io.gate_open = io_gate_open;
+        }
+        p->gate_epoch = p->gate_word = 0;
+        p->watch_at = INFINITY;
         p->npool = 0;
         for (int e = 0; e < 64; e++)
             p->pool[p->npool++] = &p->events[e];
@@ -602,7 +656,16 @@ static void simulate(double seconds)
     gpu_on = gpu_last = -1;
     slice_left = switch_left = busy_ns = 0;
     switches = preemptions = 0;
+    unsigned seq_seen = 0;
     for (;;) {
+        /* The gates' watchers whose look is due (they run on threads of their
+         * own: no coroutine, nothing of the pacer's but its gate atomics). */
+        for (int i = 0; i < nprocs; i++) {
+            struct proc *q = &procs[i];
+            if (q->watch_at <= T && !gs_pace_gate_watch(&q->pacer, &q->io, (unsigned long long)T))
+                q->watch_at = T + GS_PACE_POLL_NS + 60e3;
+        }
+        settle_heads();
         /* Run everyone whose time has come, earliest first. */
         for (;;) {
             struct proc *next = NULL;
@@ -624,6 +687,13 @@ static void simulate(double seconds)
             current = next;
             swapcontext(&sched_uc, &next->uc);
             settle_heads(); /* an event recorded behind a kernel that just ended */
+            unsigned seq = __atomic_load_n(&card.seq, __ATOMIC_RELAXED);
+            if (seq != seq_seen) { /* watchers asleep on the seq wake late */
+                seq_seen = seq;
+                for (int i = 0; i < nprocs; i++)
+                    if (procs[i].watch_at > T + WAKE_NS && procs[i].watch_at < INFINITY)
+                        procs[i].watch_at = T + WAKE_NS;
+            }
         }
         int live = 0;
         double t_next = INFINITY;
@@ -633,6 +703,8 @@ static void simulate(double seconds)
             if ((procs[i].state == AT_TIME || procs[i].state == ON_WORD) &&
                 procs[i].ready_at < t_next)
                 t_next = procs[i].ready_at;
+            if (procs[i].watch_at < t_next)
+                t_next = procs[i].watch_at;
         }
         if (!live)
             return;
@@ -776,6 +848,7 @@ static int parse_proc(const char *arg, struct proc *p)
     p->poisson = 0;
     p->every_ns = p->prog ? p->prog->every_ns : 0;
     p->wake_ns = p->wake_due = 0;
+    p->gates = 0;
     for (char *opt; (opt = strtok_r(NULL, ":", &save));) {
         double from, to;
         char tail;
@@ -789,6 +862,8 @@ static int parse_proc(const char *arg, struct proc *p)
             p->noshim = 1;
         else if (strcmp(opt, "poisson") == 0)
             p->poisson = 1;
+        else if (strcmp(opt, "gates") == 0)
+            p->gates = 1;
         else if (sscanf(opt, "rate=%lf%c", &from, &tail) == 1 && from > 0 && from <= 10000)
             p->every_ns = NS / from;
         else if (sscanf(opt, "wake=%lf%c", &from, &tail) == 1 && from >= 0 && from <= 100)
@@ -827,7 +902,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
                     "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|trainv|eagerloop|request|eager|"
                     "eagerl|graphreq|decode|cnn|forge|forgehigh, cap 0-100, container 0-%d, "
-                    "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson|wake=MS)\n",
+                    "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson|wake=MS|gates)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;
         }

@@ -16,8 +16,10 @@
 #define GPUSLICE_CARDFILE_VERSION 3
 #define GPUSLICE_CARDFILE_SEATS 256
 
-/* A seat's flags while its process waits: it takes the turn when given (capped). */
+/* A seat's flags while its process waits: it takes the turn when given (capped);
+ * its work waits on the GPU behind its gate, so it cannot launch into another's turn. */
 #define GPUSLICE_CARDFILE_WAITS_CAPPED 1
+#define GPUSLICE_CARDFILE_GATED 2
 
 struct gpuslice_cardfile_seat {
     unsigned long long owner;         /* a process's random token; 0 = free */
@@ -25,7 +27,7 @@ struct gpuslice_cardfile_seat {
     unsigned long long drained_ns;    /* when it last let its queue run dry */
     unsigned long long want_ns;       /* last time it said it waits for the turn (renewed while it does) */
     unsigned long long want_since_ns; /* since when it has waited */
-    unsigned int flags;               /* GPUSLICE_CARDFILE_WAITS_* */
+    unsigned int flags;               /* GPUSLICE_CARDFILE_WAITS_CAPPED, _GATED */
     unsigned int reserved;
 };
 

@@ -223,7 +223,9 @@ unsigned long long gs_pace_queued_ns(const struct gs_pacer *p)
 
 static void stamp(struct gs_pacer *p, struct gs_pace_io *io, int what, unsigned long long now)
 {
-    if (io->card)
+    /* Behind a closed gate our work does not compete: the holder need not
+     * wait for it (the watcher says what is queued as it opens the gate). */
+    if (io->card && !__atomic_load_n(&p->gate_since_ns, __ATOMIC_ACQUIRE))
         io->seat = gs_card_stamp(io->card, io->seat, io->token, what,
                                  now + gs_pace_queued_ns(p), now);
 }
@@ -336,7 +338,13 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
      * queue costs it nothing), and still bounded: by the ring (every launch
      * fenced, so what it has queued is known) and by its first service
      * left (work queued past that would run as it stops being first). */
-    if (taking_turns && (io->prio == GPUSLICE_PRIORITY_HIGH || (p->guest_since_ns && p->per_launch_ns)) &&
+    if (p->gated && __atomic_load_n(&p->gate_since_ns, __ATOMIC_ACQUIRE)) {
+        /* Behind a closed gate: as much as the ring holds, the rest of the
+         * ring waits for the watcher to open it (wait_oldest blocks). */
+        while (p->count >= GS_PACE_RING - 1)
+            wait_oldest(p, io);
+        __atomic_store_n(&p->gate_queued_ns, gs_pace_queued_ns(p), __ATOMIC_RELAXED);
+    } else if (taking_turns && (io->prio == GPUSLICE_PRIORITY_HIGH || (p->guest_since_ns && p->per_launch_ns)) &&
         gs_card_others_queued_ns(c, io->seat, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS) {
         while (p->count >= GS_PACE_RING - 1 ||
                (p->count > 1 && io->prio != GPUSLICE_PRIORITY_HIGH &&
@@ -407,7 +415,8 @@ void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *strea
         a = gs_pace_gap(p);
     }
     if (io->turns && io->card) {
-        guest(p, io, (a & GS_PACE_MARK) && !p->slept, now);
+        /* Behind our own gate is no idling (the watcher opened it, our work ran). */
+        guest(p, io, (a & GS_PACE_MARK) && !p->slept && !p->gated, now);
         p->slept = 0;
         /* An uncapped process never has more in flight than a new holder
          * waits for (GS_PACE_DRAIN_NS): 13.7 ms kernels queued two deep

@@ -100,6 +100,14 @@ struct gs_pacer {
     unsigned long long fences;     /* fences recorded, ever */
     struct gs_allowance patience;  /* for others' turns */
     struct gs_allowance courtesy;  /* for guests and higher priorities */
+    /* The gate (io->gate_close): read and written by the gate's watcher too,
+     * which never holds the pacer's lock: atomics only. */
+    unsigned long long gate_since_ns;  /* closed since; 0: open */
+    unsigned long long gate_limit_ns;  /* most it stays closed (grace, or patience left) */
+    unsigned long long gate_queued_ns; /* GPU work we have queued behind it */
+    unsigned long long gate_opened_ns; /* when the watcher last opened it */
+    unsigned long long gate_closed_ns; /* when we last closed it (ours alone) */
+    int gated;                     /* we closed it and have not seen it open since */
 };
 
 enum { GS_PACE_MARK = 1, GS_PACE_GAP = 2, GS_PACE_FENCE = 4 };
@@ -149,6 +157,16 @@ struct gs_pace_io {
     void (*wait_word)(struct gs_pace_io *io, unsigned *word, unsigned seen, unsigned long long ns);
     void (*wake_word)(struct gs_pace_io *io, unsigned *word);
     void (*pause)(struct gs_pace_io *io); /* a few microseconds on the CPU, awake */
+    /* Gates (all NULL: none, an uncapped process waits for turns on the host).
+     * An uncapped process whose turn it is not goes on launching, its work
+     * held on the GPU behind its gate (cuStreamWaitValue32 on a word of its
+     * own), which its watcher (gs_pace_gate_watch, a thread that never takes
+     * the pacer's lock) opens when its turn comes. gate_close: a new closed
+     * period, `stream` waits at it; gate_hold: `stream` waits at the closed
+     * gate if it does not yet; gate_open: the watcher opens it (never blocks). */
+    void (*gate_close)(struct gs_pace_io *io, void *stream);
+    void (*gate_hold)(struct gs_pace_io *io, void *stream);
+    void (*gate_open)(struct gs_pace_io *io);
     /* Move charge and launches into the bucket, refill it (held_ns: how long
      * others held the process back since the last settle, gs_bucket_refill);
      * returns the cap (percent, 0: none) and in *wait how long the container
@@ -182,6 +200,13 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 unsigned gs_pace_room(const struct gs_pacer *p);
 unsigned long long gs_pace_room_until(const struct gs_pacer *p);
 void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long unseen);
+
+/* The gate's watcher, every GS_PACE_POLL_NS (and when the card's seq
+ * changes) while p->gate_since_ns is set: renews our want of the card, and
+ * opens the gate (io->gate_open) once the turn is no longer another's, or
+ * it has been closed for p->gate_limit_ns. Reads and writes only the card
+ * file and the pacer's gate_* atomics. 1: it opened the gate. */
+int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
 
 /* The process is going away: give back the turn if it holds it (no driver
  * call; its queue dies with its context). */

@@ -165,7 +165,8 @@ int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned 
  * it said it had work queued within the last GS_PACE_GAP_NS (one busy
  * period) and has not let its queue run dry since. A host-bound one runs
  * dry between its launches, the GPU turns to us, and a launch it made
- * before it saw our turn would cut into our turn at the next time slice. */
+ * before it saw our turn would cut into our turn at the next time slice.
+ * Not one behind its closed gate (drained before it closed it). */
 int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
                              unsigned long long since, unsigned long long now)
 {
@@ -173,6 +174,7 @@ int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
         const struct gpuslice_cardfile_seat *s = &c->seats[i];
         unsigned long long b = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
         if (i != mine && __atomic_load_n(&s->owner, __ATOMIC_RELAXED) &&
+            !(__atomic_load_n(&s->flags, __ATOMIC_RELAXED) & GPUSLICE_CARDFILE_GATED) &&
             __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED) < since &&
             within(b, now, GS_PACE_AHEAD_NS, GS_PACE_GAP_NS))
             return 1;

@@ -334,6 +334,86 @@ static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     }
 }
 
+/* ------------------------------------------------------------------ gates */
+
+/* Instead of waiting for another's turn on the host, an uncapped process
+ * closes its gate and goes on launching: its work waits on the GPU, and its
+ * launching overlaps the holder's turn, as it does under plain time slicing
+ * (on the host it could launch only in its own windows: an eager model's
+ * passes beside a 50 got half their rate alone, time slicing 0.64). What
+ * ran before the gate runs out first, so the holder's charges stay its own
+ * work; we say we want the card (the watcher renews it while we are
+ * blocked behind the gate, in a sync or at the ring's end). */
+static void close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
+                       unsigned long long now)
+{
+    struct gpuslice_cardfile *c = io->card;
+    gs_pace_drain(p, io, stream);
+    now = io->now(io);
+    struct gpuslice_cardfile_seat *s = &c->seats[io->seat];
+    store(&s->want_since_ns, now);
+    __atomic_store_n(&s->flags, GPUSLICE_CARDFILE_GATED, __ATOMIC_RELAXED);
+    store(&s->want_ns, now);
+    store(&c->want_ns, now);
+    /* An honest holder hands the card on within the grace; a doubting
+     * process keeps its gate closed for what patience it has left. */
+    long long left = p->patience.left_ns > 0 ? p->patience.left_ns : 0;
+    store(&p->gate_limit_ns, p->doubt ? (unsigned long long)left : GS_PACE_GRACE_NS);
+    store(&p->gate_queued_ns, 0);
+    p->gate_closed_ns = now;
+    p->gated = 1;
+    io->gate_close(io, stream);
+    __atomic_store_n(&p->gate_since_ns, now, __ATOMIC_RELEASE); /* the watcher starts here */
+}
+
+/* The watcher opened our gate: our turn (or window) came, or our grace or
+ * patience ran out (a holder that never lets go), as wait_for_turn decides. */
+static void gate_opened(struct gs_pacer *p, struct gs_pace_io *io)
+{
+    p->gated = 0;
+    unsigned long long opened = __atomic_load_n(&p->gate_opened_ns, __ATOMIC_RELAXED);
+    unsigned long long waited = opened > p->gate_closed_ns ? opened - p->gate_closed_ns : 0;
+    p->held_ns += waited;
+    if (p->doubt)
+        p->patience.left_ns -= (long long)waited;
+    else if (waited >= GS_PACE_GRACE_NS)
+        p->doubt = 1;
+    else
+        p->doubt = 0;
+    if (io->seat >= 0)
+        store(&io->card->seats[io->seat].want_ns, 0);
+}
+
+int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    unsigned long long since = __atomic_load_n(&p->gate_since_ns, __ATOMIC_ACQUIRE);
+    if (!since)
+        return 0;
+    struct gpuslice_cardfile *c = io->card;
+    int seat = __atomic_load_n(&io->seat, __ATOMIC_RELAXED);
+    struct gpuslice_cardfile_seat *s =
+        seat >= 0 && seat < GPUSLICE_CARDFILE_SEATS &&
+                __atomic_load_n(&c->seats[seat].owner, __ATOMIC_RELAXED) == io->token
+            ? &c->seats[seat]
+            : NULL;
+    if (turn_elsewhere(io, now) && now - since < load(&p->gate_limit_ns)) {
+        if (s) { /* a waiter renews its want, or the holder forgets it */
+            store(&s->want_ns, now);
+            store(&c->want_ns, now);
+        }
+        return 0;
+    }
+    /* Our queued work now competes: a holder taking the card back waits for it. */
+    if (s) {
+        __atomic_store_n(&s->flags, 0u, __ATOMIC_RELAXED);
+        store(&s->backlog_ns, now + load(&p->gate_queued_ns));
+    }
+    store(&p->gate_opened_ns, now);
+    io->gate_open(io);
+    __atomic_store_n(&p->gate_since_ns, 0, __ATOMIC_RELEASE);
+    return 1;
+}
+
 /* An uncapped process in the window a holder left it: a launch that would
  * still run well after the window ends (more than the GS_PACE_QUEUE_NS the
  * holder waits for anyway) waits for the next one, but the first of its
@@ -358,6 +438,16 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     gs_pace_announce(p, io, now);
     if (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_since_ns)
         return; /* they never wait: others stand aside for them */
+    if (p->gated) {
+        if (__atomic_load_n(&p->gate_since_ns, __ATOMIC_ACQUIRE)) {
+            /* Still closed: this launch waits behind it too (not one into a
+             * graph being captured, which runs when the graph does). */
+            if (!io->capturing(io, stream))
+                io->gate_hold(io, stream);
+            return;
+        }
+        gate_opened(p, io);
+    }
     int checked = 0;
     for (;;) {
         now = io->now(io);
@@ -385,6 +475,10 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         } else if (yield) {
             gs_pace_give_turn(p, io, stream, 1);
         } else if (wait_turn) {
+            if (!capped && io->gate_close && io->seat >= 0) {
+                close_gate(p, io, stream, now);
+                return;
+            }
             wait_for_turn(p, io, stream, capped);
         } else if (late) {
             /* The window closes now (the holder waits for it on seq), and we
