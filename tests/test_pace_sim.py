@@ -506,31 +506,79 @@ def test_a_busy_tenant_of_many_kernels_gets_the_rest_of_the_card(sim: Path) -> N
     assert all(s >= 50 - 3 * TOLERANCE for s in settled(run["b"].share)), run.procs
 
 
-@pytest.mark.parametrize("cap", [30, 50, 90])
-def test_a_gated_tenant_launches_through_the_holders_turns(sim: Path, cap: int) -> None:
+# Plain time slicing beside a busy matmul, and what gates must give at least
+# beside a capped one (goal 2): all of it beside a 30 (for the CPU-bound tiny
+# loop 95 %: the hand-overs), 0.8 of it beside a 50 (the eager loop 0.90,
+# the host-bound training step 0.82: the shortfall docs/compute-limit.md names).
+GATED_FLOOR = {30: 0.95, 50: 0.8}
+
+
+@pytest.mark.parametrize("cap", [30, 50])
+@pytest.mark.parametrize("program", ["eagerloop", "trainh", "tiny"])
+def test_a_gated_busy_tenant_beside_a_capped_one(sim: Path, program: str, cap: int) -> None:
     # Gates, the pacer's side (pace_sim's `gates`; the shim has none yet): an
-    # uncapped eager loop whose turn it is not closes its gate and goes on
-    # launching, its work held on the GPU until its watcher opens the gate.
-    # It is held on the host a watcher's look at most (0.8-1.2 ms, against
-    # 9-33 ms waiting for turns), the holder's card time stays its cap (what
-    # it is charged is its own work), and the loop does at least what it does
-    # waiting on the host: a pass a round more, no more, for its work still
-    # runs in its windows alone (docs/compute-limit.md, What is left).
-    host = simulate(sim, 6, f"a:matmul:{cap}:0", "b:eagerloop:0:1")
-    gated = simulate(sim, 6, f"a:matmul:{cap}:0", "b:eagerloop:0:1:gates")
-    assert within(gated["a"].cardtime, cap), gated.procs
-    assert gated["b"].maxwait <= 1.5 < WAIT_MS <= host["b"].maxwait, (host.procs, gated.procs)
-    assert statistics.mean(settled(gated["b"].share)) >= \
-        statistics.mean(settled(host["b"].share)), (host.procs, gated.procs)
+    # uncapped busy tenant whose turn it is not closes its gate and goes on
+    # launching, its work held on the GPU until its watcher opens the gate;
+    # its window ends once the GPU has caught up with it, so its work runs in
+    # dense batches and the card passes at about time slicing's pace.
+    # Waiting on the host it did 64-66 % of its steps alone beside a 30 and
+    # 45-47 beside a 50, whatever its shape; plain time slicing gives the
+    # eager loop 56, the host-bound training step 91, the tiny loop 100.
+    plain = statistics.mean(settled(
+        simulate(sim, 6, "m:matmul:0:0:noshim", f"e:{program}:0:1:noshim")["e"].share))
+    host = simulate(sim, 6, f"m:matmul:{cap}:0", f"e:{program}:0:1")
+    gated = simulate(sim, 6, f"m:matmul:{cap}:0", f"e:{program}:0:1:gates")
+    assert within(gated["m"].cardtime, cap), gated.procs
+    assert all(s >= GATED_FLOOR[cap] * plain for s in settled(gated["e"].share)), (plain, gated.procs)
+    assert min(settled(gated["e"].share)) > max(settled(host["e"].share)), (host.procs, gated.procs)
+    # Held on the host a watcher's look at most (waiting for turns: 9-15 ms).
+    assert gated["e"].maxwait <= 2.0 < WAIT_MS <= host["e"].maxwait, (host.procs, gated.procs)
+
+
+@pytest.mark.parametrize("program", ["matmul", "graph", "huge", "eagerloop", "trainh"])
+def test_a_gated_tenant_leaves_a_90_its_cap(sim: Path, program: str) -> None:
+    # A gated batch runs whole once its gate opens: kernels of 2 ms or more
+    # are not gated (they wait on the host, as before: a 90 beside 13.7 ms
+    # kernels gets 87-89, a shortfall named in docs/compute-limit.md), and
+    # behind the gate a process keeps no deeper queue than the batch it had.
+    run = simulate(sim, 6, "m:matmul:90:0", f"e:{program}:0:1:gates")
+    floor = 87 if program == "huge" else 88
+    assert all(floor <= s <= 92 for s in settled(run["m"].cardtime)), run.procs
+    for cap in (30, 50):
+        run = simulate(sim, 6, f"m:matmul:{cap}:0", f"e:{program}:0:1:gates")
+        assert within(run["m"].cardtime, cap), (cap, run.procs)
+
+
+@pytest.mark.parametrize("program", ["eagerloop", "trainh", "tiny"])
+def test_two_capped_tenants_beside_a_gated_one_each_get_their_cap(sim: Path, program: str) -> None:
+    # A capped process that slept through a gated tenant's window counts its
+    # wait from the window on: it had waited less than the gated one, which
+    # closes its gate as its batch ends, and got window after window (20-24).
+    run = simulate(sim, 6, "a:matmul:30:0", "b:matmul:30:2", f"e:{program}:0:1:gates")
+    assert within(run["a"].cardtime, 30) and within(run["b"].cardtime, 30), run.procs
+
+
+@pytest.mark.parametrize("shape", ["request", "eager", "graphreq", "cnn"])
+def test_requests_beside_a_gated_tenant_still_beat_plain_time_slicing(sim: Path, shape: str) -> None:
+    # Goal 1 beside a capped 50 and a gated busy tenant: a gate stays closed
+    # while a guest's (or high) work runs, so a request does not wait behind
+    # a batch let out as it arrives.
+    for busy in ("eagerloop", "trainh"):
+        plain = simulate(sim, 6, f"r:{shape}:0:2:poisson:noshim", "m:matmul:0:0:noshim",
+                         f"e:{busy}:0:1:noshim")["r"].latency[1]
+        run = simulate(sim, 6, f"r:{shape}:0:2:poisson", "m:matmul:50:0", f"e:{busy}:0:1:gates")
+        assert run["r"].latency[1] <= plain, (shape, busy, run["r"].latency, plain)
 
 
 def test_a_gated_tenant_keeps_a_tenth_beside_a_holder_that_never_lets_go(sim: Path) -> None:
-    # The watcher opens the gate after the grace (100 ms), then for what
-    # patience is left: a forged turn holds a gated victim no more than it
-    # holds one that waits on the host (a tenth of its time).
-    for program in ("matmul", "eagerloop"):
+    # The watcher opens the gate after the grace (100 ms), then while the
+    # patience left lasts: a forged turn or forged high work holds a gated
+    # victim no more than one that waits on the host (a tenth, a half).
+    for program in ("matmul", "eagerloop", "tiny"):
         run = simulate(sim, 6, f"e:{program}:0:1:gates", "f:forge:0:0")
         assert all(s >= 10 for s in settled(run["e"].share)), (program, run.procs)
+        run = simulate(sim, 6, f"e:{program}:0:1:gates", "f:forgehigh:0:0")
+        assert all(s >= 45 for s in settled(run["e"].share)), (program, run.procs)
 
 
 @pytest.mark.parametrize("cap", [30, 50, 90])

@@ -203,7 +203,7 @@ static void complete_oldest(struct gs_pacer *p, struct gs_pace_io *io, unsigned 
         io->event_give(io, old);
 }
 
-static void poll_ring(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+void gs_pace_poll(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
     unsigned others = competitors(io, now);
     const struct gs_fence *f;
@@ -291,11 +291,26 @@ static void throttle(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     }
 }
 
+/* What a paced process may have in flight at a fence point: `bound`, or,
+ * while what waited behind its gate still runs, as much as that batch has
+ * left and `bound` more. The batch runs whatever we do, so we launch on
+ * meanwhile (held to the short queue, a host-bound training step beside a
+ * 50 waited for its batch at every window and lost a third of its steps,
+ * simulated), but no deeper than the batch was: a GPU-bound one would
+ * otherwise queue on into the holder's turn. */
+static unsigned long long queue_bound(const struct gs_pacer *p, unsigned long long now,
+                                      unsigned long long bound)
+{
+    unsigned long long opened = __atomic_load_n(&p->gate_opened_ns, __ATOMIC_RELAXED);
+    unsigned long long batch = __atomic_load_n(&p->gate_queued_ns, __ATOMIC_RELAXED);
+    return opened && now - opened < batch ? opened + batch - now + bound : bound;
+}
+
 static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
                         unsigned long long now)
 {
     record(p, io, stream, 0, now);
-    poll_ring(p, io, now);
+    gs_pace_poll(p, io, now);
     unsigned cap = io->cap(io);
     struct gpuslice_cardfile *c = io->card;
     /* Two entries in flight: the GPU is behind us. */
@@ -360,8 +375,9 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
          * its cap with 1 ms). The bucket's charges come late by what is
          * queued: at 2-4 ms a GPU-bound loop's 1 s windows swung by more
          * than 2 points (a 40 of matmuls, 38.8-41.1, simulated). */
-        unsigned long long bound =
-            c && gs_card_others_seated(c, io->seat, now) ? GS_PACE_QUEUE_NS : GS_PACE_ALONE_QUEUE_NS;
+        unsigned long long bound = queue_bound(
+            p, now,
+            c && gs_card_others_seated(c, io->seat, now) ? GS_PACE_QUEUE_NS : GS_PACE_ALONE_QUEUE_NS);
         while (p->count > 1 && (gs_pace_queued_ns(p) > bound ||
                                 (p->per_launch_ns == 0 && p->count > GS_PACE_MAX_QUEUED)))
             wait_oldest(p, io);
@@ -411,7 +427,7 @@ void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *strea
     if (a && io->capturing(io, stream))
         a = 0;
     if (a & GS_PACE_GAP) {
-        poll_ring(p, io, now);
+        gs_pace_poll(p, io, now);
         a = gs_pace_gap(p);
     }
     if (io->turns && io->card) {

@@ -56,6 +56,7 @@
 #define GS_PACE_COURTESY_PCT 50ull      /* most of its time a process stands aside for guests and high */
 #define GS_PACE_COURTESY_NS 100000000ull /* saved-up courtesy: a long request served first */
 #define GS_PACE_MAX_PER_FENCE 4096u
+#define GS_PACE_GATE_BATCH_NS 2000000ull /* a gated process's window lasts this long at least */
 #define GS_PACE_RING 16 /* fences in flight: a guest queues this many at most (a request, while a neighbour's long kernel runs out) */
 
 struct gs_fence {
@@ -92,6 +93,8 @@ struct gs_pacer {
     unsigned long long turn_len_ns; /* its turn while uncapped processes wait (got_turn) */
     unsigned long long turn_card_ns; /* card time it was charged in its current turn */
     unsigned long long lost_ns;    /* when it last gave the turn up for others; 0: it did not */
+    int gated_window;              /* the window it left was for gated processes: it waits awake */
+    unsigned long long wants_since_ns; /* capped: waiting for the card since (a window, then turns); 0: not */
     unsigned long long guest_since_ns; /* when its current guest stretch began; 0: not a guest */
     long long guest_credit_ns;     /* first service earned by idling, spent by holding the card */
     unsigned long long guest_seen_ns; /* when the credit was last spent */
@@ -241,9 +244,10 @@ int gs_card_stamp(struct gpuslice_cardfile *c, int seat, unsigned long long toke
  * none or uncapped waiters have waited longer (they get a window, together);
  * uncapped: whether any uncapped process waits; any: whether anyone does;
  * parties: how many wait (each capped process, the uncapped ones as one);
- * oldest_ns: since when the one that has waited longest waits. */
+ * oldest_ns: since when the one that has waited longest waits; gated: an
+ * uncapped waiter waits behind its gate (GPUSLICE_CARDFILE_GATED). */
 struct gs_waiters {
-    int next, uncapped, any;
+    int next, uncapped, any, gated;
     unsigned parties;
     unsigned long long oldest_ns;
 };

@@ -85,6 +85,7 @@ void gs_card_waiters(const struct gpuslice_cardfile *c, int mine, unsigned long 
     unsigned long long capped_since = 0, uncapped_since = 0;
     w->next = -1;
     w->uncapped = 0;
+    w->gated = 0;
     w->parties = 0;
     w->oldest_ns = 0;
     for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
@@ -106,9 +107,13 @@ void gs_card_waiters(const struct gpuslice_cardfile *c, int mine, unsigned long 
                 w->next = i;
                 capped_since = t;
             }
-        } else if (!w->uncapped || t < uncapped_since) {
-            w->uncapped = 1;
-            uncapped_since = t;
+        } else {
+            if (__atomic_load_n(&s->flags, __ATOMIC_RELAXED) & GPUSLICE_CARDFILE_GATED)
+                w->gated = 1;
+            if (!w->uncapped || t < uncapped_since) {
+                w->uncapped = 1;
+                uncapped_since = t;
+            }
         }
     }
     /* Whoever has waited longest goes first: the uncapped ones, together. */

@@ -46,6 +46,8 @@ static inline int recent(unsigned long long t, unsigned long long now)
 
 /* GPU work we have queued: the launches in flight at the learned time each. */
 unsigned long long gs_pace_queued_ns(const struct gs_pacer *p);
+/* Take what completed off the ring, charging it. */
+void gs_pace_poll(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
 /* Let our queue run dry, say so in the card, start a new busy period next. */
 void gs_pace_drain(struct gs_pacer *p, struct gs_pace_io *io, void *stream);
 

@@ -112,6 +112,23 @@ static unsigned long long uncapped_turn(struct gs_pace_io *io, unsigned capped)
     return t < GS_PACE_TURN_MIN_NS ? GS_PACE_TURN_MIN_NS : t;
 }
 
+/* The window for gated waiters: their share of the turn we just held, no
+ * more than uncapped_turn. Their work queued behind their gates runs at
+ * once, densely, and each ends its window as the GPU catches up with it
+ * (caught_up): rounds as short as the work allows, the card passing at
+ * about the pace of time slicing's own, with no one's work beside ours. */
+static unsigned long long gated_turn(struct gs_pacer *p, struct gs_pace_io *io,
+                                     unsigned long long now, unsigned long long t)
+{
+    unsigned cap = io->cap(io);
+    if (!cap || cap >= 100)
+        return t;
+    unsigned long long g = (now - p->turn_since_ns) * (100 - cap) / cap;
+    if (g < GS_PACE_TURN_MIN_NS)
+        g = GS_PACE_TURN_MIN_NS;
+    return g < t ? g : t;
+}
+
 /* Give the card up, if we hold it, and let our queue run dry: to the capped
  * process that has waited longest, or to nobody; with `window`, a capped
  * process (us too) leaves it to uncapped waiters for their turn
@@ -123,9 +140,10 @@ void gs_pace_give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, 
 {
     struct gpuslice_cardfile *c = io->card;
     if (p->turn) {
-        p->turn = 0;
-        p->lost_ns = window ? io->now(io) : 0; /* away from here on (not while it sleeps) */
         unsigned long long now = io->now(io), mine = io->token, ours = gs_pace_queued_ns(p);
+        p->turn = 0;
+        p->gated_window = 0;
+        p->lost_ns = window ? now : 0; /* away from here on (not while it sleeps) */
         struct gs_waiters w;
         gs_card_waiters(c, io->seat, now, &w);
         unsigned long long token = w.next >= 0 ? load(&c->seats[w.next].owner) : 0;
@@ -136,8 +154,13 @@ void gs_pace_give_turn(struct gs_pacer *p, struct gs_pace_io *io, void *stream, 
             } else {
                 __atomic_compare_exchange_n(&c->turn_owner, &mine, 0, 0, __ATOMIC_RELAXED,
                                             __ATOMIC_RELAXED);
-                if (window && w.uncapped)
-                    store(&c->free_until_ns, now + ours + uncapped_turn(io, w.parties - 1));
+                p->gated_window = window && w.uncapped && w.gated;
+                if (window && w.uncapped) {
+                    unsigned long long t = uncapped_turn(io, w.parties - 1);
+                    if (p->gated_window)
+                        t = gated_turn(p, io, now, t);
+                    store(&c->free_until_ns, now + ours + t);
+                }
             }
             changed_hands(io);
         }
@@ -204,6 +227,7 @@ static void got_turn(struct gs_pacer *p, struct gs_pace_io *io, unsigned long lo
                                                 : t;
     p->lost_ns = 0;
     p->turn_card_ns = 0;
+    p->wants_since_ns = 0;
     p->turn = 1;
     p->turn_since_ns = now;
     store(&io->card->turn_since_ns, now);
@@ -241,7 +265,20 @@ static void wait_for_turn(struct gs_pacer *p, struct gs_pace_io *io, void *strea
     struct gpuslice_cardfile_seat *s = &c->seats[io->seat];
     unsigned long long now = io->now(io), since = now;
     unsigned long long grace_until = p->doubt ? now : now + GS_PACE_GRACE_NS;
-    store(&s->want_since_ns, now);
+    /* Beside a gated process, since we found a window open, if we did: a
+     * capped process that slept through a window would otherwise have waited
+     * less than the gated one that closed it as it ended (its batch done),
+     * and the holder would leave it another window, and another (simulated:
+     * two 30s beside a gated eager loop got 20-24). */
+    unsigned long long first = now;
+    if (capped && p->wants_since_ns && p->wants_since_ns <= now) {
+        struct gs_waiters w;
+        gs_card_waiters(c, io->seat, now, &w);
+        if (w.gated)
+            first = p->wants_since_ns;
+    }
+    p->wants_since_ns = 0;
+    store(&s->want_since_ns, first);
     __atomic_store_n(&s->flags, capped ? GPUSLICE_CARDFILE_WAITS_CAPPED : 0u, __ATOMIC_RELAXED);
     for (;;) {
         store(&s->want_ns, now);
@@ -285,10 +322,25 @@ static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
     unsigned long long now = io->now(io);
     unsigned long long free_until = load(&c->free_until_ns);
     if (window_open(free_until, now) && patient(p, now)) {
-        /* Woken early when the uncapped ones close it (window_too_short). */
+        if (!p->wants_since_ns)
+            p->wants_since_ns = now;
+        /* Woken early when the uncapped ones close it (window_too_short,
+         * caught_up). Awake through a window left to gated processes (a CPU
+         * spinning while it lasts): they close it as soon as their batch has
+         * run, and a sleeper would let the card idle for its wake-up at
+         * every one of these short rounds (simulated, the eager loop beside
+         * a 50: 43 of its passes alone awake the last 1 ms, 50 awake). */
         unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
-        if (load(&c->free_until_ns) == free_until)
+        if (load(&c->free_until_ns) != free_until)
+            return 0;
+        if (p->gated_window) {
+            io->pause(io);
+            unsigned long long took = io->now(io) - now;
+            p->patience.left_ns -= (long long)took;
+            p->held_ns += took;
+        } else {
             p->held_ns += wait_spending(io, &p->patience, &c->seq, seen, free_until - now);
+        }
         return 0;
     }
     unsigned long long owner = load(&c->turn_owner);
@@ -356,9 +408,13 @@ static void close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     store(&s->want_ns, now);
     store(&c->want_ns, now);
     /* An honest holder hands the card on within the grace; a doubting
-     * process keeps its gate closed for what patience it has left. */
+     * process keeps its gate closed while its patience lasts, which
+     * refills meanwhile (as wait_for_turn spends it: a tenth of the time
+     * closed, net). */
     long long left = p->patience.left_ns > 0 ? p->patience.left_ns : 0;
-    store(&p->gate_limit_ns, p->doubt ? (unsigned long long)left : GS_PACE_GRACE_NS);
+    store(&p->gate_limit_ns,
+          p->doubt ? (unsigned long long)left * 100 / (100 - GS_PACE_PATIENCE_PCT)
+                   : GS_PACE_GRACE_NS);
     store(&p->gate_queued_ns, 0);
     p->gate_closed_ns = now;
     p->gated = 1;
@@ -396,7 +452,19 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
                 __atomic_load_n(&c->seats[seat].owner, __ATOMIC_RELAXED) == io->token
             ? &c->seats[seat]
             : NULL;
-    if (turn_elsewhere(io, now) && now - since < load(&p->gate_limit_ns)) {
+    /* A free turn just after we closed our window (caught_up): the holder
+     * takes it back within a wake-up, and our gate stays closed meanwhile. */
+    unsigned long long free_until = load(&c->free_until_ns);
+    int held = turn_elsewhere(io, now) ||
+               (load(&c->turn_owner) == 0 && !window_open(free_until, now) &&
+                free_until <= since && since - free_until < GS_PACE_SPIN_NS &&
+                now - since < GS_PACE_SPIN_NS);
+    /* A request (a guest) or high work runs first: a batch let out now would
+     * run before it (simulated: a decode loop's token syncs beside a gated
+     * training step waited longer than with no shim). */
+    held = held || lasts(load(&c->high_until_ns), now) || lasts(load(&c->guest_until_ns), now) ||
+           (io->prio == GPUSLICE_PRIORITY_LOW && lasts(load(&c->normal_until_ns), now));
+    if (held && now - since < load(&p->gate_limit_ns)) {
         if (s) { /* a waiter renews its want, or the holder forgets it */
             store(&s->want_ns, now);
             store(&c->want_ns, now);
@@ -412,6 +480,23 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
     io->gate_open(io);
     __atomic_store_n(&p->gate_since_ns, 0, __ATOMIC_RELEASE);
     return 1;
+}
+
+/* With gates, an uncapped process's window ends once the GPU has caught up
+ * with it (all it launched has run while it went on launching), after
+ * GS_PACE_GATE_BATCH_NS from its gate's opening: the holder takes the card
+ * back, and our launches wait behind our gate meanwhile, as under time
+ * slicing the card turns back to a busy neighbour once our queue runs dry.
+ * Our work then runs in dense batches, not spread over a window in which
+ * the card idles between our launches. */
+static int caught_up(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    if (!io->gate_close || !p->count || io->seat < 0 ||
+        now - load(&p->gate_opened_ns) < GS_PACE_GATE_BATCH_NS ||
+        !window_open(load(&io->card->free_until_ns), now))
+        return 0;
+    gs_pace_poll(p, io, now);
+    return p->count == 0;
 }
 
 /* An uncapped process in the window a holder left it: a launch that would
@@ -462,7 +547,8 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         int yield = p->turn && should_yield(p, io, now);
         int wait_turn = elsewhere && (!p->doubt || patient(p, now));
         int late = !capped && !elsewhere && window_too_short(p, io, now);
-        if (!wait_aside && !yield && !wait_turn && !late && (!capped || p->turn || elsewhere))
+        int done = !capped && !elsewhere && !late && !wait_aside && caught_up(p, io, now);
+        if (!wait_aside && !yield && !wait_turn && !late && !done && (!capped || p->turn || elsewhere))
             return;
         if (!checked) {
             /* A launch into a graph being captured runs later, when the graph does. */
@@ -475,11 +561,20 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         } else if (yield) {
             gs_pace_give_turn(p, io, stream, 1);
         } else if (wait_turn) {
-            if (!capped && io->gate_close && io->seat >= 0) {
+            if (!capped && io->gate_close && io->seat >= 0 &&
+                p->per_launch_ns < GS_PACE_GATE_BATCH_NS) {
                 close_gate(p, io, stream, now);
                 return;
             }
             wait_for_turn(p, io, stream, capped);
+        } else if (done) {
+            /* The window closes now (the holder waits for it, awake). */
+            unsigned long long w = load(&c->free_until_ns);
+            if (__atomic_compare_exchange_n(&c->free_until_ns, &w, now, 0, __ATOMIC_RELAXED,
+                                            __ATOMIC_RELAXED))
+                changed_hands(io);
+            close_gate(p, io, stream, now);
+            return;
         } else if (late) {
             /* The window closes now (the holder waits for it on seq), and we
              * wait until the holder takes the card back (or a little after
