@@ -226,8 +226,11 @@ static void stamp(struct gs_pacer *p, struct gs_pace_io *io, int what, unsigned 
     /* Behind a closed gate our work does not compete: the holder need not
      * wait for it (the watcher says what is queued as it opens the gate). */
     if (io->card && !__atomic_load_n(&p->gate_since_ns, __ATOMIC_ACQUIRE))
-        io->seat = gs_card_stamp(io->card, io->seat, io->token, what,
-                                 now + gs_pace_queued_ns(p), now);
+        /* Atomic: the gate's watcher reads it from a thread of its own. */
+        __atomic_store_n(&io->seat,
+                         gs_card_stamp(io->card, io->seat, io->token, what,
+                                       now + gs_pace_queued_ns(p), now),
+                         __ATOMIC_RELAXED);
 }
 
 /* Block until the oldest entry completes; the process competes meanwhile. */
