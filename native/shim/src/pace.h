@@ -56,7 +56,7 @@
 #define GS_PACE_COURTESY_PCT 50ull      /* most of its time a process stands aside for guests and high */
 #define GS_PACE_COURTESY_NS 100000000ull /* saved-up courtesy: a long request served first */
 #define GS_PACE_MAX_PER_FENCE 4096u
-#define GS_PACE_GATE_BATCH_NS 2000000ull /* a gated process's window lasts this long at least */
+#define GS_PACE_GATE_BATCH_NS 2000000ull /* a gated window lasts this long at least; longer kernels are not gated */
 #define GS_PACE_RING 16 /* fences in flight: a guest queues this many at most (a request, while a neighbour's long kernel runs out) */
 
 struct gs_fence {
