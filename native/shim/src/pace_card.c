@@ -211,24 +211,30 @@ void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long l
     raise_to(w, now + gs_pace_queued_ns(p) + ahead, now);
 }
 
+unsigned long long gs_card_aside_until(struct gpuslice_cardfile *c, unsigned prio,
+                                       unsigned long long now, int *rank)
+{
+    unsigned long long t = 0, v;
+    *rank = 0;
+    if (lasts(v = load(&c->high_until_ns), now) && v > t)
+        t = v;
+    if (lasts(v = load(&c->guest_until_ns), now) && v > t)
+        t = v;
+    if (prio == GPUSLICE_PRIORITY_LOW && !t && lasts(v = load(&c->normal_until_ns), now)) {
+        t = v;
+        *rank = 1;
+    }
+    return t;
+}
+
 /* Until when we should stand aside for someone else's work (0: we need not),
  * and in *rank whether only for normal work (we are low). A high process
  * and a guest never stand aside. */
 unsigned long long gs_pace_aside_until(const struct gs_pacer *p, struct gs_pace_io *io,
                                        unsigned long long now, int *rank)
 {
-    struct gpuslice_cardfile *c = io->card;
-    unsigned long long t = 0, v;
     *rank = 0;
     if (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_since_ns)
         return 0;
-    if (lasts(v = load(&c->high_until_ns), now) && v > t)
-        t = v;
-    if (lasts(v = load(&c->guest_until_ns), now) && v > t)
-        t = v;
-    if (io->prio == GPUSLICE_PRIORITY_LOW && !t && lasts(v = load(&c->normal_until_ns), now)) {
-        t = v;
-        *rank = 1;
-    }
-    return t;
+    return gs_card_aside_until(io->card, io->prio, now, rank);
 }

@@ -64,6 +64,11 @@ int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
                              unsigned long long since, unsigned long long now);
 /* Until when others should stand aside for our work, said in the card. */
 void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
+/* Until when a process of priority prio should stand aside for what the
+ * card's stamps say (high work, a guest; normal work, *rank 1, for a low
+ * one), 0: not; pacer state aside (the gate's watcher reads this too). */
+unsigned long long gs_card_aside_until(struct gpuslice_cardfile *c, unsigned prio,
+                                       unsigned long long now, int *rank);
 /* Until when we should stand aside (0: not); *rank: only for normal work. */
 unsigned long long gs_pace_aside_until(const struct gs_pacer *p, struct gs_pace_io *io,
                                        unsigned long long now, int *rank);

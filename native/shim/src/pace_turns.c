@@ -386,6 +386,15 @@ static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     }
 }
 
+/* An uncapped process ends the window it was left (seen as `until`) now,
+ * unless the holder changed it meanwhile, and wakes the holder. */
+static void end_window(struct gs_pace_io *io, unsigned long long until, unsigned long long now)
+{
+    if (__atomic_compare_exchange_n(&io->card->free_until_ns, &until, now, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        changed_hands(io);
+}
+
 /* ------------------------------------------------------------------ gates */
 
 /* Instead of waiting for another's turn on the host, an uncapped process
@@ -396,12 +405,11 @@ static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
  * ran before the gate runs out first, so the holder's charges stay its own
  * work; we say we want the card (the watcher renews it while we are
  * blocked behind the gate, in a sync or at the ring's end). */
-static void close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
-                       unsigned long long now)
+static void close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     struct gpuslice_cardfile *c = io->card;
     gs_pace_drain(p, io, stream);
-    now = io->now(io);
+    unsigned long long now = io->now(io);
     struct gpuslice_cardfile_seat *s = &c->seats[io->seat];
     store(&s->want_since_ns, now);
     __atomic_store_n(&s->flags, GPUSLICE_CARDFILE_GATED, __ATOMIC_RELAXED);
@@ -462,8 +470,8 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
     /* A request (a guest) or high work runs first: a batch let out now would
      * run before it (simulated: a decode loop's token syncs beside a gated
      * training step waited longer than with no shim). */
-    held = held || lasts(load(&c->high_until_ns), now) || lasts(load(&c->guest_until_ns), now) ||
-           (io->prio == GPUSLICE_PRIORITY_LOW && lasts(load(&c->normal_until_ns), now));
+    int rank;
+    held = held || gs_card_aside_until(c, io->prio, now, &rank);
     if (held && now - since < load(&p->gate_limit_ns)) {
         if (s) { /* a waiter renews its want, or the holder forgets it */
             store(&s->want_ns, now);
@@ -563,17 +571,14 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         } else if (wait_turn) {
             if (!capped && io->gate_close && io->seat >= 0 &&
                 p->per_launch_ns < GS_PACE_GATE_BATCH_NS) {
-                close_gate(p, io, stream, now);
+                close_gate(p, io, stream);
                 return;
             }
             wait_for_turn(p, io, stream, capped);
         } else if (done) {
             /* The window closes now (the holder waits for it, awake). */
-            unsigned long long w = load(&c->free_until_ns);
-            if (__atomic_compare_exchange_n(&c->free_until_ns, &w, now, 0, __ATOMIC_RELAXED,
-                                            __ATOMIC_RELAXED))
-                changed_hands(io);
-            close_gate(p, io, stream, now);
+            end_window(io, load(&c->free_until_ns), now);
+            close_gate(p, io, stream);
             return;
         } else if (late) {
             /* The window closes now (the holder waits for it on seq), and we
@@ -582,9 +587,7 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
             unsigned long long w = load(&c->free_until_ns);
             if (!patient(p, now))
                 return;
-            if (__atomic_compare_exchange_n(&c->free_until_ns, &w, now, 0, __ATOMIC_RELAXED,
-                                            __ATOMIC_RELAXED))
-                changed_hands(io);
+            end_window(io, w, now);
             unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
             p->held_ns += wait_spending(io, &p->patience, &c->seq, seen,
                                         w - now + GS_PACE_SPIN_NS);
