@@ -85,6 +85,7 @@
 #define RECORD_NS 1500.0
 #define QUERY_NS 400.0
 #define WAKE_NS 500e3 /* a futex waiter runs this long after the word changed (the H200's VM) */
+#define LATE_NS 60e3   /* a sleep's timeout ends this much late (an idle host's clock_nanosleep) */
 #define NS 1e9
 #define MAX_REQUESTS 8192
 /* Less than this is nothing: a double's step at T of seconds is ~1e-7 ns, and
@@ -155,7 +156,7 @@ struct sim_event {
 
 enum { EVENT_ITEM, KERNEL_ITEM, GATE_ITEM };
 struct item {
-    int is_kernel; /* an item kind above */
+    int kind; /* EVENT_ITEM, KERNEL_ITEM, GATE_ITEM */
     double remaining;
     struct sim_event *ev;
     unsigned epoch; /* GATE_ITEM: the context waits until its gate word reaches this */
@@ -324,8 +325,7 @@ static void waited(struct proc *p, double since)
 static void io_sleep(struct gs_pace_io *io, unsigned long long ns)
 {
     double t0 = T;
-    /* clock_nanosleep wakes late; 60 us is what an idle host does. */
-    spend((double)ns + 60e3);
+    spend((double)ns + LATE_NS);
     waited(of(io), t0);
 }
 
@@ -340,7 +340,7 @@ static void io_wait_word(struct gs_pace_io *io, unsigned *word, unsigned seen,
     current->state = ON_WORD;
     current->word = word;
     current->seen = seen;
-    current->ready_at = T + (double)ns + 60e3;
+    current->ready_at = T + (double)ns + LATE_NS;
     yield();
     waited(of(io), t0);
 }
@@ -387,7 +387,7 @@ static void io_gate_close(struct gs_pace_io *io, void *stream)
     (void)stream;
     struct proc *p = of(io);
     push(p, (struct item){GATE_ITEM, 0, NULL, ++p->gate_epoch});
-    p->watch_at = T + GS_PACE_POLL_NS + 60e3;
+    p->watch_at = T + GS_PACE_POLL_NS + LATE_NS;
     spend(RECORD_NS);
 }
 
@@ -542,7 +542,7 @@ static int has_work(int i)
     if (!p->qlen)
         return 0;
     const struct item *it = &p->q[p->qhead];
-    return it->is_kernel != GATE_ITEM || it->epoch <= p->gate_word;
+    return it->kind != GATE_ITEM || it->epoch <= p->gate_word;
 }
 
 static int other_waiting(int i)
@@ -569,7 +569,7 @@ static void settle_heads(void)
 {
     for (int i = 0; i < nprocs; i++) { /* an open gate passes at once, whoever runs */
         struct proc *p = &procs[i];
-        while (p->qlen && p->q[p->qhead].is_kernel == GATE_ITEM &&
+        while (p->qlen && p->q[p->qhead].kind == GATE_ITEM &&
                p->q[p->qhead].epoch <= p->gate_word) {
             p->qhead = (p->qhead + 1) % QUEUE_CAP;
             p->qlen--;
@@ -579,10 +579,10 @@ static void settle_heads(void)
         struct proc *p = &procs[gpu_on];
         while (p->qlen) {
             struct item *it = &p->q[p->qhead];
-            if (it->is_kernel == GATE_ITEM) {
+            if (it->kind == GATE_ITEM) {
                 if (it->epoch > p->gate_word)
                     break;
-            } else if (it->is_kernel == KERNEL_ITEM) {
+            } else if (it->kind == KERNEL_ITEM) {
                 if (it->remaining > EPS)
                     break;
                 int w = (int)(T / NS);
@@ -663,7 +663,7 @@ static void simulate(double seconds)
         for (int i = 0; i < nprocs; i++) {
             struct proc *q = &procs[i];
             if (q->watch_at <= T && !gs_pace_gate_watch(&q->pacer, &q->io, (unsigned long long)T))
-                q->watch_at = T + GS_PACE_POLL_NS + 60e3;
+                q->watch_at = T + GS_PACE_POLL_NS + LATE_NS;
         }
         settle_heads();
         /* Run everyone whose time has come, earliest first. */
