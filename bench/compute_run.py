@@ -88,8 +88,8 @@ class Scenario:
 
 def clean_env() -> Dict[str, str]:
     """The caller's env without anything that steers the shim (GPUSLICE_LOG and the
-    GPUSLICE_COMPUTE_TURNS experiment may stay) or MPS."""
-    keep = ("GPUSLICE_LOG", "GPUSLICE_COMPUTE_TURNS")
+    GPUSLICE_COMPUTE_TURNS and GPUSLICE_COMPUTE_GATES experiments may stay) or MPS."""
+    keep = ("GPUSLICE_LOG", "GPUSLICE_COMPUTE_TURNS", "GPUSLICE_COMPUTE_GATES")
     env = {k: v for k, v in os.environ.items()
            if k != "LD_PRELOAD" and not k.startswith("CUDA_MPS_") and not (
                k.startswith(("GPUSLICE_", "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT"))

@@ -30,6 +30,7 @@ INCLUDE = REPO / "native" / "shim" / "include"
 OK, INVALID_VALUE, OOM, NOT_INITIALIZED = 0, 1, 2, 3
 NO_DEVICE, INVALID_DEVICE, INVALID_CONTEXT = 100, 101, 201
 INVALID_HANDLE, NOT_FOUND, NOT_READY, NOT_SUPPORTED = 400, 500, 600, 801
+ALREADY_REGISTERED, NOT_REGISTERED, CAPTURE_UNSUPPORTED = 712, 713, 900
 
 PRELUDE = r"""
 import ctypes, json, sys
@@ -889,7 +890,10 @@ static const char *variants[] = {
     "cuDevicePrimaryCtxRelease_v2", "cuDeviceGetUuid", "cuDeviceGetUuid_v2", "cuGraphLaunch_ptsz",
     "cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz",
     "cuEventDestroy", "cuEventDestroy_v2", "cuEventElapsedTime", "cuEventElapsedTime_v2",
-    "cuEventCreate", "cuEventQuery", "cuEventSynchronize", NULL};
+    "cuEventCreate", "cuEventQuery", "cuEventSynchronize", "cuMemHostRegister",
+    "cuMemHostRegister_v2", "cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2",
+    "cuStreamWaitValue32", "cuStreamWaitValue32_ptsz", "cuStreamWaitValue32_v2",
+    "cuStreamWaitValue32_v2_ptsz", NULL};
 
 int main(int argc, char **argv)
 {
@@ -979,6 +983,13 @@ GPA_CASES = [
     ("cuEventElapsedTime", 12060, 0, OK, 0, "cuEventElapsedTime"),
     ("cuEventElapsedTime", 12080, 0, OK, 0, "cuEventElapsedTime_v2"),
     ("cuEventElapsedTime_v2", 13000, 0, NOT_FOUND, 1, "-"),
+    ("cuMemHostRegister", 12000, 0, OK, 0, "cuMemHostRegister_v2"),
+    ("cuMemHostRegister", 6000, 0, OK, 0, "cuMemHostRegister"),
+    ("cuMemHostGetDevicePointer", 12000, 0, OK, 0, "cuMemHostGetDevicePointer_v2"),
+    ("cuStreamWaitValue32", 12000, 0, OK, 0, "cuStreamWaitValue32_v2"),
+    ("cuStreamWaitValue32", 12000, PER_THREAD, OK, 0, "cuStreamWaitValue32_v2_ptsz"),
+    ("cuStreamWaitValue32", 11060, PER_THREAD, OK, 0, "cuStreamWaitValue32_ptsz"),
+    ("cuStreamWaitValue32", 11060, 0, OK, 0, "cuStreamWaitValue32"),
     ("cuNoSuchThing", 12000, 0, NOT_FOUND, 1, "-"),
     ("cuMemAlloc_v2", 12000, 0, NOT_FOUND, 1, "-"),  # base names only
     ("cuMemAlloc", 12000, 4, INVALID_VALUE, 77, "?"),  # bad flags: nothing touched
@@ -1195,7 +1206,10 @@ EXPORTS = [
     "cuArrayCreate", "cuArray3DCreate", "cuMemAllocPitch", "cuGLCtxCreate_v2",
     "cuVDPAUCtxCreate_v2", "cuModuleLoad", "cuModuleLoadData", "cuModuleLoadDataEx",
     "cuModuleLoadFatBinary", "cuModuleUnload", "cuLibraryLoadData", "cuLibraryLoadFromFile",
-    "cuLibraryUnload",
+    "cuLibraryUnload", "cuMemHostRegister", "cuMemHostRegister_v2", "cuMemHostUnregister",
+    "cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2", "cuStreamWaitValue32",
+    "cuStreamWaitValue32_v2", "cuStreamWaitValue32_ptsz", "cuStreamWaitValue32_v2_ptsz",
+    "fakecuda_wait_count",
 ]
 
 
@@ -1393,3 +1407,434 @@ out["unload"] = [cu.cuModuleUnload(m), cu.cuLibraryUnload(l), cu.cuModuleUnload(
     assert out["file"] == [0, 9 * MIB]
     assert out["big"] == OOM and out["bad"] == INVALID_VALUE
     assert out["unload"] == [0, 0, 0, 0, INVALID_HANDLE]
+
+
+# ------------------------------------------------- pinned host memory, gates
+
+# Helpers for the gate tests, in the child: a page of host memory whose
+# words streams wait on, registered as the shim registers its own.
+GATES = r"""
+import mmap, os, threading, time
+from ctypes import c_float, c_uint32
+PORTABLE, DEVICEMAP = 0x1, 0x2
+GEQ, EQ, AND, NOR, FLUSH = 0, 1, 2, 3, 1 << 30
+cu.fakecuda_wait_count.restype = c_ulonglong
+cu.fakecuda_launch_count.restype = c_ulonglong
+K = int(os.environ.get("FAKECUDA_KERNEL_NS", "0")) / 1e9  # one launch, in seconds
+def pages(n):
+    m = mmap.mmap(-1, 4096 * n)
+    return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
+page, base = pages(1)
+def word(i):
+    return c_uint32.from_buffer(page, 4 * i)
+def addr(i):
+    return c_ulonglong(base + 4 * i)
+def register():
+    r = cu.cuMemHostRegister_v2(c_void_p(base), c_size_t(4096), PORTABLE | DEVICEMAP)
+    assert r == 0, r
+def wait(stream, i, value, flags=GEQ, fn="cuStreamWaitValue32_v2"):
+    return getattr(cu, fn)(stream, addr(i), c_uint32(value), flags)
+def stream():
+    s = c_void_p()
+    r = cu.cuStreamCreate(byref(s), 0)
+    assert r == 0, r
+    return s
+def launch(s=None):
+    r = cu.cuLaunchKernel(c_void_p(1), 1, 1, 1, 32, 1, 1, 0, s, None, None)
+    assert r == 0, r
+def event():
+    e = c_void_p()
+    r = cu.cuEventCreate(byref(e), 0)
+    assert r == 0, r
+    return e
+def record(e, s):
+    r = cu.cuEventRecord(e, s)
+    assert r == 0, r
+def elapsed(a, b):
+    ms = c_float(-1)
+    r = cu.cuEventElapsedTime(byref(ms), a, b)
+    return [r, ms.value]
+def store_later(i, value, after_s):
+    def go():
+        time.sleep(after_s)
+        word(i).value = value
+    t = threading.Thread(target=go)
+    t.start()
+    return t
+def timed(fn, *args):
+    t0 = time.monotonic()
+    r = fn(*args)
+    return [r, time.monotonic() - t0]
+"""
+
+
+def test_host_register(fake_env) -> None:
+    """Registered ranges: no device memory, the host address as device
+    pointer, overlaps refused, unregistering by the base; without PORTABLE a
+    range serves its context only, and goes with it."""
+    body = GATES + r"""
+init()
+area, p = pages(4)  # A, B, C, D: one page each
+A, B, C, D = (c_void_p(p + 4096 * i) for i in range(4))
+def reg(ptr, size, flags, fn="cuMemHostRegister_v2"):
+    return getattr(cu, fn)(ptr, c_size_t(size), flags)
+def dptr(ptr, flags=0, fn="cuMemHostGetDevicePointer_v2"):
+    d = c_ulonglong(7)
+    r = getattr(cu, fn)(byref(d), ptr, flags)
+    return [r, d.value - p if r == 0 else None]
+out["no_ctx"] = [reg(A, 4096, 3), dptr(A)[0], cu.cuMemHostUnregister(A)]
+c0 = primary()
+before = used()
+out["register"] = [reg(A, 4096, PORTABLE | DEVICEMAP), used() - before]
+out["dptr"] = [dptr(c_void_p(p + 100)), dptr(c_void_p(p + 4095))]
+out["overlap"] = [reg(c_void_p(p + 1000), 100, 3), reg(A, 4096, 3), reg(A, 8192, 3),
+                  reg(c_void_p(p + 4095), 2, 3)]
+out["no_devicemap"] = [reg(B, 4096, PORTABLE), dptr(B)[0],
+                       cu.cuStreamWaitValue32_v2(None, c_ulonglong(p + 4096), c_uint32(1), 0)]
+out["legacy"] = [reg(C, 4096, DEVICEMAP, "cuMemHostRegister"), dptr(C),
+                 dptr(C, 0, "cuMemHostGetDevicePointer")[0]]
+out["bad"] = [reg(None, 4096, 3), reg(D, 0, 3), reg(D, 4096, 0x100), dptr(A, 1)[0],
+              cu.cuMemHostGetDevicePointer_v2(None, A, 0), dptr(None)[0], dptr(D)[0]]
+# Without PORTABLE: C is the primary context's only; D another's.
+other = c_void_p()
+assert cu.cuCtxCreate_v2(byref(other), 0, 0) == 0  # now current
+out["other_ctx"] = [dptr(C)[0], dptr(A)[0], reg(D, 4096, DEVICEMAP), dptr(D)[0],
+                    reg(C, 4096, 3)]
+cu.cuCtxSetCurrent(c0)
+out["not_portable"] = [dptr(D)[0], cu.cuCtxDestroy_v2(other), reg(D, 4096, 3)]
+out["unregister"] = [cu.cuMemHostUnregister(c_void_p(p + 8)), cu.cuMemHostUnregister(A),
+                     cu.cuMemHostUnregister(A), dptr(A)[0], reg(A, 4096, 3),
+                     cu.cuMemHostUnregister(None)]
+s = c_char_p()
+out["names"] = [[cu.cuGetErrorName(c, byref(s)), s.value.decode()] for c in (712, 713)]
+"""
+    out = run_py(fake_env(gpus=small_gpus(1)), body)
+    assert out["no_ctx"] == [INVALID_CONTEXT] * 3
+    assert out["register"] == [OK, 0]  # pinned host memory is no device memory
+    assert out["dptr"] == [[OK, 100], [OK, 4095]]  # the host address itself
+    assert out["overlap"] == [ALREADY_REGISTERED] * 4
+    assert out["no_devicemap"] == [OK, INVALID_VALUE, INVALID_VALUE]
+    # The legacy cuMemHostGetDevicePointer writes a 32-bit pointer: no host address fits.
+    assert out["legacy"] == [OK, [OK, 2 * 4096], NOT_SUPPORTED]
+    assert out["bad"] == [INVALID_VALUE] * 7
+    assert out["other_ctx"] == [INVALID_VALUE, OK, OK, OK, ALREADY_REGISTERED]
+    assert out["not_portable"] == [INVALID_VALUE, OK, OK]  # D went with its context
+    assert out["unregister"] == [NOT_REGISTERED, OK, NOT_REGISTERED, INVALID_VALUE, OK,
+                                 INVALID_VALUE]
+    assert out["names"] == [[OK, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"],
+                            [OK, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"]]
+
+
+def test_gate_holds_stream_work(fake_env) -> None:
+    """Work and events behind a closed gate wait, however long, until the
+    word is stored; then the work runs from the moment it is seen."""
+    env = fake_env(gpus=small_gpus(1))
+    env["FAKECUDA_KERNEL_NS"] = str(KERNEL_MS * 1000 * 1000)
+    body = GATES + r"""
+init(); primary(); register()
+s = stream()
+a, b = event(), event()
+launches, waits = cu.fakecuda_launch_count(), cu.fakecuda_wait_count()
+launch(s)
+record(a, s)  # before the gate: stamped when that launch ends
+out["wait"] = wait(s, 0, 1)
+launch(s)
+record(b, s)  # behind it
+out["closed"] = [cu.cuEventQuery(b), elapsed(a, b)[0]]
+time.sleep(3 * K)  # longer than both launches take
+out["still"] = [cu.cuEventQuery(b), elapsed(a, b)[0], cu.cuEventQuery(a),
+                cu.fakecuda_launch_count() - launches, cu.fakecuda_wait_count() - waits]
+word(0).value = 1
+out["opened"] = cu.cuEventQuery(b)  # the launch behind it runs from now on
+out["sync"] = timed(cu.cuEventSynchronize, b)
+out["elapsed"] = elapsed(a, b)
+"""
+    out = run_py(env, body)
+    k = KERNEL_MS / 1000
+    assert out["wait"] == OK
+    assert out["closed"] == [NOT_READY, NOT_READY]
+    assert out["still"] == [NOT_READY, NOT_READY, OK, 2, 1]
+    assert out["opened"] == NOT_READY
+    rc, took = out["sync"]
+    assert rc == OK and k - 0.002 <= took < 1.0  # one launch after the store, not before
+    # a ends one launch in; b one launch after the store, which came at least
+    # 3 launches' time after a's launch: at least 3 launches apart (1 without
+    # the gate).
+    rc, ms = out["elapsed"]
+    assert rc == OK and ms >= 3 * KERNEL_MS - 0.5
+
+
+def test_gate_synchronize(fake_env) -> None:
+    """cuStreamSynchronize, cuCtxSynchronize and cuEventSynchronize return
+    only once another thread has stored the word, then the work behind it is
+    done; the default stream (handles 0, 1, 2) and a stream destroyed while
+    it waits are gated as well."""
+    env = fake_env(gpus=small_gpus(1))
+    env["FAKECUDA_KERNEL_NS"] = str(KERNEL_MS * 1000 * 1000)
+    body = GATES + r"""
+init(); primary(); register()
+s = stream()
+out["wait"] = wait(s, 0, 1)
+launch(s)
+t0 = time.monotonic()
+th = store_later(0, 1, K)
+out["stream"] = [cu.cuStreamSynchronize(s), time.monotonic() - t0, word(0).value]
+th.join()
+# A larger value on the same word, once the gate opened: it closes again,
+# with nothing behind it but an event.
+out["again"] = wait(s, 0, 2, GEQ, "cuStreamWaitValue32_v2_ptsz")
+e = event()
+record(e, s)
+t0 = time.monotonic()
+th = store_later(0, 2, K)
+out["stream_event"] = [cu.cuEventQuery(e), cu.cuEventSynchronize(e), time.monotonic() - t0]
+th.join()
+# The default stream, through the per-thread handle; a launch on handle 0
+# and an event on the legacy handle wait behind it. A stream destroyed
+# while it waits (another word) still holds cuCtxSynchronize.
+d, gone = event(), stream()
+out["default"] = [wait(c_void_p(2), 1, 1, GEQ, "cuStreamWaitValue32")]
+launch(None)
+record(d, c_void_p(1))
+out["default"] += [wait(gone, 2, 1, GEQ, "cuStreamWaitValue32_ptsz"), cu.cuEventQuery(d)]
+launch(gone)
+out["destroy"] = cu.cuStreamDestroy_v2(gone)
+t0 = time.monotonic()
+threads = [store_later(1, 1, 0.6 * K), store_later(2, 1, 1.6 * K)]
+out["ctx"] = [cu.cuCtxSynchronize(), time.monotonic() - t0, cu.cuEventQuery(d)]
+for th in threads:
+    th.join()
+out["per_thread_sync"] = cu.cuStreamSynchronize_ptsz(None)
+"""
+    out = run_py(env, body)
+    k = KERNEL_MS / 1000
+    assert out["wait"] == OK
+    rc, took, value = out["stream"]
+    assert rc == OK and value == 1
+    assert took >= 2 * k - 0.001  # the store after k, then the launch behind the gate
+    assert out["again"] == OK
+    q, rc, took = out["stream_event"]
+    assert q == NOT_READY and rc == OK and took >= k - 0.001
+    assert out["default"] == [OK, OK, NOT_READY]
+    assert out["destroy"] == OK
+    rc, took, q = out["ctx"]
+    # The destroyed stream's word comes last (1.6 k), then its launch (k);
+    # the default stream alone would have let it go at 1.6 k.
+    assert rc == OK and q == OK and took >= 2.6 * k - 0.001
+    assert out["per_thread_sync"] == OK
+
+
+def test_gate_conditions(fake_env) -> None:
+    """GEQ (cyclic), EQ, AND and NOR; a wait already met changes nothing; a
+    second wait while closed replaces a smaller GEQ value on the same word,
+    anything else is refused; bad input, a capturing stream, the counter."""
+    body = GATES + r"""
+init(); primary(); register()
+waits = cu.fakecuda_wait_count()
+def gated(i, flags, value, start, wrong, right):
+    # [wait, query at start, after a value that must not open it, after one that must]
+    s, e = stream(), event()
+    word(i).value = start
+    got = [wait(s, i, value, flags)]
+    record(e, s)
+    got.append(cu.cuEventQuery(e))
+    word(i).value = wrong
+    got.append(cu.cuEventQuery(e))
+    word(i).value = right
+    return got + [cu.cuEventQuery(e)]
+out["geq"] = gated(0, GEQ, 5, 3, 4, 9)
+out["geq_cyclic"] = gated(1, GEQ, 1, 0xFFFFFFFE, 0xFFFFFFFF, 1)  # -2 and -1 are behind 1
+out["eq"] = gated(2, EQ, 5, 4, 6, 5)  # 6 would meet GEQ
+out["and"] = gated(3, AND, 0b100, 0b011, 0b1011, 0b110)
+out["nor"] = gated(4, NOR | FLUSH, 0xFFFFFFF0, 0x0F, 0xFF, 0x07)
+# Already met: no gate, even once the word no longer meets it.
+s, e = stream(), event()
+word(5).value = 7
+out["met"] = [wait(s, 5, 7)]
+word(5).value = 6
+record(e, s)
+out["met"].append(cu.cuEventQuery(e))
+# A second wait while the gate is closed.
+s, e, e2 = stream(), event(), event()
+word(6).value = 0
+# The same again; a larger value (replaces); a smaller one, another word,
+# another condition (refused).
+out["second"] = [wait(s, 6, 10), wait(s, 6, 10), wait(s, 6, 12),
+                 wait(s, 6, 11), wait(s, 7, 12), wait(s, 6, 12, EQ)]
+record(e, s)
+word(6).value = 10
+out["replaced"] = [cu.cuEventQuery(e)]
+word(6).value = 12
+out["replaced"] += [cu.cuEventQuery(e), wait(s, 6, 13)]  # open: a new gate
+record(e2, s)
+out["replaced"] += [cu.cuEventQuery(e2), wait(s, 7, 1)]  # closed: another word is refused
+# Unregistering freezes a closed gate's word: a later store is not seen.
+other, other_base = pages(1)
+assert cu.cuMemHostRegister_v2(c_void_p(other_base), c_size_t(4096), 3) == 0
+s, e = stream(), event()
+out["frozen"] = [cu.cuStreamWaitValue32_v2(s, c_ulonglong(other_base), c_uint32(1), 0)]
+record(e, s)
+out["frozen"] += [cu.cuMemHostUnregister(c_void_p(other_base)), cu.cuEventQuery(e)]
+c_uint32.from_buffer(other).value = 1
+out["frozen"].append(cu.cuEventQuery(e))
+# Refused: nothing counted.
+accepted = cu.fakecuda_wait_count() - waits
+cs, g = stream(), c_void_p()
+assert cu.cuStreamBeginCapture_v2(cs, 0) == 0
+out["capture"] = [wait(cs, 8, 1), cu.cuStreamEndCapture(cs, byref(g))]
+dev = c_ulonglong()
+assert cu.cuMemAlloc_v2(byref(dev), c_size_t(4096)) == 0
+s = stream()
+def raw(a, flags=0, st=None):
+    return cu.cuStreamWaitValue32_v2(st or s, c_ulonglong(a), c_uint32(1), flags)
+out["bad"] = [raw(base, 1 << 5), raw(base, 4), raw(base + 2), raw(base + 4096), raw(base - 4),
+              raw(dev.value), raw(base, 0, c_void_p(0x1234)), raw(0)]
+cu.cuCtxSetCurrent(None)
+out["no_ctx"] = wait(None, 9, 1)
+out["waits"] = [accepted, cu.fakecuda_wait_count() - waits]
+"""
+    out = run_py(fake_env(gpus=small_gpus(1)), body)
+    held = [OK, NOT_READY, NOT_READY, OK]
+    for key in ("geq", "geq_cyclic", "eq", "and", "nor"):
+        assert out[key] == held, key
+    assert out["met"] == [OK, OK]
+    assert out["second"] == [OK, OK, OK, NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED]
+    assert out["replaced"] == [NOT_READY, OK, OK, NOT_READY, NOT_SUPPORTED]
+    assert out["frozen"] == [OK, OK, NOT_READY, NOT_READY]
+    assert out["capture"] == [CAPTURE_UNSUPPORTED, OK]  # refused, the capture intact
+    assert out["bad"] == [INVALID_VALUE] * 6 + [INVALID_HANDLE, INVALID_VALUE]
+    assert out["no_ctx"] == INVALID_CONTEXT
+    # 5 gated, 1 met, 3 + 1 on one stream, 1 frozen; none refused.
+    assert out["waits"] == [11, 11]
+
+
+# Threads, each on a stream of its own, wait at gates that an opener thread
+# opens with atomic stores, as the shim's watcher does; run against the
+# sanitizer builds too (ThreadSanitizer: the word is read without our lock).
+GATE_C = r"""
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <gpuslice/cuda_api.h>
+
+CUresult cuInit(unsigned int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxSynchronize(void);
+CUresult cuStreamCreate(CUstream *, unsigned int);
+CUresult cuStreamSynchronize(CUstream);
+CUresult cuStreamDestroy_v2(CUstream);
+CUresult cuMemHostRegister_v2(void *, size_t, unsigned int);
+CUresult cuMemHostUnregister(void *);
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *, void *, unsigned int);
+CUresult cuStreamWaitValue32_v2(CUstream, CUdeviceptr, uint32_t, unsigned int);
+CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                        unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+CUresult cuEventCreate(CUevent *, unsigned int);
+CUresult cuEventRecord(CUevent, CUstream);
+CUresult cuEventQuery(CUevent);
+CUresult cuEventDestroy_v2(CUevent);
+unsigned long long fakecuda_wait_count(void);
+
+#define THREADS 4
+#define ROUNDS 100
+static uint32_t *words;        /* the registered page: one word per thread */
+static unsigned wanted[THREADS]; /* the value each thread waits for */
+static int done, failures;
+static CUcontext ctx;
+static CUdeviceptr dptr;
+
+static void fail(void) { __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED); }
+
+static void *worker(void *arg)
+{
+    int i = (int)(long)arg;
+    CUstream s;
+    CUevent e;
+    if (cuCtxSetCurrent(ctx) || cuStreamCreate(&s, 0) || cuEventCreate(&e, 0))
+        fail();
+    for (unsigned r = 1; r <= ROUNDS; r++) {
+        if (cuStreamWaitValue32_v2(s, dptr + 4 * (unsigned)i, r, 0) ||
+            cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL) || cuEventRecord(e, s) ||
+            cuEventQuery(e) != CUDA_ERROR_NOT_READY)
+            fail();
+        __atomic_store_n(&wanted[i], r, __ATOMIC_RELEASE);
+        if (cuStreamSynchronize(s) || __atomic_load_n(&words[i], __ATOMIC_ACQUIRE) != r ||
+            cuEventQuery(e))
+            fail();
+    }
+    if (cuEventDestroy_v2(e) || cuStreamDestroy_v2(s))
+        fail();
+    return NULL;
+}
+
+/* Opens each gate a little after it is asked to. */
+static void *opener(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < THREADS; i++) {
+            unsigned w = __atomic_load_n(&wanted[i], __ATOMIC_ACQUIRE);
+            if (w != __atomic_load_n(&words[i], __ATOMIC_RELAXED)) {
+                struct timespec ts = {0, 200000};
+                nanosleep(&ts, NULL);
+                __atomic_store_n(&words[i], w, __ATOMIC_RELEASE);
+            }
+        }
+    }
+    return NULL;
+}
+
+int main(void)
+{
+    void *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED || cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) ||
+        cuCtxSetCurrent(ctx) || cuMemHostRegister_v2(page, 4096, 0x1 | 0x2) ||
+        cuMemHostGetDevicePointer_v2(&dptr, page, 0) || dptr != (CUdeviceptr)(uintptr_t)page)
+        return 2;
+    words = page;
+    pthread_t t[THREADS], o;
+    pthread_create(&o, NULL, opener, NULL);
+    for (long i = 0; i < THREADS; i++)
+        pthread_create(&t[i], NULL, worker, (void *)i);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+    pthread_join(o, NULL);
+    if (cuCtxSynchronize() || cuMemHostUnregister(page))
+        fail();
+    printf("%d %llu\n", failures, fakecuda_wait_count());
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("sanitizer", ["", "address,undefined", "thread"])
+def test_gate_threads(fake_env, fakedriver: Path, tmp_path: Path, sanitizer: str) -> None:
+    """GATE_C against the fake as built, and built with the sanitizers."""
+    build = fakedriver
+    args = ["-pthread"]
+    env = fake_env(gpus=small_gpus(1))
+    if sanitizer:
+        flags = "-fsanitize=%s -fno-sanitize-recover=all -fno-omit-frame-pointer" % sanitizer
+        if sanitizer == "thread":
+            probe = compile_c(tmp_path, "tsan_probe", "int main(void) { return 0; }\n",
+                              flags.split())
+            if subprocess.run([str(probe)], capture_output=True).returncode != 0:
+                pytest.skip("ThreadSanitizer cannot run here (the address space layout)")
+        build = tmp_path / "build-san"
+        subprocess.run(["make", "-s", "-C", str(FAKEDRIVER_DIR), "BUILD=%s" % build,
+                        "EXTRA_CFLAGS=%s" % flags, str(build / "libcuda.so.1"),
+                        str(build / "libcuda.so")], check=True)
+        args += flags.split()
+        env["LD_LIBRARY_PATH"] = str(build)
+        env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:exitcode=23"
+        env["UBSAN_OPTIONS"] = "halt_on_error=1:print_stacktrace=1"
+        env["TSAN_OPTIONS"] = "halt_on_error=1:exitcode=66"
+    exe = compile_c(tmp_path, "gates", GATE_C, args + ["-L", str(build), "-lcuda"])
+    proc = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr
+    assert proc.stdout.split() == ["0", "400"]

@@ -1190,6 +1190,115 @@ def test_malformed_turns_setting_is_named_and_turns_stay_on(shim: Shim,
     assert rc_of(rows, "launch") == 0 and rc_of(rows, "alloc") == 0  # nothing fails closed
 
 
+# Ops after "init pctx 0", and the launches they make, of 1 ms each: more
+# than the half second of first service a new process starts with (a guest
+# never waits, gated or not).
+GATED_LAUNCHES = {
+    "default-stream": (["launch", "kernel", "650"], 650),
+    "per-thread-stream": (["launch", "kernel", "650"], 650),  # gpa-pt: the _ptsz entry points
+    "4-threads": (["tlaunch", "4", "400"], 1600),
+}
+
+
+@pytest.mark.parametrize("gates", ["1", None], ids=["gates", "no-gates"])
+@pytest.mark.parametrize("shape", list(GATED_LAUNCHES))
+def test_a_gated_tenant_goes_on_launching_while_another_holds_the_turn(
+        shim: Shim, tmp_path: Path, shape: str, gates: Optional[str]) -> None:
+    # An uncapped process whose turn it is not closes its gate: its launches
+    # return, its work waits on the GPU (cuStreamWaitValue32 on every stream
+    # it launches into), and its watcher thread opens the gate. A turn held
+    # for ever (the forger) is let go of after the grace and then the
+    # patience, as for a wait on the host; a sync behind the gate returns.
+    s, path = tenant_of_a_card(shim, tmp_path, None)
+    s = s.with_env(GPUSLICE_COMPUTE_GATES=gates, FAKECUDA_KERNEL_NS="1000000")
+    write_card(path, time.monotonic_ns())
+    ops, n = GATED_LAUNCHES[shape]
+    via = "gpa-pt" if shape == "per-thread-stream" else "gpa"
+    with LeaseForger(path):
+        res = s.run(via, "init", "pctx", "0", *ops, "sync", "waits", timeout=60)
+    rows = results(res)
+    assert rc_of(rows, ops[0]) == 0 and rc_of(rows, "sync") == 0, rows
+    assert s.region().devices[0].compute_launches == n
+    waits = value_of(rows, "waits")[1]
+    if gates:
+        assert waits > 0, rows
+    else:
+        assert waits == 0, rows  # off unless asked for: it waits on the host
+
+
+def test_a_gated_tenant_and_a_capped_one_share_a_card(shim: Shim, tmp_path: Path) -> None:
+    # Two real tenants of one card: a capped one taking turns, and an uncapped
+    # one with gates that closes its gate while the other holds the card
+    # (once its first service, half a second, is spent). Both finish, every
+    # launch counted; the watcher and the launching thread share the pacer's
+    # gate (the sanitizer builds look for races there).
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    base = shim.with_env(FAKECUDA_KERNEL_NS="1000000", GPUSLICE_CARD_DIR=str(cards))
+    capped = base.with_env(GPUSLICE_CORE_LIMIT="50")
+    # Another container: a state folder of its own.
+    gated = base.with_env(GPUSLICE_CORE_LIMIT=None, GPUSLICE_COMPUTE_GATES="1",
+                          GPUSLICE_STATE_DIR=str(tmp_path / "gated-state"))
+    gated.state = tmp_path / "gated-state"
+    procs = [capped.start("gpa", "init", "pctx", "0", "launch", "kernel", "700", "sync")]
+    # The uncapped one is paced once the card says a capped tenant is on it.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if region.read_card(str(card_path(capped, cards))).managed_ns:
+                break
+        except (OSError, AssertionError, region.RegionError):
+            pass  # neither the region nor the card made yet
+        assert time.monotonic() < deadline and procs[0].poll() is None, "no capped tenant"
+        time.sleep(0.002)
+    procs.append(gated.start("gpa", "init", "pctx", "0", "launch", "kernel", "1200", "sync",
+                             "waits"))
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        clean(err)
+        assert p.returncode == 0, err
+        outs.append(results(out))
+    assert rc_of(outs[0], "launch") == 0 and rc_of(outs[1], "launch") == 0, outs
+    assert capped.region().devices[0].compute_launches == 700
+    assert gated.region().devices[0].compute_launches == 1200
+    assert value_of(outs[1], "waits")[1] > 0, outs[1]
+
+
+def test_without_pinned_memory_a_gated_tenant_waits_on_the_host(shim: Shim,
+                                                                tmp_path: Path) -> None:
+    # A driver that cannot pin the gate's word: gates are off for the device,
+    # said once at info, and the process waits for turns on the host.
+    s, path = tenant_of_a_card(shim, tmp_path, None)
+    s = s.with_env(GPUSLICE_COMPUTE_GATES="1", FAKECUDA_NO_HOST_REGISTER="1",
+                   GPUSLICE_LOG="info", FAKECUDA_KERNEL_NS="1000000")
+    write_card(path, time.monotonic_ns())
+    ops, n = GATED_LAUNCHES["default-stream"]
+    with LeaseForger(path):
+        res = s.run("gpa", "init", "pctx", "0", *ops, "sync", "waits", timeout=60)
+    rows = results(res)
+    assert rc_of(rows, "launch") == 0 and value_of(rows, "waits")[1] == 0, rows
+    refused = [line for line in res.stderr.splitlines() if "for a gate refused" in line]
+    assert len(refused) == 1, res.stderr
+    assert s.region().devices[0].compute_launches == n
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "on"])
+def test_malformed_gates_setting_is_named_and_gates_stay_off(shim: Shim, tmp_path: Path,
+                                                            value: str) -> None:
+    s, path = tenant_of_a_card(shim, tmp_path, None)
+    s = s.with_env(GPUSLICE_COMPUTE_GATES=value, FAKECUDA_KERNEL_NS="1000000")
+    write_card(path, time.monotonic_ns())
+    ops, _ = GATED_LAUNCHES["default-stream"]
+    with LeaseForger(path):
+        res = s.run("gpa", "init", "pctx", "0", *ops, "waits", timeout=60)
+    warned = [line for line in res.stderr.splitlines() if "GPUSLICE_COMPUTE_GATES" in line]
+    assert len(warned) == 1 and f'GPUSLICE_COMPUTE_GATES="{value}"' in warned[0], res.stderr
+    assert "expected 1 or 0" in warned[0]
+    rows = results(res)
+    assert rc_of(rows, "launch") == 0 and value_of(rows, "waits")[1] == 0, rows
+
+
 def test_placed_card_is_the_only_one_cuda_sees(shim: Shim) -> None:
     from fakehost import fake_gpu
 

@@ -41,6 +41,19 @@
  *    cuEventRecord stamps one with max(now, the stream's done_ns); it is
  *    complete once the clock passes the stamp (never-recorded ones are
  *    complete), and cuEventElapsedTime is the difference of two stamps.
+ *  - Pinned host memory (cuMemHostRegister, up to MAX_HOSTREGS ranges) is
+ *    charged to no device; with DEVICEMAP its device pointer is the host
+ *    address, as with unified addressing. Without PORTABLE a range serves
+ *    only its context, and goes with it.
+ *  - Gates: cuStreamWaitValue32 on a word of such a range (the only memory
+ *    the fake can read) holds the stream's later work until the word meets
+ *    the condition: launches add up behind it, events recorded there stay
+ *    pending, synchronisations poll the word (unlocked). The gate opens when
+ *    a call touching its timeline sees the condition hold (the fake cannot
+ *    know when the store was made), not before the work ahead of it is done.
+ *    One gate per timeline: a second wait while it is closed must be implied
+ *    by the first (GEQ on the same word, a value not behind: it replaces
+ *    it), else CUDA_ERROR_NOT_SUPPORTED. Unregistering freezes the word.
  * One mutex guards all state (never held while sleeping); the current context
  * is per thread.
  *  - Stream capture (cuStreamBeginCapture_v2 / EndCapture / IsCapturing):
@@ -48,6 +61,7 @@
  *    every mode is treated as the global one, so an event query or a
  *    synchronisation anywhere during a capture invalidates it, and
  *    cuStreamEndCapture returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+ *    Stream waits are not captured: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.
  *  - Graphs (cuGraphCreate, memory alloc/free, empty and child nodes;
  *    capture turns launches, cuMemAllocAsync and cuMemFreeAsync into nodes):
  *    an alloc node holds an address only. An executable graph gets its
@@ -62,8 +76,11 @@
  *    the process stays inside the driver, holding none of its locks (as a
  *    real launch into a full queue does): it creates PATH.inside, then
  *    returns once PATH exists. Tests of what other threads can do meanwhile.
- * Test hooks: fakecuda_used_bytes(), fakecuda_launch_count() and
- * fakecuda_captured_count().
+ *  - With $FAKECUDA_NO_HOST_REGISTER=1 (read at cuInit), cuMemHostRegister
+ *    refuses (CUDA_ERROR_NOT_SUPPORTED), as where memory cannot be pinned:
+ *    tests of what a program does without a word the GPU can read.
+ * Test hooks: fakecuda_used_bytes(), fakecuda_launch_count(),
+ * fakecuda_captured_count() and fakecuda_wait_count().
  */
 #define _GNU_SOURCE
 #include "fakegpus.h"
@@ -99,6 +116,8 @@
 #define MAX_STREAMS 1024
 #define MAX_POOLS (FAKEGPUS_MAX_GPUS + 256) /* the first ones are defaults */
 #define MAX_EVENTS 4096
+#define MAX_HOSTREGS 64
+#define GATE_POLL_NS 50000ull /* how often a synchronisation looks at a closed gate's word */
 #define NBUCKETS 4096
 
 /* ------------------------------------------------ types cuda_api.h lacks */
@@ -152,6 +171,21 @@ enum { CUDA_ERROR_ILLEGAL_STATE = 401, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 9
 enum { CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TIMING = 0x2,
        CU_EVENT_INTERPROCESS = 0x4 };
 enum { CU_EVENT_RECORD_EXTERNAL = 0x1 };
+/* Host memory registration and stream waits. Macros, not enumerators, and
+ * a repeatable typedef, so that this builds whether or not cuda_api.h comes
+ * to declare them (of the same values). */
+typedef uint32_t cuuint32_t;
+#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
+#define CU_MEMHOSTREGISTER_IOMEMORY 0x04
+#define CU_MEMHOSTREGISTER_READ_ONLY 0x08
+#define CU_STREAM_WAIT_VALUE_GEQ 0x0
+#define CU_STREAM_WAIT_VALUE_EQ 0x1
+#define CU_STREAM_WAIT_VALUE_AND 0x2
+#define CU_STREAM_WAIT_VALUE_NOR 0x3
+#define CU_STREAM_WAIT_VALUE_FLUSH (1u << 30)
 
 /* ------------------------------------------------------------------ state */
 
@@ -161,12 +195,30 @@ struct card {
     CUuuid uuid;
 };
 
+/*
+ * A stream's timeline: a created stream's, or a context's default one. It
+ * may wait at one gate (cuStreamWaitValue32): while that is closed, the work
+ * queued after it adds up in behind_ns, as the GPU would hold it, and
+ * done_ns is not yet known; the gate opens when a call finds its condition
+ * true (gate_closed).
+ */
+struct timeline {
+    uint64_t done_ns;     /* when its last queued work completes (no gate) */
+    unsigned gate;        /* the closed gate's serial (g_gate_serial); 0: none */
+    unsigned cond;        /* CU_STREAM_WAIT_VALUE_GEQ, _EQ, _AND or _NOR */
+    const uint32_t *word; /* in a registered range, or &frozen once it is gone */
+    uint32_t value;
+    uint32_t frozen;      /* the word's last value, once its range is unregistered */
+    uint64_t earliest_ns; /* done_ns when the wait was queued: it opens no sooner */
+    uint64_t behind_ns;   /* work queued behind the gate */
+};
+
 struct ctx {
     bool alive, primary;
     int dev;
     unsigned refs; /* primary: the retain count */
     unsigned gen;  /* bumped at every destroy, so stale current ones die */
-    uint64_t done_ns; /* the default stream's timeline */
+    struct timeline tl; /* the default stream's (handles 0, 1 and 2) */
     uint64_t last_ns; /* when all work queued in the context completes */
     size_t limits[3];     /* stack, printf FIFO, malloc heap (CUlimit 0-2) */
     uint64_t limit_bytes; /* what limits above their defaults hold */
@@ -181,7 +233,7 @@ struct stream {
     bool capturing; /* between cuStreamBeginCapture and cuStreamEndCapture */
     struct fgraph *graph; /* what the capture builds */
     struct ctx *ctx;
-    uint64_t done_ns; /* when its last queued work completes */
+    struct timeline tl; /* kept after cuStreamDestroy: its work still runs */
 };
 
 struct event {
@@ -189,6 +241,17 @@ struct event {
     unsigned flags;
     struct ctx *ctx;
     uint64_t stamp_ns; /* complete once CLOCK_MONOTONIC reaches it */
+    /* Recorded behind a closed gate: pending, no stamp until it opens. */
+    unsigned gate;       /* that gate's serial; 0: not pending */
+    struct timeline *tl; /* where it was recorded */
+    uint64_t behind_ns;  /* the work queued behind the gate before it */
+};
+
+/* A host range made known to the driver by cuMemHostRegister. */
+struct hostreg {
+    bool alive, portable, devicemap;
+    uintptr_t lo, hi;  /* [lo, hi) */
+    struct ctx *ctx;   /* where it was registered; without PORTABLE, the only one */
 };
 
 struct pool {
@@ -292,8 +355,12 @@ static uint64_t g_va_next[FAKEGPUS_MAX_GPUS + 1];
 static unsigned long long g_next_handle = HANDLE_BASE;
 static unsigned long long g_launches;
 static unsigned long long g_captured; /* launches into a capturing stream */
+static unsigned long long g_waits;    /* stream waits queued (cuStreamWaitValue32) */
+static unsigned g_gate_serial;        /* the last gate's serial */
+static struct hostreg g_hostregs[MAX_HOSTREGS];
 static uint64_t g_kernel_ns; /* FAKECUDA_KERNEL_NS */
 static char g_block_path[4096]; /* FAKECUDA_LAUNCH_BLOCK: "" if unset */
+static bool g_no_host_register; /* FAKECUDA_NO_HOST_REGISTER=1 */
 static int g_block_taken;       /* the one launch that blocks has begun */
 
 static _Thread_local struct ctx *t_cur;
@@ -316,6 +383,11 @@ static uint64_t now_ns(void)
 static uint64_t max_u64(uint64_t a, uint64_t b)
 {
     return a > b ? a : b;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a + b < a ? UINT64_MAX : a + b;
 }
 
 /* Sleeps until CLOCK_MONOTONIC reaches `ns`; absolute, so a signal that
@@ -427,7 +499,7 @@ static CUresult stream_ctx(CUstream h, struct ctx **out)
 
 /* The stream's context and timeline: a created stream's own, else the
  * default one of the current context. */
-static CUresult stream_timeline(CUstream h, struct ctx **pc, uint64_t **pdone)
+static CUresult stream_timeline(CUstream h, struct ctx **pc, struct timeline **pt)
 {
     bool ok;
     struct stream *s = stream_of(h, &ok);
@@ -437,8 +509,112 @@ static CUresult stream_timeline(CUstream h, struct ctx **pc, uint64_t **pdone)
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
     *pc = c;
-    *pdone = s ? &s->done_ns : &c->done_ns;
+    *pt = s ? &s->tl : &c->tl;
     return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ gates */
+
+/* Whether the word meets a wait's condition now. Another thread of the
+ * process stores into it, as the shim's watcher does, without our lock. */
+static bool wait_holds(const uint32_t *word, uint32_t value, unsigned cond)
+{
+    uint32_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    switch (cond) {
+    case CU_STREAM_WAIT_VALUE_GEQ:
+        return (int32_t)(w - value) >= 0; /* cyclic, as the GPU compares */
+    case CU_STREAM_WAIT_VALUE_EQ:
+        return w == value;
+    case CU_STREAM_WAIT_VALUE_AND:
+        return (w & value) != 0;
+    default: /* CU_STREAM_WAIT_VALUE_NOR */
+        return ~(w | value) != 0;
+    }
+}
+
+/* Opens t's gate at `now`: the work behind it runs from then on (from the
+ * end of the work before the wait, if later), and the events recorded
+ * behind it get their stamps. */
+static void gate_open(struct ctx *c, struct timeline *t, uint64_t now)
+{
+    uint64_t base = max_u64(now, t->earliest_ns);
+    for (int i = 0; i < MAX_EVENTS; i++) {
+        struct event *e = &g_events[i];
+        if (e->alive && e->gate == t->gate) {
+            e->stamp_ns = add_sat(base, e->behind_ns);
+            e->gate = 0;
+        }
+    }
+    *t = (struct timeline){.done_ns = add_sat(base, t->behind_ns)};
+    c->last_ns = max_u64(c->last_ns, t->done_ns);
+}
+
+/* Whether t waits at a closed gate. Every call that touches a timeline asks
+ * this first, so a gate opens at the first call that finds its condition
+ * true: the fake cannot know when the store was made, only when it is seen. */
+static bool gate_closed(struct ctx *c, struct timeline *t)
+{
+    if (!t->gate)
+        return false;
+    if (!wait_holds(t->word, t->value, t->cond))
+        return true;
+    gate_open(c, t, now_ns());
+    return false;
+}
+
+/* Queues `ns` of work on the timeline: behind its gate while that is closed. */
+static void timeline_queue(struct ctx *c, struct timeline *t, uint64_t ns)
+{
+    if (gate_closed(c, t)) {
+        t->behind_ns = add_sat(t->behind_ns, ns);
+        return;
+    }
+    t->done_ns = add_sat(max_u64(now_ns(), t->done_ns), ns);
+    c->last_ns = max_u64(c->last_ns, t->done_ns);
+}
+
+/* Whether the event waits behind a gate still closed (an event and the
+ * stream it was recorded on are of one context). */
+static bool event_pending(struct event *e)
+{
+    if (e->gate)
+        gate_closed(e->ctx, e->tl);
+    return e->gate != 0;
+}
+
+/* The registration that holds [p, p + len) for context c; NULL if none. */
+static struct hostreg *hostreg_find(uintptr_t p, uintptr_t len, const struct ctx *c)
+{
+    for (int i = 0; i < MAX_HOSTREGS; i++) {
+        struct hostreg *r = &g_hostregs[i];
+        if (r->alive && r->lo <= p && p < r->hi && len <= r->hi - p &&
+            (r->portable || r->ctx == c))
+            return r;
+    }
+    return NULL;
+}
+
+/* A gate whose word lies in a range going away reads it one last time: the
+ * memory may be unmapped next. If still closed, it stays closed, on that
+ * last value (on the real GPU, the wait would never see the store). */
+static void gate_freeze(struct ctx *c, struct timeline *t, const struct hostreg *r)
+{
+    uintptr_t w = (uintptr_t)t->word;
+    if (!t->gate || w < r->lo || w >= r->hi || !gate_closed(c, t))
+        return;
+    t->frozen = __atomic_load_n(t->word, __ATOMIC_ACQUIRE);
+    t->word = &t->frozen;
+}
+
+static void hostreg_drop(struct hostreg *r)
+{
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (g_streams[i].tl.gate)
+            gate_freeze(g_streams[i].ctx, &g_streams[i].tl, r);
+    for (int i = 0; i < MAX_CTXS; i++)
+        if (g_ctxs[i].tl.gate)
+            gate_freeze(&g_ctxs[i], &g_ctxs[i].tl, r);
+    r->alive = false;
 }
 
 /* ---------------------------------------------------------- the table */
@@ -797,9 +973,19 @@ static void ctx_teardown(struct ctx *c)
         if (a->ctx == c)
             free_any(a);
     }
-    for (int i = 0; i < MAX_STREAMS; i++)
-        if (g_streams[i].alive && g_streams[i].ctx == c)
+    /* Host ranges registered here without PORTABLE go with it. */
+    for (int i = 0; i < MAX_HOSTREGS; i++)
+        if (g_hostregs[i].alive && !g_hostregs[i].portable && g_hostregs[i].ctx == c)
+            hostreg_drop(&g_hostregs[i]);
+    /* Its streams, destroyed ones too, and their gates: nothing waits for
+     * them any more. */
+    for (int i = 0; i < MAX_STREAMS; i++) {
+        if (g_streams[i].ctx == c) {
             g_streams[i].alive = false;
+            g_streams[i].tl = (struct timeline){0};
+        }
+    }
+    c->tl = (struct timeline){0};
     for (int i = 0; i < MAX_EVENTS; i++)
         if (g_events[i].alive && g_events[i].ctx == c)
             g_events[i].alive = false;
@@ -839,7 +1025,8 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
     c->primary = false;
     c->dev = dev;
     c->refs = 1;
-    c->done_ns = c->last_ns = 0;
+    c->tl = (struct timeline){0};
+    c->last_ns = 0;
     c->limit_bytes = c->code_bytes = c->code_pending = 0;
     c->heap_resident = false;
     memset(c->limits, 0, sizeof c->limits);
@@ -963,6 +1150,8 @@ static CUresult do_init(void)
     g_kernel_ns = kernel_ns_from_env();
     const char *block = getenv("FAKECUDA_LAUNCH_BLOCK");
     snprintf(g_block_path, sizeof g_block_path, "%s", block ? block : "");
+    const char *no_register = getenv("FAKECUDA_NO_HOST_REGISTER");
+    g_no_host_register = no_register && strcmp(no_register, "1") == 0;
     if (fakegpus_load(NULL, &g_gpus, err, sizeof(err)) != 0) {
         fprintf(stderr, LIB_PREFIX "%s\n", err);
         return CUDA_ERROR_NO_DEVICE;
@@ -1150,7 +1339,8 @@ static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
         if (rc)
             return rc;
         c->alive = true;
-        c->done_ns = c->last_ns = 0;
+        c->tl = (struct timeline){0};
+        c->last_ns = 0;
     }
     c->refs++;
     *pctx = (CUcontext)c;
@@ -1319,30 +1509,46 @@ static CUresult ctx_get_device(CUdevice *device)
 }
 EXPORT CUresult cuCtxGetDevice(CUdevice *device) { LOCKED(ctx_get_device(device)); }
 
-/* Like LOCKED, then sleeps (unlocked) until *until when `call` succeeded. */
-#define LOCKED_WAIT(call, until)                                                       \
+/* Like LOCKED, then sleeps (unlocked) until `until` when `call` succeeded.
+ * While `call` finds a closed gate in the way (sets `closed`), it is made
+ * again every GATE_POLL_NS, unlocked in between, until the gate opens. */
+#define LOCKED_WAIT(call, until, closed)                                               \
     do {                                                                               \
-        pthread_mutex_lock(&g_mu);                                                     \
-        CUresult rc_ = g_ready ? (call) : CUDA_ERROR_NOT_INITIALIZED;                  \
-        pthread_mutex_unlock(&g_mu);                                                   \
+        CUresult rc_;                                                                  \
+        for (;;) {                                                                     \
+            closed = false;                                                            \
+            pthread_mutex_lock(&g_mu);                                                 \
+            rc_ = g_ready ? (call) : CUDA_ERROR_NOT_INITIALIZED;                       \
+            pthread_mutex_unlock(&g_mu);                                               \
+            if (rc_ != CUDA_SUCCESS || !closed)                                        \
+                break;                                                                 \
+            sleep_until(now_ns() + GATE_POLL_NS);                                      \
+        }                                                                              \
         if (rc_ == CUDA_SUCCESS)                                                       \
             sleep_until(until);                                                        \
         return rc_;                                                                    \
     } while (0)
 
-static CUresult ctx_sync(uint64_t *until)
+/* Everything queued in the context: its default stream and its streams,
+ * destroyed ones too, behind their gates included. */
+static CUresult ctx_sync(uint64_t *until, bool *closed)
 {
     struct ctx *c = cur_ctx();
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
     pools_sync();
+    *closed = gate_closed(c, &c->tl);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        if (g_streams[i].ctx == c && gate_closed(c, &g_streams[i].tl))
+            *closed = true;
     *until = c->last_ns;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxSynchronize(void)
 {
     uint64_t until = 0;
-    LOCKED_WAIT(ctx_sync(&until), until);
+    bool closed;
+    LOCKED_WAIT(ctx_sync(&until, &closed), until, closed);
 }
 
 /* ------------------------------------------------------------ memory */
@@ -1448,6 +1654,87 @@ static CUresult mem_range(CUdeviceptr *pbase, size_t *psize, CUdeviceptr p)
 EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     LOCKED(mem_range(pbase, psize, dptr));
+}
+
+/* ------------------------------------------------------- pinned host memory */
+
+/* Pinned host memory is not device memory: nothing is charged. */
+static CUresult host_register(void *p, size_t bytes, unsigned flags)
+{
+    unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                     CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+    uintptr_t lo = (uintptr_t)p;
+    if (!p || bytes == 0 || bytes > UINTPTR_MAX - lo || (flags & ~known))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (g_no_host_register)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    struct hostreg *slot = NULL;
+    for (int i = 0; i < MAX_HOSTREGS; i++) {
+        struct hostreg *r = &g_hostregs[i];
+        if (!r->alive)
+            slot = slot ? slot : r;
+        else if (r->lo < lo + bytes && lo < r->hi)
+            return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
+    if (!slot)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *slot = (struct hostreg){.alive = true, .lo = lo, .hi = lo + bytes, .ctx = c,
+                             .portable = flags & CU_MEMHOSTREGISTER_PORTABLE,
+                             .devicemap = flags & CU_MEMHOSTREGISTER_DEVICEMAP};
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    LOCKED(host_register(p, bytesize, Flags));
+}
+EXPORT CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+    LOCKED(host_register(p, bytesize, Flags));
+}
+
+/* By the address that was registered, as the real driver. */
+static CUresult host_unregister(void *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!cur_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    for (int i = 0; i < MAX_HOSTREGS; i++) {
+        if (g_hostregs[i].alive && g_hostregs[i].lo == (uintptr_t)p) {
+            hostreg_drop(&g_hostregs[i]);
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+EXPORT CUresult cuMemHostUnregister(void *p) { LOCKED(host_unregister(p)); }
+
+/* The host address itself, as the real driver with unified addressing. */
+static CUresult host_device_pointer(CUdeviceptr *pdptr, void *p, unsigned flags)
+{
+    if (!pdptr || !p || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct ctx *c = cur_ctx();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    const struct hostreg *r = hostreg_find((uintptr_t)p, 1, c);
+    if (!r || !r->devicemap)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pdptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    LOCKED(host_device_pointer(pdptr, p, Flags));
+}
+/* The legacy 32-bit pointer variant: no host address fits in it. */
+EXPORT CUresult cuMemHostGetDevicePointer(CUdeviceptr_v1 *pdptr, void *p, unsigned int Flags)
+{
+    (void)pdptr, (void)p, (void)Flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* ------------------------------------------------------------------ VMM */
@@ -1857,17 +2144,21 @@ static CUresult stream_create(CUstream *ph, unsigned flags)
     struct ctx *c = cur_ctx();
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
-    for (int i = 0; i < MAX_STREAMS; i++) {
-        if (!g_streams[i].alive) {
-            g_streams[i].alive = true;
-            g_streams[i].capturing = false;
-            g_streams[i].ctx = c;
-            g_streams[i].done_ns = 0;
-            *ph = (CUstream)&g_streams[i];
-            return CUDA_SUCCESS;
-        }
-    }
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    /* A free slot, one whose destroyed stream waits at no gate if any. */
+    struct stream *s = NULL;
+    for (int i = 0; i < MAX_STREAMS && (!s || s->tl.gate); i++)
+        if (!g_streams[i].alive && (!s || !g_streams[i].tl.gate))
+            s = &g_streams[i];
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (s->tl.gate) /* reused at last: its gate opens, so nothing waits for it forever */
+        gate_open(s->ctx, &s->tl, now_ns());
+    s->alive = true;
+    s->capturing = false;
+    s->ctx = c;
+    s->tl = (struct timeline){0};
+    *ph = (CUstream)s;
+    return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -1948,27 +2239,90 @@ EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, int *captureStatus)
 }
 EXPORT CUresult cuStreamDestroy(CUstream hStream) { LOCKED(stream_destroy(hStream)); }
 
-static CUresult stream_sync(CUstream h, uint64_t *until)
+static CUresult stream_sync(CUstream h, uint64_t *until, bool *closed)
 {
     struct ctx *c;
-    uint64_t *done;
-    CUresult rc = stream_timeline(h, &c, &done);
+    struct timeline *t;
+    CUresult rc = stream_timeline(h, &c, &t);
     if (rc)
         return rc;
     unsafe_during_capture();
     pools_sync();
-    *until = *done;
+    *closed = gate_closed(c, t);
+    *until = t->done_ns;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamSynchronize(CUstream hStream)
 {
     uint64_t until = 0;
-    LOCKED_WAIT(stream_sync(hStream, &until), until);
+    bool closed;
+    LOCKED_WAIT(stream_sync(hStream, &until, &closed), until, closed);
 }
 EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
     uint64_t until = 0;
-    LOCKED_WAIT(stream_sync(hStream, &until), until);
+    bool closed;
+    LOCKED_WAIT(stream_sync(hStream, &until, &closed), until, closed);
+}
+
+/* cuStreamWaitValue32: the stream's later work waits until the word meets
+ * the condition. The fake can read only host memory registered with
+ * DEVICEMAP (its device addresses hold nothing). One gate per timeline: a
+ * second wait while it is closed must be implied by the first (the same
+ * one, or GEQ on the same word with a value not behind the first's, which
+ * it replaces); anything else is refused, as a limit of the fake. */
+static CUresult wait_value(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned flags)
+{
+    struct ctx *c;
+    struct timeline *t;
+    CUresult rc = stream_timeline(h, &c, &t);
+    if (rc)
+        return rc;
+    unsigned cond = flags & 0x3u;
+    const struct hostreg *r = hostreg_find((uintptr_t)addr, sizeof(uint32_t), c);
+    if ((flags & ~(0x3u | CU_STREAM_WAIT_VALUE_FLUSH)) || addr % sizeof(uint32_t) || !r ||
+        !r->devicemap)
+        return CUDA_ERROR_INVALID_VALUE;
+    bool ok;
+    struct stream *s = stream_of(h, &ok);
+    if (s && s->capturing) /* the fake's graphs have no memory-operation nodes */
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    const uint32_t *word = (const uint32_t *)(uintptr_t)addr;
+    if (gate_closed(c, t)) {
+        bool implied = word == t->word && cond == t->cond &&
+                       (value == t->value || (cond == CU_STREAM_WAIT_VALUE_GEQ &&
+                                              (int32_t)(value - t->value) >= 0));
+        if (!implied)
+            return CUDA_ERROR_NOT_SUPPORTED;
+        t->value = value;
+    } else if (!wait_holds(word, value, cond)) {
+        if (++g_gate_serial == 0) /* 0 means no gate */
+            g_gate_serial = 1;
+        *t = (struct timeline){.done_ns = t->done_ns, .gate = g_gate_serial, .cond = cond,
+                               .word = word, .value = value, .earliest_ns = t->done_ns};
+    }
+    g_waits++;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                       unsigned int flags)
+{
+    LOCKED(wait_value(stream, addr, value, flags));
+}
+EXPORT CUresult cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                    unsigned int flags)
+{
+    LOCKED(wait_value(stream, addr, value, flags));
+}
+EXPORT CUresult cuStreamWaitValue32_v2_ptsz(CUstream stream, CUdeviceptr addr,
+                                            cuuint32_t value, unsigned int flags)
+{
+    LOCKED(wait_value(stream, addr, value, flags));
+}
+EXPORT CUresult cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                         unsigned int flags)
+{
+    LOCKED(wait_value(stream, addr, value, flags));
 }
 
 /* --------------------------------------------------------------- arrays */
@@ -2190,8 +2544,8 @@ static void block_first_launch(void)
 static CUresult launch(CUstream stream)
 {
     struct ctx *c;
-    uint64_t *done;
-    CUresult rc = stream_timeline(stream, &c, &done);
+    struct timeline *t;
+    CUresult rc = stream_timeline(stream, &c, &t);
     if (rc)
         return rc;
     bool ok;
@@ -2214,9 +2568,7 @@ static CUresult launch(CUstream stream)
         c->limit_bytes = max_u64(cost, c->limit_bytes);
         c->heap_resident = true;
     }
-    uint64_t start = max_u64(now_ns(), *done);
-    *done = start + g_kernel_ns < start ? UINT64_MAX : start + g_kernel_ns;
-    c->last_ns = max_u64(c->last_ns, *done);
+    timeline_queue(c, t, g_kernel_ns);
     g_launches++;
     return CUDA_SUCCESS;
 }
@@ -2287,8 +2639,8 @@ static CUresult graph_launch(CUgraphExec h, CUstream stream)
 {
     struct fexec *e = exec_of(h);
     struct ctx *c;
-    uint64_t *done;
-    CUresult rc = stream_timeline(stream, &c, &done);
+    struct timeline *t;
+    CUresult rc = stream_timeline(stream, &c, &t);
     if (rc == CUDA_SUCCESS && e)
         rc = exec_map(e);
     return rc ? rc : launch(stream);
@@ -2707,14 +3059,21 @@ static CUresult event_record(CUevent h, CUstream stream, unsigned flags)
     if (!e || (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL))
         return e ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
     struct ctx *c;
-    uint64_t *done;
-    CUresult rc = stream_timeline(stream, &c, &done);
+    struct timeline *t;
+    CUresult rc = stream_timeline(stream, &c, &t);
     if (rc)
         return rc;
     if (c != e->ctx) /* as the real driver: event and stream of one context */
         return CUDA_ERROR_INVALID_HANDLE;
-    e->stamp_ns = max_u64(now_ns(), *done);
     e->recorded = true;
+    e->gate = 0;
+    if (gate_closed(c, t)) { /* stamped when the gate opens */
+        e->gate = t->gate;
+        e->tl = t;
+        e->behind_ns = t->behind_ns;
+        return CUDA_SUCCESS;
+    }
+    e->stamp_ns = max_u64(now_ns(), t->done_ns);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
@@ -2735,10 +3094,12 @@ EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
     LOCKED(event_record(hEvent, hStream, flags));
 }
 
-/* A never-recorded event counts as complete, as with the real driver. */
+/* A never-recorded event counts as complete, as with the real driver; one
+ * behind a closed gate does not. The clock is read after event_pending,
+ * which may open the gate. */
 static bool event_done(const struct event *e, uint64_t now)
 {
-    return !e->recorded || now >= e->stamp_ns;
+    return !e->recorded || (!e->gate && now >= e->stamp_ns);
 }
 
 static CUresult event_query(CUevent h)
@@ -2747,23 +3108,26 @@ static CUresult event_query(CUevent h)
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     unsafe_during_capture();
+    event_pending(e);
     return event_done(e, now_ns()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 EXPORT CUresult cuEventQuery(CUevent hEvent) { LOCKED(event_query(hEvent)); }
 
-static CUresult event_sync(CUevent h, uint64_t *until)
+static CUresult event_sync(CUevent h, uint64_t *until, bool *closed)
 {
     struct event *e = event_of(h);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     unsafe_during_capture();
+    *closed = event_pending(e);
     *until = e->recorded ? e->stamp_ns : 0;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
     uint64_t until = 0;
-    LOCKED_WAIT(event_sync(hEvent, &until), until);
+    bool closed;
+    LOCKED_WAIT(event_sync(hEvent, &until, &closed), until, closed);
 }
 
 /* The real driver's order: bad handles, then timing disabled or never
@@ -2777,6 +3141,8 @@ static CUresult event_elapsed(float *ms, CUevent start, CUevent end)
         return CUDA_ERROR_INVALID_HANDLE;
     if (((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) || !a->recorded || !b->recorded)
         return CUDA_ERROR_INVALID_HANDLE;
+    event_pending(a);
+    event_pending(b);
     uint64_t now = now_ns();
     if (!event_done(a, now) || !event_done(b, now))
         return CUDA_ERROR_NOT_READY;
@@ -2812,6 +3178,10 @@ static const struct {
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+     "part or all of the requested memory range is already mapped"},
+    {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+     "pointer does not correspond to a registered memory region"},
     {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE",
      "the operation is not permitted in this state"},
     {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
@@ -2876,6 +3246,16 @@ EXPORT unsigned long long fakecuda_launch_count(void)
     return n;
 }
 
+/* Stream waits queued (cuStreamWaitValue32, all variants), refused ones not
+ * counted: whether a program set gates. */
+EXPORT unsigned long long fakecuda_wait_count(void)
+{
+    pthread_mutex_lock(&g_mu);
+    unsigned long long n = g_waits;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
 /* ------------------------------------------------------ cuGetProcAddress */
 
 EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
@@ -2926,6 +3306,11 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuMemAllocManaged, 6000, cuMemAllocManaged, N)                   \
     X(cuMemFree, 3020, cuMemFree_v2, N)                                \
     X(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2, N)          \
+    X(cuMemHostRegister, 4000, cuMemHostRegister, N)                   \
+    X(cuMemHostRegister, 6050, cuMemHostRegister_v2, N)                \
+    X(cuMemHostUnregister, 4000, cuMemHostUnregister, N)               \
+    X(cuMemHostGetDevicePointer, 2020, cuMemHostGetDevicePointer, N)   \
+    X(cuMemHostGetDevicePointer, 3020, cuMemHostGetDevicePointer_v2, N) \
     X(cuMemCreate, 10020, cuMemCreate, N)                              \
     X(cuMemRelease, 10020, cuMemRelease, N)                            \
     X(cuMemAddressReserve, 10020, cuMemAddressReserve, N)              \
@@ -2956,6 +3341,10 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuStreamDestroy, 4000, cuStreamDestroy_v2, N)                    \
     X(cuStreamSynchronize, 2000, cuStreamSynchronize, N)               \
     X(cuStreamSynchronize, 7000, cuStreamSynchronize_ptsz, P)          \
+    X(cuStreamWaitValue32, 8000, cuStreamWaitValue32, N)               \
+    X(cuStreamWaitValue32, 8000, cuStreamWaitValue32_ptsz, P)          \
+    X(cuStreamWaitValue32, 11070, cuStreamWaitValue32_v2, N)           \
+    X(cuStreamWaitValue32, 11070, cuStreamWaitValue32_v2_ptsz, P)      \
     X(cuEventCreate, 2000, cuEventCreate, N)                           \
     X(cuEventDestroy, 2000, cuEventDestroy, N)                         \
     X(cuEventDestroy, 4000, cuEventDestroy_v2, N)                      \

@@ -692,6 +692,12 @@ int main(int argc, char **argv)
             pthread_join(others, NULL);
             printf("blocked %d %d %d\n", (int)(intptr_t)rc, others_rc, returned);
             continue;
+        } else if (!strcmp(op, "waits")) {
+            /* waits: the stream waits (gates) the fake driver has queued. */
+            unsigned long long (*waits)(void) =
+                (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "fakecuda_wait_count");
+            printf("waits 0 %llu\n", waits ? waits() : 0ull);
+            continue;
         } else if (!strcmp(op, "capture")) {
             /* capture N: N launches captured into a graph on a new stream;
              * prints the end-of-capture code and the launches the driver

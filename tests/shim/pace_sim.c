@@ -382,13 +382,14 @@ static unsigned io_cap(struct gs_pace_io *io) { return bucket_cap[of(io)->contai
 
 /* Gates: a wait item in the process's queue (one stream), opened by its
  * word; the watcher's first look after a poll, as a sleeper wakes. */
-static void io_gate_close(struct gs_pace_io *io, void *stream)
+static int io_gate_close(struct gs_pace_io *io, void *stream)
 {
     (void)stream;
     struct proc *p = of(io);
     push(p, (struct item){GATE_ITEM, 0, NULL, ++p->gate_epoch});
     p->watch_at = T + GS_PACE_POLL_NS + LATE_NS;
     spend(RECORD_NS);
+    return 0;
 }
 
 static void io_gate_hold(struct gs_pace_io *io, void *stream)

@@ -197,6 +197,16 @@ void gs_config_load(struct gs_config *cfg)
                          "or 0); tenants take turns", v);
     }
 
+    /* Gates: off until they have been measured on more cards (docs/compute-limit.md). */
+    cfg->compute_gates = 0;
+    if ((v = env(GPUSLICE_ENV_COMPUTE_GATES))) {
+        if (strcmp(v, "1") == 0)
+            cfg->compute_gates = 1;
+        else if (strcmp(v, "0") != 0)
+            gs_log_write(GS_LOG_WARN, GPUSLICE_ENV_COMPUTE_GATES "=\"%s\" is malformed (expected 1 "
+                         "or 0); an uncapped process waits for turns on the host", v);
+    }
+
     /* Priority orders who runs first; a typo must not stop the container. */
     cfg->priority = GPUSLICE_PRIORITY_NORMAL;
     if ((v = env(GPUSLICE_ENV_PRIORITY))) {

@@ -185,6 +185,12 @@
     REAL(CUDA, cuEventSynchronize, CUresult, (CUevent hEvent))                                \
     REAL(CUDA, cuEventElapsedTime, CUresult, (float *ms, CUevent hStart, CUevent hEnd))       \
     REAL(CUDA, cuEventElapsedTime_v2, CUresult, (float *ms, CUevent hStart, CUevent hEnd))    \
+    /* gates (gate.c): a word of pinned host memory that streams wait at */                  \
+    REAL(CUDA, cuMemHostRegister_v2, CUresult, (void *p, size_t bytes, unsigned int flags))   \
+    REAL(CUDA, cuMemHostGetDevicePointer_v2, CUresult,                                        \
+         (CUdeviceptr *pdptr, void *p, unsigned int flags))                                   \
+    REAL(CUDA, cuStreamWaitValue32_v2, CUresult,                                              \
+         (CUstream hStream, CUdeviceptr addr, unsigned int value, unsigned int flags))        \
     /* NVML: what nvidia-smi-like tools and pynvml see */                                     \
     HOOK(NVML, nvmlDeviceGetMemoryInfo, nvmlReturn_t, (nvmlDevice_t device, nvmlMemory_t *m)) \
     HOOK(NVML, nvmlDeviceGetMemoryInfo_v2, nvmlReturn_t,                                      \

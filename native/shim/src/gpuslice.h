@@ -84,6 +84,7 @@ struct gs_config {
     unsigned int core_limit[GPUSLICE_MAX_DEVICES];      /* percent; 0 = none */
     int any_core;    /* some compute cap was given */
     int compute_turns; /* tenants of a card take turns (GPUSLICE_COMPUTE_TURNS=0: they do not) */
+    int compute_gates; /* an uncapped process waits for turns on the GPU (GPUSLICE_COMPUTE_GATES=1) */
     unsigned int priority; /* GPUSLICE_PRIORITY_* (GPUSLICE_PRIORITY), the container's own claim */
     unsigned long long context_reserve;
     char state_dir[512];

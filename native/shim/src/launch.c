@@ -14,6 +14,7 @@
  * the card: it takes part in the turns.
  */
 #define _GNU_SOURCE /* clock_nanosleep */
+#include "gate.h"
 #include "gpuslice.h"
 #include "pace.h"
 
@@ -64,6 +65,7 @@ struct pacer_dev {
      * unseen: those of them that ran while the pacer held the process back. */
     _Alignas(64) unsigned long long counted;
     unsigned long long unseen;
+    struct gs_gate gate; /* GPUSLICE_COMPUTE_GATES=1 on a card with turns */
 };
 
 static struct pacer_dev pacers[GPUSLICE_MAX_DEVICES];
@@ -162,8 +164,10 @@ static struct gpuslice_cardfile *card_of(struct pacer_dev *pd, int dev)
  * pacers' mutexes made here; it happens once per process. */
 static void decide_mode(void)
 {
-    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++)
+    for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
         pthread_mutex_init(&pacers[i].mu, NULL);
+        gs_gate_init(&pacers[i].gate, i, &pacers[i].p, &pacers[i].io);
+    }
     gs_cuda_ready();
     int mode = 0;
     if (!gs_cfg.disabled) {
@@ -327,6 +331,27 @@ static void io_pause(struct gs_pace_io *io)
     }
 }
 
+/* The gate: gate.c. A driver that cannot gate turns gates off for the device. */
+static int io_gate_close(struct gs_pace_io *io, void *stream)
+{
+    struct pacer_dev *pd = of(io);
+    if (gs_gate_close(&pd->gate, pd->ctx, stream) == 0)
+        return 0;
+    if (pd->gate.off)
+        io->gate_close = NULL;
+    return -1;
+}
+
+static void io_gate_hold(struct gs_pace_io *io, void *stream)
+{
+    gs_gate_hold(&of(io)->gate, stream);
+}
+
+static void io_gate_open(struct gs_pace_io *io)
+{
+    gs_gate_open(&of(io)->gate);
+}
+
 static unsigned io_cap(struct gs_pace_io *io)
 {
     unsigned cap = __atomic_load_n(&gs_region()->devices[of(io)->dev].core_limit,
@@ -373,6 +398,11 @@ static void io_init(struct pacer_dev *pd, int dev)
         .pause = io_pause,
         .prio = gs_cfg.priority,
     };
+    if (gs_cfg.compute_gates && gs_cfg.compute_turns && pd->io.card && !pd->gate.off) {
+        pd->io.gate_close = io_gate_close;
+        pd->io.gate_hold = io_gate_hold;
+        pd->io.gate_open = io_gate_open;
+    }
     pd->dev = dev;
 }
 
@@ -458,9 +488,14 @@ static void begin(struct launch *L, CUstream s, int ptsz)
     enter(pd);
     card_of(pd, dev);
     if (pd->ctx != ctx) {
-        /* A new context: the old one's events are not ours to touch. */
+        /* A new context: the old one's events are not ours to touch, nor
+         * its streams that wait at our gate (opened). The watcher reads
+         * the io and the pacer's gate: not while they are rewritten. */
+        pthread_mutex_lock(&pd->gate.look);
+        gs_gate_release(&pd->gate);
         gs_pace_reset(&pd->p);
         io_init(pd, dev);
+        pthread_mutex_unlock(&pd->gate.look);
         pd->npool = 0;
         __atomic_store_n(&pd->ctx, ctx, __ATOMIC_RELAXED);
     }
@@ -570,6 +605,8 @@ __attribute__((destructor)) static void flush_at_exit(void)
         return;
     for (int i = 0; i < GPUSLICE_MAX_DEVICES; i++) {
         struct pacer_dev *pd = &pacers[i];
+        /* Whatever waits at our gate runs: the driver's teardown may wait for it. */
+        gs_gate_open(&pd->gate);
         if (!__atomic_load_n(&pd->ctx, __ATOMIC_RELAXED) || pthread_mutex_trylock(&pd->mu) != 0)
             continue;
         enter(pd);
@@ -595,6 +632,7 @@ void gs_launch_fork_child(void)
         pacers[i].npool = 0;
         pacers[i].tickets = 0;
         pacers[i].counted = pacers[i].unseen = 0;
+        gs_gate_init(&pacers[i].gate, i, &pacers[i].p, &pacers[i].io);
     }
     t_ctx = NULL;
     t_dev = -1;

@@ -16,7 +16,15 @@
 
 void gs_pace_reset(struct gs_pacer *p)
 {
-    memset(p, 0, sizeof *p);
+    /* The gate's fields last, stored atomically: its watcher may be reading
+     * them (a context broken while the gate was closed). */
+    memset(p, 0, offsetof(struct gs_pacer, gate_since_ns));
+    __atomic_store_n(&p->gate_since_ns, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->gate_limit_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->gate_queued_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->gate_opened_ns, 0, __ATOMIC_RELAXED);
+    p->gate_closed_ns = 0;
+    p->gated = 0;
     p->per_fence = 1; /* until a launch has been timed, fence every one */
     p->need_mark = 1;
     /* A new process is taken for light until it shows otherwise: a request

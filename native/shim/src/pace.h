@@ -165,9 +165,10 @@ struct gs_pace_io {
      * held on the GPU behind its gate (cuStreamWaitValue32 on a word of its
      * own), which its watcher (gs_pace_gate_watch, a thread that never takes
      * the pacer's lock) opens when its turn comes. gate_close: a new closed
-     * period, `stream` waits at it; gate_hold: `stream` waits at the closed
-     * gate if it does not yet; gate_open: the watcher opens it (never blocks). */
-    void (*gate_close)(struct gs_pace_io *io, void *stream);
+     * period, `stream` waits at it (0; -1: not closed, the process waits on
+     * the host); gate_hold: `stream` waits at the closed gate if it does not
+     * yet; gate_open: the watcher opens it (never blocks). */
+    int (*gate_close)(struct gs_pace_io *io, void *stream);
     void (*gate_hold)(struct gs_pace_io *io, void *stream);
     void (*gate_open)(struct gs_pace_io *io);
     /* Move charge and launches into the bucket, refill it (held_ns: how long

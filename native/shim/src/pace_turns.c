@@ -405,7 +405,7 @@ static void end_window(struct gs_pace_io *io, unsigned long long until, unsigned
  * ran before the gate runs out first, so the holder's charges stay its own
  * work; we say we want the card (the watcher renews it while we are
  * blocked behind the gate, in a sync or at the ring's end). */
-static void close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
+static int close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     struct gpuslice_cardfile *c = io->card;
     gs_pace_drain(p, io, stream);
@@ -415,6 +415,11 @@ static void close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     __atomic_store_n(&s->flags, GPUSLICE_CARDFILE_GATED, __ATOMIC_RELAXED);
     store(&s->want_ns, now);
     store(&c->want_ns, now);
+    if (io->gate_close(io, stream) != 0) {
+        /* The driver would not: we wait on the host (the want stands). */
+        __atomic_store_n(&s->flags, 0u, __ATOMIC_RELAXED);
+        return -1;
+    }
     /* An honest holder hands the card on within the grace; a doubting
      * process keeps its gate closed while its patience lasts, which
      * refills meanwhile (as wait_for_turn spends it: a tenth of the time
@@ -426,8 +431,8 @@ static void close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     store(&p->gate_queued_ns, 0);
     p->gate_closed_ns = now;
     p->gated = 1;
-    io->gate_close(io, stream);
     __atomic_store_n(&p->gate_since_ns, now, __ATOMIC_RELEASE); /* the watcher starts here */
+    return 0;
 }
 
 /* The watcher opened our gate: our turn (or window) came, or our grace or
@@ -570,16 +575,14 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
             gs_pace_give_turn(p, io, stream, 1);
         } else if (wait_turn) {
             if (!capped && io->gate_close && io->seat >= 0 &&
-                p->per_launch_ns < GS_PACE_GATE_BATCH_NS) {
-                close_gate(p, io, stream);
+                p->per_launch_ns < GS_PACE_GATE_BATCH_NS && close_gate(p, io, stream) == 0)
                 return;
-            }
             wait_for_turn(p, io, stream, capped);
         } else if (done) {
             /* The window closes now (the holder waits for it, awake). */
             end_window(io, load(&c->free_until_ns), now);
-            close_gate(p, io, stream);
-            return;
+            if (close_gate(p, io, stream) == 0)
+                return; /* else the next look finds the turn elsewhere, and waits */
         } else if (late) {
             /* The window closes now (the holder waits for it on seq), and we
              * wait until the holder takes the card back (or a little after
