@@ -137,6 +137,19 @@ static void read_dir(struct gs_config *cfg, const char *var, const char *def, ch
     snprintf(dst, size, "%s", v);
 }
 
+/* A setting of 1 or 0; anything else warns once, saying what holds, and
+ * keeps the default (these settings steer, they never fail closed). */
+static int read_switch(const char *name, int dflt, const char *kept)
+{
+    const char *v = env(name);
+    if (!v)
+        return dflt;
+    if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+        return v[0] == '1';
+    gs_log_write(GS_LOG_WARN, "%s=\"%s\" is malformed (expected 1 or 0); %s", name, v, kept);
+    return dflt;
+}
+
 void gs_config_load(struct gs_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -186,26 +199,12 @@ void gs_config_load(struct gs_config *cfg)
     read_dir(cfg, GPUSLICE_ENV_STATE_DIR, GPUSLICE_STATE_MOUNT, cfg->state_dir, sizeof cfg->state_dir,
              16, "an absolute path shorter than 496 bytes");
 
-    /* Tenants of a card take turns unless told not to. */
-    cfg->compute_turns = 1;
-    if ((v = env(GPUSLICE_ENV_COMPUTE_TURNS))) {
-        if (strcmp(v, "0") == 0)
-            cfg->compute_turns = 0;
-        else if (strcmp(v, "1") != 0)
-            /* Turns only make caps tighter: a typo keeps them, nothing fails. */
-            gs_log_write(GS_LOG_WARN, GPUSLICE_ENV_COMPUTE_TURNS "=\"%s\" is malformed (expected 1 "
-                         "or 0); tenants take turns", v);
-    }
-
+    /* Tenants of a card take turns unless told not to: turns only make caps
+     * tighter, so a typo keeps them and nothing fails. */
+    cfg->compute_turns = read_switch(GPUSLICE_ENV_COMPUTE_TURNS, 1, "tenants take turns");
     /* Gates: off until they have been measured on more cards (docs/compute-limit.md). */
-    cfg->compute_gates = 0;
-    if ((v = env(GPUSLICE_ENV_COMPUTE_GATES))) {
-        if (strcmp(v, "1") == 0)
-            cfg->compute_gates = 1;
-        else if (strcmp(v, "0") != 0)
-            gs_log_write(GS_LOG_WARN, GPUSLICE_ENV_COMPUTE_GATES "=\"%s\" is malformed (expected 1 "
-                         "or 0); an uncapped process waits for turns on the host", v);
-    }
+    cfg->compute_gates = read_switch(GPUSLICE_ENV_COMPUTE_GATES, 0,
+                                     "an uncapped process waits for turns on the host");
 
     /* Priority orders who runs first; a typo must not stop the container. */
     cfg->priority = GPUSLICE_PRIORITY_NORMAL;

@@ -11,7 +11,9 @@
  * without a cap or a priority beside a capped or prioritised one pays a
  * clock read and a few loads of the card file per launch and an event
  * record per quarter millisecond of GPU work, and waits while others hold
- * the card: it takes part in the turns.
+ * the card: it takes part in the turns (with gates, gate.c, its work waits
+ * on the GPU instead, and it pays a stream wait per stream and closed
+ * period, and a watcher thread).
  */
 #define _GNU_SOURCE /* clock_nanosleep */
 #include "gate.h"
