@@ -401,6 +401,22 @@ def test_compute_share_suite_rows_judge_goal_2(monkeypatch):
         ct.PASS}
 
 
+def test_goal_2_judges_the_training_loop_against_its_own_references(monkeypatch):
+    # The training loop is goal 2's second busy tenant: its pairs are judged
+    # against the plain time slicing runs of the training loop, not the eager one's.
+    names = [sc.name for sc in cs.scenarios((30,), pairs_only=True, crowds=False,
+                                            suite_rows=True)]
+    first = names.index("pair train+30")
+    assert names[first - 1] == names[first + 1] == cs.ts_ref("train")
+    by = judged_suite(monkeypatch, {"pair eagerloop+30": 0.70, "pair eagerloop+50": 0.45},
+                      [0.6, 0.6, 0.6])
+    r30 = by[("pair train+30", "train", "none")]
+    # judged_suite runs every other tenant at its whole rate, the training
+    # loop beside its uncapped matmul too: 1.0 against 1.0.
+    assert "goal 2" in r30.note and "(1.00)" in r30.note, r30.note
+    assert by[(cs.ts_ref("train"), "train", "none")].result == "ref"
+
+
 def test_goal_2_judges_each_pair_against_the_time_slicing_runs_around_it(monkeypatch):
     # The loop's own speed drifts within a command: each pair's reference is
     # the mean of the plain time slicing runs just before and just after it.
