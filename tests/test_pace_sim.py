@@ -549,6 +549,20 @@ def test_a_gated_tenant_leaves_a_90_its_cap(sim: Path, program: str) -> None:
         assert within(run["m"].cardtime, cap), (cap, run.procs)
 
 
+@pytest.mark.parametrize("program", ["eagerloop", "trainh"])
+@pytest.mark.parametrize("cap", [30, 50])
+def test_a_tenant_whose_gate_the_driver_refuses_fares_as_one_without_gates(
+        sim: Path, program: str, cap: int) -> None:
+    # Every close refused (the driver would not queue the wait): the process
+    # waits for turns on the host, and its windows are not cut short as a
+    # gated one's are (they were: 36 % of its steps beside a 50, 45 without).
+    host = simulate(sim, 6, f"m:matmul:{cap}:0", f"e:{program}:0:1")
+    refused = simulate(sim, 6, f"m:matmul:{cap}:0", f"e:{program}:0:1:gatefail")
+    assert within(refused["m"].cardtime, cap), refused.procs
+    mean = lambda r: sum(settled(r["e"].share)) / len(settled(r["e"].share))  # noqa: E731
+    assert mean(refused) >= mean(host) - 1, (host.procs, refused.procs)
+
+
 @pytest.mark.parametrize("program", ["eagerloop", "trainh", "tiny"])
 def test_two_capped_tenants_beside_a_gated_one_each_get_their_cap(sim: Path, program: str) -> None:
     # A capped process that slept through a gated tenant's window counts its

@@ -52,7 +52,9 @@
  *   shim has gates: an uncapped process whose turn it is not goes on
  *   launching behind a wait on a word of its own, which its watcher opens;
  *   the watcher polls every GS_PACE_POLL_NS, waking late as a sleep does,
- *   and WAKE_NS after the card's seq changed)
+ *   and WAKE_NS after the card's seq changed), gatefail (its shim has
+ *   gates, but the driver refuses every wait: each close fails, and it
+ *   waits for turns on the host)
  * Prints per process: "share <name> <w0> <w1> ..." percent per 1 s window of
  * the kernels it completed, against the same program alone and uncapped
  * (simulated first, in the same run); "cardtime <name> <w0> ...", percent
@@ -177,7 +179,7 @@ struct proc {
     double every_ns; /* requests: mean time between arrivals */
     double wake_ns;  /* host time lost, at half speed, after a wait of the pacer's */
     double wake_due; /* that loss, still to be spent */
-    int gates;       /* its shim closes a gate instead of waiting for turns */
+    int gates;       /* its shim closes a gate instead of waiting for turns; 2: every close fails */
     unsigned gate_epoch, gate_word; /* the closed period, and what its word opens */
     double watch_at; /* the watcher's next look; INFINITY while the gate is open */
     double slept_ns; /* asleep in the pacer (sleeps, futex waits) within this launch */
@@ -386,6 +388,8 @@ static int io_gate_close(struct gs_pace_io *io, void *stream)
 {
     (void)stream;
     struct proc *p = of(io);
+    if (p->gates == 2)
+        return -1;
     push(p, (struct item){GATE_ITEM, 0, NULL, ++p->gate_epoch});
     p->watch_at = T + GS_PACE_POLL_NS + LATE_NS;
     spend(RECORD_NS);
@@ -865,6 +869,8 @@ static int parse_proc(const char *arg, struct proc *p)
             p->poisson = 1;
         else if (strcmp(opt, "gates") == 0)
             p->gates = 1;
+        else if (strcmp(opt, "gatefail") == 0)
+            p->gates = 2;
         else if (sscanf(opt, "rate=%lf%c", &from, &tail) == 1 && from > 0 && from <= 10000)
             p->every_ns = NS / from;
         else if (sscanf(opt, "wake=%lf%c", &from, &tail) == 1 && from >= 0 && from <= 100)
@@ -903,7 +909,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
                     "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|trainv|eagerloop|request|eager|"
                     "eagerl|graphreq|decode|cnn|forge|forgehigh, cap 0-100, container 0-%d, "
-                    "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson|wake=MS|gates)\n",
+                    "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;
         }

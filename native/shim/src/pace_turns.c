@@ -411,13 +411,16 @@ static int close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     gs_pace_drain(p, io, stream);
     unsigned long long now = io->now(io);
     struct gpuslice_cardfile_seat *s = &c->seats[io->seat];
+    unsigned long long since = load(&s->want_since_ns);
     store(&s->want_since_ns, now);
     __atomic_store_n(&s->flags, GPUSLICE_CARDFILE_GATED, __ATOMIC_RELAXED);
     store(&s->want_ns, now);
     store(&c->want_ns, now);
-    if (io->gate_close(io, stream) != 0) {
-        /* The driver would not: we wait on the host (the want stands). */
+    p->gate_refused = io->gate_close(io, stream) != 0;
+    if (p->gate_refused) {
+        /* The driver would not: we wait on the host, seated as we were. */
         __atomic_store_n(&s->flags, 0u, __ATOMIC_RELAXED);
+        store(&s->want_since_ns, since);
         return -1;
     }
     /* An honest holder hands the card on within the grace; a doubting
@@ -501,10 +504,13 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
  * back, and our launches wait behind our gate meanwhile, as under time
  * slicing the card turns back to a busy neighbour once our queue runs dry.
  * Our work then runs in dense batches, not spread over a window in which
- * the card idles between our launches. */
+ * the card idles between our launches. Not while the driver refuses our
+ * gate: ended early, the window would be followed by a wait on the host
+ * (simulated, a process whose every close failed got 36 % of its steps
+ * beside a 50, 45 % with no gates). */
 static int caught_up(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
-    if (!io->gate_close || !p->count || io->seat < 0 ||
+    if (!io->gate_close || p->gate_refused || !p->count || io->seat < 0 ||
         now - load(&p->gate_opened_ns) < GS_PACE_GATE_BATCH_NS ||
         !window_open(load(&io->card->free_until_ns), now))
         return 0;
