@@ -572,6 +572,23 @@ def test_two_capped_tenants_beside_a_gated_one_each_get_their_cap(sim: Path, pro
     assert within(run["a"].cardtime, 30) and within(run["b"].cardtime, 30), run.procs
 
 
+@pytest.mark.parametrize("program", ["eagerloop", "trainh", "tiny"])
+def test_three_capped_tenants_beside_a_gated_one_each_get_their_cap(sim: Path,
+                                                                    program: str) -> None:
+    # A gated wait that outlasted the grace made the process doubt for good:
+    # from then on its gate opened whenever its patience ran out, its batch
+    # beside every holder (three 30s beside a gated eager loop got 22.8-28.3,
+    # beside a gated matmul 15.5-24.3). It doubts now until the card comes
+    # to it within the grace again.
+    run = simulate(sim, 6, "a:matmul:30:0", "b:matmul:30:2", "c:matmul:30:3",
+                   f"e:{program}:0:1:gates")
+    assert all(within(run[p].cardtime, 30) for p in "abc"), run.procs
+    if program == "eagerloop":
+        # Two 45s: 34.6-43.1 before; a little short still (named in the docs).
+        run = simulate(sim, 6, "a:matmul:45:0", "b:matmul:45:2", f"e:{program}:0:1:gates")
+        assert all(41.5 <= s <= 47 for p in "ab" for s in settled(run[p].cardtime)), run.procs
+
+
 @pytest.mark.parametrize("shape", ["request", "eager", "graphreq", "cnn"])
 def test_requests_beside_a_gated_tenant_still_beat_plain_time_slicing(sim: Path, shape: str) -> None:
     # Goal 1 beside a capped 50 and a gated busy tenant: a gate stays closed

@@ -23,6 +23,7 @@ void gs_pace_reset(struct gs_pacer *p)
     __atomic_store_n(&p->gate_limit_ns, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->gate_queued_ns, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->gate_opened_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->gate_forced, 0, __ATOMIC_RELAXED);
     p->gate_closed_ns = 0;
     p->gated = 0;
     p->per_fence = 1; /* until a launch has been timed, fence every one */

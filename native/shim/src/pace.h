@@ -110,6 +110,7 @@ struct gs_pacer {
     unsigned long long gate_limit_ns;  /* most it stays closed (grace, or patience left) */
     unsigned long long gate_queued_ns; /* GPU work we have queued behind it */
     unsigned long long gate_opened_ns; /* when the watcher last opened it */
+    int gate_forced;                   /* ... with the turn still another's (its limit ran out) */
     unsigned long long gate_closed_ns; /* when we last closed it (ours alone) */
     int gated;                     /* we closed it and have not seen it open since */
 };

@@ -439,7 +439,11 @@ static int close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 }
 
 /* The watcher opened our gate: our turn (or window) came, or our grace or
- * patience ran out (a holder that never lets go), as wait_for_turn decides. */
+ * patience ran out (a holder that never lets go), as wait_for_turn decides.
+ * A doubting process doubts until the card comes to it within the grace:
+ * beside three capped 30s an honest wait outlasted the grace now and then,
+ * and a doubt kept for good let the gated batch out beside every holder
+ * whose turn outlasted its patience (simulated: the three got 17-24). */
 static void gate_opened(struct gs_pacer *p, struct gs_pace_io *io)
 {
     p->gated = 0;
@@ -448,9 +452,9 @@ static void gate_opened(struct gs_pacer *p, struct gs_pace_io *io)
     p->held_ns += waited;
     if (p->doubt)
         p->patience.left_ns -= (long long)waited;
-    else if (waited >= GS_PACE_GRACE_NS)
+    if (waited >= GS_PACE_GRACE_NS)
         p->doubt = 1;
-    else
+    else if (!__atomic_load_n(&p->gate_forced, __ATOMIC_RELAXED))
         p->doubt = 0;
     if (io->seat >= 0)
         store(&io->card->seats[io->seat].want_ns, 0);
@@ -492,6 +496,7 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
         __atomic_store_n(&s->flags, 0u, __ATOMIC_RELAXED);
         store(&s->backlog_ns, now + load(&p->gate_queued_ns));
     }
+    __atomic_store_n(&p->gate_forced, held, __ATOMIC_RELAXED);
     store(&p->gate_opened_ns, now);
     io->gate_open(io);
     __atomic_store_n(&p->gate_since_ns, 0, __ATOMIC_RELEASE);
