@@ -1226,6 +1226,24 @@ def test_a_gated_tenant_goes_on_launching_while_another_holds_the_turn(
         assert waits == 0, rows  # off unless asked for: it waits on the host
 
 
+def test_a_gated_tenant_gates_again_in_a_new_context(shim: Shim, tmp_path: Path) -> None:
+    # A new context (the first one gone) opens the old gate and forgets its
+    # streams; the word is registered again there (or found registered) and
+    # gates go on.
+    s, path = tenant_of_a_card(shim, tmp_path, None)
+    s = s.with_env(GPUSLICE_COMPUTE_GATES="1", FAKECUDA_KERNEL_NS="1000000")
+    write_card(path, time.monotonic_ns())
+    ops, n = GATED_LAUNCHES["default-stream"]
+    with LeaseForger(path):
+        res = s.run("direct", "init", "pctx", "0", *ops, "sync", "waits", "pctxrel", "0", "ctx", "0",
+                    *ops, "sync", "waits", timeout=60)
+    rows = results(res)
+    assert rc_of(rows, "ctx") == 0 and rc_of(rows, "sync", 1) == 0, rows
+    first, then = value_of(rows, "waits", 0)[1], value_of(rows, "waits", 1)[1]
+    assert 0 < first < then, rows
+    assert s.region().devices[0].compute_launches == 2 * n
+
+
 def test_a_gated_tenant_and_a_capped_one_share_a_card(shim: Shim, tmp_path: Path) -> None:
     # Two real tenants of one card: a capped one taking turns, and an uncapped
     # one with gates that closes its gate while the other holds the card

@@ -21,6 +21,7 @@
 #define HOSTREGISTER_PORTABLE 0x01  /* CU_MEMHOSTREGISTER_PORTABLE: every context sees it */
 #define HOSTREGISTER_DEVICEMAP 0x02 /* CU_MEMHOSTREGISTER_DEVICEMAP: the GPU can read it */
 #define WAIT_VALUE_GEQ 0x0          /* CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*addr - value) >= 0 */
+#define HOST_MEMORY_ALREADY_REGISTERED 712 /* CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED */
 #define LEGACY_STREAM ((CUstream)0x1)
 #define PER_THREAD_STREAM ((CUstream)0x2)
 /* A gate still closed this long after the pacer stopped saying so (its
@@ -64,18 +65,20 @@ static int setup(struct gs_gate *g, CUcontext ctx)
         g->word = m;
         __atomic_store_n(g->word, g->epoch, __ATOMIC_RELEASE); /* open */
     }
-    /* Registered once, portable: a later context finds it registered (or,
-     * if the context that registered it took the registration with it,
-     * registers it again). */
+    /* Registered in every new context: portable, a later one finds it
+     * registered already, unless the context that registered it took the
+     * registration with it. Never a device address of memory not pinned. */
     CUdeviceptr d = 0;
-    if (REAL(cuMemHostGetDevicePointer_v2)(&d, g->word, 0) != CUDA_SUCCESS) {
-        CUresult r = REAL(cuMemHostRegister_v2)(g->word, page,
-                                                HOSTREGISTER_PORTABLE | HOSTREGISTER_DEVICEMAP);
-        if (r != CUDA_SUCCESS || REAL(cuMemHostGetDevicePointer_v2)(&d, g->word, 0) != CUDA_SUCCESS) {
-            GS_LOG(GS_LOG_INFO, "device %d: pinned host memory for a gate refused (%d); no gates",
-                   g->dev, (int)r);
-            return -1;
-        }
+    CUresult r = REAL(cuMemHostRegister_v2)(g->word, page,
+                                            HOSTREGISTER_PORTABLE | HOSTREGISTER_DEVICEMAP);
+    if (r == HOST_MEMORY_ALREADY_REGISTERED)
+        r = CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        r = REAL(cuMemHostGetDevicePointer_v2)(&d, g->word, 0);
+    if (r != CUDA_SUCCESS) {
+        GS_LOG(GS_LOG_INFO, "device %d: pinned host memory for a gate refused (%d); no gates",
+               g->dev, (int)r);
+        return -1;
     }
     g->dword = d;
     g->ctx = ctx;
