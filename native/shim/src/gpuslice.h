@@ -23,6 +23,7 @@
  *   pace_card.c  ... the card file's seats and stamps,
  *   pace_turns.c ... the turns on a shared card
  *   launch.c     kernel launches: fences, the bucket, the card file
+ *   gate.c       gates: a word streams wait at, and the thread that opens it
  */
 #ifndef GPUSLICE_INTERNAL_H
 #define GPUSLICE_INTERNAL_H
