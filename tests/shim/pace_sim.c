@@ -41,7 +41,8 @@
  *   a second), cnn (60 launches of a batch-1 convnet, host-bound, 50 a second); forge (a
  *   hostile tenant without GPU work: every 0.5 ms it renews
  *   a turn for a process that does not exist), forgehigh (the same, saying
- *   high-priority work is queued); cap 0 = uncapped; processes with the same
+ *   high-priority work is queued), forgegap (forge, letting go for 5 ms of
+ *   every 100: no wait outlasts the grace); cap 0 = uncapped; processes with the same
  *   container share one bucket (one cap).
  *   options: high, low (priority; default normal), noshim (no limiter at all:
  *   plain time slicing), idle=FROM-TO (seconds without launches), rate=N
@@ -94,7 +95,7 @@
  * a remainder below it would stop the clock. */
 #define EPS 1e-3
 
-enum { LOOP, REQUEST, FORGE, FORGE_HIGH };
+enum { LOOP, REQUEST, FORGE, FORGE_HIGH, FORGE_GAP };
 /* A program: steps of `per_step` launches, each launch costing the host
  * launch_ns and its kernel kernel_ns of GPU time (every other one kernel2_ns,
  * if set: a model's big and small kernels); with `sync` each step ends with
@@ -148,6 +149,7 @@ static const struct program programs[] = {
     {"cnn", 20e3, 55e3, REQUEST, 5e3, 60, 1, 30e3, 1, 1, 20e6, 0},
     {"forge", 0, 0, FORGE, 0, 0, 0, 0, 0, 0, 0, 0},
     {"forgehigh", 0, 0, FORGE_HIGH, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"forgegap", 0, 0, FORGE_GAP, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #define FORGE_EVERY_NS 0.5e6
 
@@ -449,7 +451,10 @@ static void forge(struct proc *p)
 {
     unsigned long long now = (unsigned long long)T;
     __atomic_store_n(&card.managed_ns, now, __ATOMIC_RELAXED);
-    if (p->prog->kind == FORGE_HIGH) {
+    if (p->prog->kind == FORGE_GAP && fmod(T, 100e6) >= 95e6) {
+        /* Lets go for 5 ms of every 100: no wait it causes outlasts the grace. */
+        __atomic_store_n(&card.turn_owner, 0ull, __ATOMIC_RELAXED);
+    } else if (p->prog->kind == FORGE_HIGH) {
         __atomic_store_n(&card.high_until_ns, now + 4000000ull, __ATOMIC_RELAXED);
     } else {
         __atomic_store_n(&card.turn_owner, 12345ull, __ATOMIC_RELAXED);
@@ -497,6 +502,7 @@ static void run_proc(void)
         switch (p->prog->kind) {
         case FORGE:
         case FORGE_HIGH:
+        case FORGE_GAP:
             forge(p);
             break;
         case REQUEST: {
@@ -908,7 +914,7 @@ int main(int argc, char **argv)
         if (parse_proc(argv[a], &procs[nprocs]) != 0) {
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
                     "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|trainv|eagerloop|request|eager|"
-                    "eagerl|graphreq|decode|cnn|forge|forgehigh, cap 0-100, container 0-%d, "
+                    "eagerl|graphreq|decode|cnn|forge|forgehigh|forgegap, cap 0-100, container 0-%d, "
                     "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;
