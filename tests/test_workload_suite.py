@@ -367,7 +367,7 @@ def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float]) ->
     ref_shares = iter(refs)
     at = 1000.0
     for sc in plan:
-        ref = next(ref_shares) if sc.name == cs.TS_REF else None
+        ref = next(ref_shares) if sc.name == cs.ts_ref("eagerloop") else None
         for t in sc.tenants:
             if t.program == "eagerloop":
                 s = ref if ref is not None else eagerloop.get(sc.name, 1.0)
@@ -387,7 +387,7 @@ def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float]) ->
 def test_compute_share_suite_rows_judge_goal_2(monkeypatch):
     names = [sc.name for sc in cs.scenarios((30,), pairs_only=True, crowds=False,
                                             suite_rows=True)]
-    assert cs.TS_REF in names and "pair eagerloop+30" in names and "pair eagerloop+50" in names
+    assert cs.ts_ref("eagerloop") in names and "pair eagerloop+30" in names and "pair eagerloop+50" in names
     assert names.count("single") == 1 + len(cs.SUITE_CAPS)
     by = judged_suite(monkeypatch, {"pair eagerloop+30": 0.70, "pair eagerloop+50": 0.45},
                       [0.6, 0.6, 0.6])
@@ -396,7 +396,7 @@ def test_compute_share_suite_rows_judge_goal_2(monkeypatch):
     r50 = by[("pair eagerloop+50", "eagerloop", "none")]
     assert r50.result == ct.FAIL and "goal 2" in r50.note
     assert by[("pair eagerloop+50", "matmul", "50")].result == ct.PASS
-    assert by[(cs.TS_REF, "eagerloop", "none")].result == "ref"
+    assert by[(cs.ts_ref("eagerloop"), "eagerloop", "none")].result == "ref"
     assert {r.result for r in by.values() if r.program == "train" and r.cap != "none"} == {
         ct.PASS}
 
@@ -423,7 +423,7 @@ def test_goal_2_judges_each_pair_against_the_time_slicing_runs_around_it(monkeyp
     names = [sc.name for sc in cs.scenarios((30,), pairs_only=True, crowds=False,
                                             suite_rows=True)]
     first = names.index("pair eagerloop+30")
-    assert names[first - 1] == names[first + 1] == names[first + 3] == cs.TS_REF
+    assert names[first - 1] == names[first + 1] == names[first + 3] == cs.ts_ref("eagerloop")
     assert names[first + 2] == "pair eagerloop+50"
     by = judged_suite(monkeypatch, {"pair eagerloop+30": 0.62, "pair eagerloop+50": 0.75},
                       [0.5, 0.7, 0.9])

@@ -98,6 +98,15 @@ static void changed_hands(struct gs_pace_io *io)
     io->wake_word(io, &io->card->seq);
 }
 
+/* A waiter says it still wants the card, in its seat and card-wide (a holder
+ * that sees no want renewed within GS_PACE_WANT_NS forgets it). */
+static void renew_want(struct gpuslice_cardfile *c, struct gpuslice_cardfile_seat *s,
+                       unsigned long long now)
+{
+    store(&s->want_ns, now);
+    store(&c->want_ns, now);
+}
+
 /* The uncapped tenants' turn, when a capped holder leaves them the card: their
  * part of a round of GS_PACE_ROUND_NS, (100 - cap) % of it (the holder's turn,
  * should_yield, is the rest), shared with the other capped processes that
@@ -281,8 +290,7 @@ static void wait_for_turn(struct gs_pacer *p, struct gs_pace_io *io, void *strea
     store(&s->want_since_ns, first);
     __atomic_store_n(&s->flags, capped ? GPUSLICE_CARDFILE_WAITS_CAPPED : 0u, __ATOMIC_RELAXED);
     for (;;) {
-        store(&s->want_ns, now);
-        store(&c->want_ns, now);
+        renew_want(c, s, now);
         unsigned seen = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
         if (!turn_elsewhere(io, now)) {
             if (now < grace_until)
@@ -414,8 +422,7 @@ static int close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     unsigned long long since = load(&s->want_since_ns);
     store(&s->want_since_ns, now);
     __atomic_store_n(&s->flags, GPUSLICE_CARDFILE_GATED, __ATOMIC_RELAXED);
-    store(&s->want_ns, now);
-    store(&c->want_ns, now);
+    renew_want(c, s, now);
     p->gate_refused = io->gate_close(io, stream) != 0;
     if (p->gate_refused) {
         /* The driver would not: we wait on the host, seated as we were. */
@@ -485,10 +492,8 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
     int rank;
     held = held || gs_card_aside_until(c, io->prio, now, &rank);
     if (held && now - since < load(&p->gate_limit_ns)) {
-        if (s) { /* a waiter renews its want, or the holder forgets it */
-            store(&s->want_ns, now);
-            store(&c->want_ns, now);
-        }
+        if (s)
+            renew_want(c, s, now);
         return 0;
     }
     /* Our queued work now competes: a holder taking the card back waits for it. */
