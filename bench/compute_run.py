@@ -43,6 +43,10 @@ LATE_SETUP_LEAD_S = 2.5  # a scenario set up late: its tenants' lead, unless it 
 # The benches' lead: 43 processes' torch imports at once took 12.7-13.7 s on
 # the H200, a request tenant's setup 5-11 s alone (most of it loading kernels).
 LEAD_S = 45.0
+# --gates of compute_share and compute_latency: an uncapped tenant waits for
+# turns on the host, or behind its gate on the GPU (docs/compute-limit.md, Gates).
+GATES_ON = {"GPUSLICE_COMPUTE_GATES": "1"}
+GATES_OFF = {"GPUSLICE_COMPUTE_GATES": "0"}
 
 
 @dataclass
