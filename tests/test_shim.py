@@ -982,6 +982,36 @@ def test_uncapped_neighbour_of_a_capped_tenant_is_watched(shim: Shim, tmp_path: 
     assert len(region.read_card(str(path)).backlog_ns) == 1
 
 
+@pytest.mark.parametrize("managed", [{"GPUSLICE_CORE_LIMIT": "40"},
+                                     {"GPUSLICE_PRIORITY": "high"}], ids=["capped", "high"])
+def test_a_managed_process_stays_on_the_card_while_it_idles(
+        shim: Shim, fake_env, tmp_path: Path, managed: Dict[str, str]) -> None:
+    # Idle past the second after which a stamp is stale, a capped or high
+    # process still says it is here (presence.c): an uncapped neighbour stays
+    # paced, its queue short, instead of queueing as deep as the driver lets it
+    # in front of the next request or turn.
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    s = shim.with_env(**{"GPUSLICE_CORE_LIMIT": None, "FAKECUDA_KERNEL_NS": "100000",
+                         "GPUSLICE_CARD_DIR": str(cards), **managed})
+    p = s.start("gpa", "init", "pctx", "0", "launch", "kernel", "5", "hold")
+    try:
+        wait_held(p)
+        path = card_path(s, cards)
+        time.sleep(1.5)
+        assert time.monotonic_ns() - region.read_card(str(path)).managed_ns < 750_000_000
+        other = Shim(shim.variant, fake_env(2), tmp_path / "other").with_env(
+            GPUSLICE_CORE_LIMIT=None, FAKECUDA_KERNEL_NS="100000", GPUSLICE_CARD_DIR=str(cards))
+        other.run("gpa", "init", "pctx", "0", "launch", "kernel", "20")
+        assert other.region().devices[0].compute_launches == 20  # every one followed
+    finally:
+        release(p)
+    # Gone: nobody says it any more, and the neighbours go back to the free path.
+    gone = region.read_card(str(path)).managed_ns
+    time.sleep(0.6)
+    assert region.read_card(str(path)).managed_ns == gone
+
+
 def test_stale_capped_mark_is_cleared(shim: Shim, tmp_path: Path) -> None:
     cards = tmp_path / "cards"
     cards.mkdir()

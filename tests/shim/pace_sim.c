@@ -412,6 +412,20 @@ static void io_gate_open(struct gs_pace_io *io)
 
 /* ------------------------------------------------------------ processes */
 
+/* The shim's presence thread (presence.c): a capped or prioritised process
+ * says it is on the card every GS_PACE_PRESENCE_NS while it lives, launching
+ * or not; here at the tick before any launch, which is when it is read. */
+static void presence(void)
+{
+    unsigned long long tick = (unsigned long long)(T / GS_PACE_PRESENCE_NS) * GS_PACE_PRESENCE_NS;
+    for (int j = 0; j < nprocs && tick; j++) {
+        const struct proc *q = &procs[j];
+        if (!q->noshim && (q->cap || q->prio != GPUSLICE_PRIORITY_NORMAL) &&
+            __atomic_load_n(&card.managed_ns, __ATOMIC_RELAXED) < tick)
+            __atomic_store_n(&card.managed_ns, tick, __ATOMIC_RELAXED);
+    }
+}
+
 static void launch_one(struct proc *p)
 {
     /* A cold host launches at half speed until it has lost wake_ns. */
@@ -425,6 +439,7 @@ static void launch_one(struct proc *p)
     double t0 = T;
     /* As launch.c: an uncapped normal process is paced only while a capped
      * or prioritised tenant is on the card. */
+    presence();
     unsigned long long m = __atomic_load_n(&card.managed_ns, __ATOMIC_RELAXED);
     int paced = !p->noshim && (p->cap || p->prio != GPUSLICE_PRIORITY_NORMAL || m);
     p->slept_ns = 0;

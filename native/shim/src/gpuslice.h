@@ -24,6 +24,7 @@
  *   pace_turns.c ... the turns on a shared card
  *   launch.c     kernel launches: fences, the bucket, the card file
  *   gate.c       gates: a word streams wait at, and the thread that opens it
+ *   presence.c   a capped or prioritised process's presence on its cards, kept by a thread
  */
 #ifndef GPUSLICE_INTERNAL_H
 #define GPUSLICE_INTERNAL_H

@@ -19,6 +19,7 @@
 #include "gate.h"
 #include "gpuslice.h"
 #include "pace.h"
+#include "presence.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -488,7 +489,8 @@ static void begin(struct launch *L, CUstream s, int ptsz)
     }
     pthread_mutex_lock(&pd->mu);
     enter(pd);
-    card_of(pd, dev);
+    if (card_of(pd, dev) && __atomic_load_n(&gs_pace_mode, __ATOMIC_RELAXED) == 1)
+        gs_presence_note(dev, pd->io.card);
     if (pd->ctx != ctx) {
         /* A new context: the old one's events are not ours to touch, nor
          * its streams that wait at our gate (opened). The watcher reads
@@ -639,4 +641,5 @@ void gs_launch_fork_child(void)
     t_ctx = NULL;
     t_dev = -1;
     card_token = gs_unique_id();
+    gs_presence_fork_child();
 }

@@ -36,6 +36,7 @@
 #define GS_PACE_BACKLOG_NS 5000000ull   /* a seat's backlog counts this long past its end */
 #define GS_PACE_AHEAD_NS 100000000ull   /* furthest ahead a stamp may be; beyond is garbage */
 #define GS_PACE_STALE_NS 1000000000ull  /* no managed tenant seen for this long: none left */
+#define GS_PACE_PRESENCE_NS 250000000ull /* a capped or prioritised process says it is here this often */
 #define GS_PACE_LEASE_NS 500000ull      /* a turn lapses this long after its holder's queue */
 #define GS_PACE_PASS_NS 1000000ull      /* lease of a turn passed to a waiter, until it renews it */
 #define GS_PACE_ROUND_NS 20000000ull    /* a round of turns beside uncapped tenants: its two hand-overs cost 2 % */
