@@ -70,14 +70,8 @@ void gs_ctx_cost_prepare(void)
 {
     /* Loading and starting NVML takes ~10 ms: done beside cuInit (~200 ms),
      * not in front of the first context. */
-    pthread_t t;
-    pthread_attr_t a;
-    if (pthread_attr_init(&a) != 0)
-        return;
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &a, prepare_thread, NULL) != 0)
+    if (gs_thread_start(prepare_thread, NULL, "gpuslice-nvml") != 0)
         nvml_up();
-    pthread_attr_destroy(&a);
 }
 
 static nvmlDevice_t handle(int dev)

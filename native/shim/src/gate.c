@@ -7,11 +7,10 @@
  * opened once stays open for the waits of that period however late they
  * were queued, and a new period needs no reset of the word.
  */
-#define _GNU_SOURCE /* pthread_setname_np */
+#define _GNU_SOURCE /* syscall */
 #include "gate.h"
 
 #include <linux/futex.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -153,22 +152,10 @@ static void *watch(void *arg)
 
 static int start_watcher(struct gs_gate *g)
 {
-    /* The application's signals are not for this thread. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int r = pthread_create(&t, &a, watch, g);
-    pthread_attr_destroy(&a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (r != 0) {
+    if (gs_thread_start(watch, g, "gpuslice-gate") != 0) {
         GS_LOG(GS_LOG_INFO, "device %d: no thread for the gate's watcher; no gates", g->dev);
         return -1;
     }
-    pthread_setname_np(t, "gpuslice-gate");
     g->watching = 1;
     GS_LOG(GS_LOG_INFO, "device %d: gates on (the first closed)", g->dev);
     return 0;

@@ -25,6 +25,7 @@
  *   launch.c     kernel launches: fences, the bucket, the card file
  *   gate.c       gates: a word streams wait at, and the thread that opens it
  *   presence.c   a capped or prioritised process's presence on its cards, kept by a thread
+ *   thread.c     starting the shim's own threads
  */
 #ifndef GPUSLICE_INTERNAL_H
 #define GPUSLICE_INTERNAL_H
@@ -155,6 +156,8 @@ void *gs_wrapper_for(void *real);
 /* --------------------------------------------------------------- region.c */
 
 unsigned long long gs_now_ns(void); /* CLOCK_MONOTONIC */
+/* A detached thread of the shim's, named, every signal blocked in it; 0, or -1. */
+int gs_thread_start(void *(*fn)(void *), void *arg, const char *name);
 /* A random id, never 0: a process's card-file token. */
 unsigned long long gs_unique_id(void);
 

@@ -7,15 +7,12 @@
  * a high decode request after a second of idling beside a matmul loop
  * took 356 ms, alone 90).
  */
-#define _GNU_SOURCE /* pthread_setname_np */
 #include "presence.h"
 
 #include "gpuslice.h"
 #include "pace.h"
 
 #include <gpuslice/limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <time.h>
 
 static struct gpuslice_cardfile *cards[GPUSLICE_MAX_DEVICES];
@@ -47,24 +44,10 @@ static void *say(void *arg)
 
 static void start(void)
 {
-    /* The application's signals are not for this thread. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int r = pthread_create(&t, &a, say, NULL);
-    pthread_attr_destroy(&a);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (r != 0) {
+    if (gs_thread_start(say, NULL, "gpuslice-here") != 0)
         /* Said at every launch instead, as before: neighbours go unpaced
          * a second after our last. */
         GS_LOG(GS_LOG_INFO, "compute: no thread to say we are on the card between launches");
-        return;
-    }
-    pthread_setname_np(t, "gpuslice-here");
 }
 
 void gs_presence_note(int dev, struct gpuslice_cardfile *c)
