@@ -251,12 +251,47 @@ def measure_context() -> None:
     measured("context + 1 tensor, torch, no shim (MiB)", used // MIB)
 
 
+PRESENCE = """
+import time, torch
+a = torch.ones(1024, 1024, device="cuda")
+(a @ a).sum().item()
+print("ready", flush=True)
+time.sleep(3)
+"""
+
+
+def scenario_presence() -> None:
+    """A high-priority process idle past a second still says it is on the card
+    (presence.c): its thread stamps managed_ns every 250 ms on the real driver."""
+    sys.path.insert(0, str(REPO))
+    from ocihook import region  # the shim's card file, as the exporter reads it
+
+    state = Path(tempfile.mkdtemp(prefix="gs-state-"))
+    cards = state / "cards"
+    cards.mkdir()
+    cards.chmod(0o1777)
+    env = shim_env("4GiB", state, GPUSLICE_PRIORITY="high", GPUSLICE_CARD_DIR=str(cards))
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(PRESENCE)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = p.stdout.readline().strip() == "ready"
+        time.sleep(1.5)  # idle past GS_PACE_STALE_NS (1 s)
+        uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+        uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        age_ms = (time.monotonic_ns() - region.read_card(str(cards / uuid)).managed_ns) / 1e6
+    finally:
+        p.wait(timeout=60)
+    ok = ready and p.returncode == 0 and age_ms < 750
+    check("presence: high, idle 1.5 s: its card stamp's age", "< 750 ms",
+          f"{age_ms:.0f} ms" if ready else f"not ready: {p.stderr.read()[-200:]}", ok)
+
+
 def main() -> int:
     subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
     pynvml.nvmlInit()
     for scenario in (measure_context, scenario_caps, scenario_pool_keeps, scenario_smi,
                      scenario_fill_one,
-                     scenario_shared_cap, scenario_sigkill):
+                     scenario_shared_cap, scenario_sigkill, scenario_presence):
         try:
             scenario()
         except Exception as e:  # one broken scenario must not hide the others' results
