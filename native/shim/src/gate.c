@@ -7,14 +7,11 @@
  * opened once stays open for the waits of that period however late they
  * were queued, and a new period needs no reset of the word.
  */
-#define _GNU_SOURCE /* syscall */
+#define _GNU_SOURCE /* MAP_ANONYMOUS */
 #include "gate.h"
 
-#include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #define HOSTREGISTER_PORTABLE 0x01  /* CU_MEMHOSTREGISTER_PORTABLE: every context sees it */
@@ -105,13 +102,6 @@ static int wait_at(struct gs_gate *g, CUstream s, unsigned epoch)
     return REAL(cuStreamWaitValue32_v2)(s, g->dword, epoch, WAIT_VALUE_GEQ) == CUDA_SUCCESS ? 0 : -1;
 }
 
-static void futex_wait(unsigned *word, unsigned seen, int shared, unsigned long long ns)
-{
-    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    syscall(SYS_futex, word, shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, seen, ns ? &ts : NULL,
-            NULL, 0);
-}
-
 /* The watcher: asleep while the gate is open; while it is closed, a look
  * every GS_PACE_POLL_NS and whenever the card's seq changes (a turn ends,
  * a want or a window changes). It calls into the pacer only through
@@ -124,7 +114,7 @@ static void *watch(void *arg)
     for (;;) {
         unsigned epoch = __atomic_load_n(&g->epoch, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(g->word, __ATOMIC_RELAXED) == epoch) {
-            futex_wait(&g->epoch, epoch, 0, 0);
+            gs_futex_wait(&g->epoch, epoch, 0, GS_FUTEX_FOREVER);
             stray = 0;
             continue;
         }
@@ -145,7 +135,7 @@ static void *watch(void *arg)
         }
         pthread_mutex_unlock(&g->look);
         if (!opened)
-            futex_wait(&c->seq, seen, 1, GS_PACE_POLL_NS);
+            gs_futex_wait(&c->seq, seen, 1, GS_PACE_POLL_NS);
     }
     return NULL;
 }
@@ -177,7 +167,7 @@ int gs_gate_close(struct gs_gate *g, CUcontext ctx, CUstream s)
     *period_of(g, s) = epoch;
     /* Release: the watcher that sees the new period sees the wait queued. */
     __atomic_store_n(&g->epoch, epoch, __ATOMIC_RELEASE);
-    syscall(SYS_futex, &g->epoch, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    gs_futex_wake(&g->epoch, 0);
     return 0;
 }
 

@@ -25,7 +25,7 @@
  *   launch.c     kernel launches: fences, the bucket, the card file
  *   gate.c       gates: a word streams wait at, and the thread that opens it
  *   presence.c   a capped or prioritised process's presence on its cards, kept by a thread
- *   thread.c     starting the shim's own threads
+ *   thread.c     starting the shim's own threads; the futex they wait on
  */
 #ifndef GPUSLICE_INTERNAL_H
 #define GPUSLICE_INTERNAL_H
@@ -158,6 +158,13 @@ void *gs_wrapper_for(void *real);
 unsigned long long gs_now_ns(void); /* CLOCK_MONOTONIC */
 /* A detached thread of the shim's, named, every signal blocked in it; 0, or -1. */
 int gs_thread_start(void *(*fn)(void *), void *arg, const char *name);
+/* Sleep while *word is `seen`, at most ns (GS_FUTEX_FOREVER: unbounded);
+ * shared: the word lies in a file others map too (the card file). A wake-up
+ * proves nothing: the caller looks again. */
+#define GS_FUTEX_FOREVER (~0ull)
+void gs_futex_wait(unsigned *word, unsigned seen, int shared, unsigned long long ns);
+/* Wake every waiter on *word. */
+void gs_futex_wake(unsigned *word, int shared);
 /* A random id, never 0: a process's card-file token. */
 unsigned long long gs_unique_id(void);
 

@@ -22,12 +22,10 @@
 #include "presence.h"
 
 #include <errno.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -311,14 +309,13 @@ static void io_wait_word(struct gs_pace_io *io, unsigned *word, unsigned seen,
                          unsigned long long ns)
 {
     holding(io);
-    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
+    gs_futex_wait(word, seen, 1, ns);
 }
 
 static void io_wake_word(struct gs_pace_io *io, unsigned *word)
 {
     (void)io;
-    syscall(SYS_futex, word, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+    gs_futex_wake(word, 1);
 }
 
 /* A few microseconds awake (a waiter about to be handed the card). */
