@@ -13,7 +13,10 @@ AdamW, a sync per step), eagerloop (an eager transformer forward, the
 suite's eager-s, a sync per pass: a busy tenant of many kernels), latency (a
 request every 10 ms: two fp16 2048x2048 torch.mm, then it waits for them;
 the latency of each, from before its first launch to after the wait, on the
-host's clock) or requests (the suite's request shapes, bench/suite.py: the
+host's clock), idle (one small launch in its warm-up, then nothing: run
+high-priority under the shim, a tenant that stays on the card while it
+idles, docs/compute-limit.md, presence) or requests (the suite's request
+shapes, bench/suite.py: the
 phases in FILE one after another, each a shape at an arrival for some
 seconds; latency from each request's arrival to its answer on the host, so
 that queueing counts; the models are built once for all phases).
@@ -54,19 +57,19 @@ import suite  # noqa: E402  (bench/ is on sys.path: this file's folder)
 import workloads  # noqa: E402
 
 PROGRAMS = ("matmul", "tiny", "graph", "triton", "bigmm", "train", "eagerloop", "latency",
-            "requests")
+            "idle", "requests")
 # Generous guesses of uncapped units/s on an H200, to size the event pool.
 RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "triton": 8000, "bigmm": 300,
-              "train": 1500, "eagerloop": 2000, "latency": 120}
+              "train": 1500, "eagerloop": 2000, "latency": 120, "idle": 1}
 # Units the CPU may queue ahead of the GPU: keeps the GPU fed, yet bounds the
 # queue so the GPU stops soon after the loop does (the next run is scheduled).
 # 0: a sync after every unit, as a training loop (loss.item()) or a loop of
 # forward passes that uses each result does.
 AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "train": 0,
-         "eagerloop": 0, "latency": 1}
+         "eagerloop": 0, "latency": 1, "idle": 0}
 # Units between two clock reads; one tiny or graph unit is long enough alone.
 CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "train": 1,
-               "eagerloop": 1, "latency": 1}
+               "eagerloop": 1, "latency": 1, "idle": 1}
 # Busy programs whose weights bench/workloads.py builds (workloads.Models).
 SUITE_BUSY = ("train", "eagerloop")
 REQUEST_EVERY_S = 0.010  # the latency tenant's period
@@ -108,8 +111,10 @@ def make_unit(program: str, models: Optional["workloads.Models"]) -> Callable[[]
             torch.mm(x, x, out=y)
             torch.mm(y, x, out=z)
         return request
-    if program == "tiny":
+    if program in ("tiny", "idle"):
         x = torch.zeros(256, device=dev, dtype=torch.float32)
+        if program == "idle":
+            return lambda: x.add_(1.0)
 
         def tiny() -> None:
             for _ in range(100):
@@ -310,6 +315,13 @@ def main() -> None:
         os.sched_setaffinity(0, {args.cpu})
 
     def loop(until: float) -> int:
+        if prog == "idle":
+            if warm_units:  # launched in the warm-up: from now on it only idles
+                sleep_until(until)
+                return 0
+            unit()
+            torch.cuda.synchronize()
+            return 1
         if prog == "latency":
             return run_requests(unit, events, until, latency)
         return run_loop(unit, events, until, AHEAD[prog], CHECK_EVERY[prog])

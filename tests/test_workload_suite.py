@@ -409,7 +409,8 @@ def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float]) ->
                 s = 1.0 if t.cap is None else t.cap / 100
             t.data = {"setup_monotonic": at - 2, "warmup_monotonic": at - 0.5,
                       "start_monotonic": at, "end_monotonic": at + SUITE_SECONDS + 0.3,
-                      "late_s": 0.0, "done_s": fake_busy(SUITE_SECONDS + 0.25, s)}
+                      "late_s": 0.0, "done_s": [] if t.program == "idle" else
+                      fake_busy(SUITE_SECONDS + 0.25, s)}
         at += SUITE_SECONDS + 5
     monkeypatch.setattr(cs, "clocks", cr.Clocks([]), raising=False)
     rows, _ = cs.analyse(plan, SUITE_SECONDS)
@@ -431,6 +432,30 @@ def test_compute_share_suite_rows_judge_goal_2(monkeypatch):
     assert by[(cs.ts_ref("eagerloop"), "eagerloop", "none")].result == "ref"
     assert {r.result for r in by.values() if r.program == "train" and r.cap != "none"} == {
         ct.PASS}
+
+
+def test_compute_share_suite_reports_what_an_idle_high_tenant_costs_its_neighbours(
+        monkeypatch):
+    # Presence keeps an uncapped process paced while a high-priority tenant
+    # idles on its card: each busy program runs beside one, between its own
+    # baselines, and its throughput is reported against them.
+    plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True)
+    names = [sc.name for sc in plan]
+    for prog in ("matmul", "eagerloop", "train"):
+        i = names.index(cs.beside_idle(prog))
+        progs = sorted(t.program for t in plan[i].tenants)
+        assert progs == sorted([prog, "idle"])
+        idle = next(t for t in plan[i].tenants if t.program == "idle")
+        assert idle.priority == "high" and idle.shim and idle.cap is None
+        assert "GPUSLICE_PRIORITY" not in idle.env  # set by tenant_env, from priority
+        assert cr.tenant_env(idle, Path("/s"), Path("/c"))["GPUSLICE_PRIORITY"] == "high"
+        for j in (i - 1, i + 1):  # between two baselines of the busy program
+            assert names[j] == "baseline" and plan[j].tenants[0].program == prog
+    by = judged_suite(monkeypatch, {cs.beside_idle("eagerloop"): 0.97}, [0.6, 0.6, 0.6])
+    busy = by[(cs.beside_idle("eagerloop"), "eagerloop", "none")]
+    assert busy.result == "report" and 96 <= min(busy.shares) <= max(busy.shares) <= 98, busy
+    idle_row = by[(cs.beside_idle("eagerloop"), "idle", "none")]
+    assert idle_row.result == "report" and "idle" in idle_row.note
 
 
 def test_goal_2_judges_the_training_loop_against_its_own_references(monkeypatch):
