@@ -701,3 +701,121 @@ def test_a_cost_per_wake_up_as_a_what_if_gives_the_h200s_figures(sim: Path) -> N
     assert plain == work("a:matmul:0:0:noshim", "b:eagerloop:0:1:noshim:wake=4")
     assert 0.85 <= work("a:matmul:30:0", "b:eagerloop:0:1:wake=4") / plain <= 0.95
     assert 0.5 <= work("a:matmul:50:0", "b:eagerloop:0:1:wake=4") / plain <= 0.6
+
+
+# ------------------------------------------------------------ outside checks
+# The pacer was judged on the suite's shapes (SHAPES; matmul, train and long
+# kernels beside them; caps 30, 50 and 90). These check it on shapes and
+# sizes the suite does not have, given to pace_sim by their figures: request
+# tenants from a small GPU-bound MLP to 25 steps of 9 ms (a diffusion
+# model's), neighbours from 120 us kernels to one 3 ms kernel in ten, caps
+# 40 and 70. The bounds are the contract's; where a shape falls short, the
+# shortfall is named here and in docs/compute-limit.md (What is left).
+OUTSIDE_SHAPES = {
+    "mlp": "req,k=90,l=8,n=12,h=20,r=60",  # 12 GPU-bound kernels, 1.1 ms of work
+    "bert": "req,k=4,k2=9,l=9,n=400,h=40,r=15",  # 400 launches, host-bound
+    "whisper": "req,k=20,k2=5,l=11,n=60,h=150,t=8-24,r=8",  # 8-24 tokens of 60 launches
+    "twograph": "req,k=3200,l=25,n=2,h=30,r=40",  # two 3.2 ms graph replays
+    "rpc": "req,k=30,l=6,n=3,h=5,r=400",  # 90 us of work, 400 a second
+    "diffusion": "req,k=9000,l=20,n=1,h=50,t=20-30,r=1",  # 20-30 steps of 9 ms
+}
+OUTSIDE_NEIGHBOURS = {
+    "k120": "loop,k=120,l=9",  # GPU-bound, kernels shorter than a fence
+    "step": "loop,k=60,k2=8,l=14,n=120,h=300",  # a host-bound step, a sync each
+    "k1100": "loop,k=1100,l=12",  # kernels of a millisecond
+    "uneven": "loop,k=3000,k2=40,every=10,l=20,n=50,h=500",  # one 3 ms kernel in ten
+}
+OUTSIDE_CAPS = (40, 70)
+# Goal 1's named shortfall: a host-bound request of hundreds of launches
+# beside the uneven loop, periodic: the loop's seat counts its launches at
+# their average and hides the 3 ms kernel in flight, so a normal guest keeps
+# a short queue and waits out a time slice at its fences (1.23-1.25 x plain
+# time slicing). A high one queues on once its fences show it (pace.c).
+OUTSIDE_G1_SHORT = {("bert", "", "uneven"): 1.3}
+
+
+def outside_plain(sim: Path, spec: str, arrival: str, neighbour: str) -> float:
+    return simulate(sim, 6, f"l:{spec}:0:0{arrival}:noshim",
+                    f"n:{neighbour}:0:1:noshim")["l"].latency[1]
+
+
+@pytest.mark.parametrize("shape", sorted(OUTSIDE_SHAPES))
+def test_outside_shapes_wait_no_longer_than_time_slicing(sim: Path, shape: str) -> None:
+    # Goal 1 and the contract's floor: a normal tenant's p99 beside a capped
+    # neighbour at most plain time slicing's (1 % for the simulator's
+    # resolution), and a high one's never longer than with no shim at all.
+    # The capped neighbour never above its cap in a window.
+    spec = OUTSIDE_SHAPES[shape]
+    for arrival in ARRIVALS:
+        for nname, neighbour in OUTSIDE_NEIGHBOURS.items():
+            plain = outside_plain(sim, spec, arrival, neighbour)
+            limit = OUTSIDE_G1_SHORT.get((shape, arrival, nname), 1.01) * plain
+            for cap in OUTSIDE_CAPS:
+                run = simulate(sim, 6, f"l:{spec}:0:0{arrival}", f"n:{neighbour}:{cap}:1")
+                assert run["l"].latency[1] <= limit, (shape, arrival, nname, cap,
+                                                      run["l"].latency, plain)
+                assert all(s <= cap + TOLERANCE for s in settled(run["n"].share)), (
+                    shape, arrival, nname, cap, run["n"].share)
+            for cap in (0,) + OUTSIDE_CAPS:
+                run = simulate(sim, 6, f"l:{spec}:0:0{arrival}:high", f"n:{neighbour}:{cap}:1")
+                assert run["l"].latency[1] <= 1.02 * plain, (shape, arrival, nname, cap,
+                                                             run["l"].latency, plain)
+
+
+@pytest.mark.parametrize("shape", sorted(set(OUTSIDE_SHAPES) - {"diffusion"}))
+def test_outside_high_priority_beside_short_kernels_waits_a_hand_over_at_most(
+        sim: Path, shape: str) -> None:
+    # Goal 3 where the hardware allows it: beside a capped neighbour whose
+    # kernels are shorter than a fence, high work waits one hand-over at most
+    # (the bound the suite's shapes meet). Beside kernels of a millisecond
+    # and more it waits out the GPU's time slice (2 ms) whatever the pacer
+    # does; diffusion's requests outlast the courtesy a neighbour saves (a
+    # victim of forged high work keeps half its time, Trust); an uncapped
+    # neighbour beside high work more than half the time (rpc: each request
+    # and the half millisecond after it) runs out of courtesy likewise: all
+    # three named in docs/compute-limit.md.
+    spec = OUTSIDE_SHAPES[shape]
+    for arrival in ARRIVALS:
+        alone = simulate(sim, 6, f"l:{spec}:0:0{arrival}:noshim")["l"].latency[1]
+        for nname in ("k120", "step"):
+            for cap in OUTSIDE_CAPS:
+                run = simulate(sim, 6, f"l:{spec}:0:0{arrival}:high",
+                               f"n:{OUTSIDE_NEIGHBOURS[nname]}:{cap}:1")
+                assert run["l"].latency[1] <= 1.2 * alone + 1.5, (
+                    shape, arrival, nname, cap, run["l"].latency, alone)
+
+
+@pytest.mark.parametrize("nname", ["k120", "k1100", "step"])
+def test_outside_neighbours_keep_their_cap_beside_requests(sim: Path, nname: str) -> None:
+    # Goal 4 beside every outside shape but diffusion: the capped loop's
+    # throughput within 2 points of its cap, less what the requests claimed
+    # (the suite's rule: the time a request was open and the hand-back after
+    # it, 1.5 points for the hand-overs). Beside diffusion's requests of
+    # 225 ms a 40 got 27-32 of the 65-77 % they left: it stood aside for each
+    # longer than its bucket holds credit (20 ms), named in docs.
+    neighbour = OUTSIDE_NEIGHBOURS[nname]
+    for shape in sorted(set(OUTSIDE_SHAPES) - {"diffusion"}):
+        for arrival in ARRIVALS:
+            for cap in OUTSIDE_CAPS:
+                run = simulate(sim, 6, f"l:{OUTSIDE_SHAPES[shape]}:0:0{arrival}",
+                               f"n:{neighbour}:{cap}:1")
+                per_request = 1 + ASIDE_MS / max(run["l"].latency[0], 0.1)
+                claimed = statistics.mean(settled(run["l"].open)) * per_request
+                shares = settled(run["n"].share)
+                assert all(s <= cap + TOLERANCE for s in shares), (shape, arrival, cap, shares)
+                assert statistics.mean(shares) >= min(cap, 100 - claimed) - TOLERANCE - 1.5, (
+                    shape, arrival, nname, cap, shares, claimed)
+
+
+def test_a_program_given_by_its_figures_runs_as_given(sim: Path) -> None:
+    # The outside checks' shapes are read from the command line: a request
+    # of 12 kernels of 90 us is 1.1 ms of GPU work; a malformed or
+    # out-of-range figure is refused with the usage line.
+    run = simulate(sim, 4, "l:req,k=90,l=8,n=12,h=20,r=60:0:0:noshim")
+    assert 1.08 <= run["l"].latency[0] <= 1.3, run["l"].latency
+    loop = simulate(sim, 3, "n:loop,k=120,l=9:0:0")
+    assert all(99 <= c <= 100.5 for c in settled(loop["n"].cardtime)), loop["n"].cardtime
+    for bad in ("req", "req,k=0", "req,zz=1", "loop,k=90,r=5", "req,k=90,t=5-2", "mat,k=90"):
+        res = subprocess.run([str(sim), "3", f"l:{bad}:0:0"], capture_output=True, text=True)
+        assert res.returncode == 2 and "bad process" in res.stderr and "req,..." in res.stderr, (
+            bad, res.stderr)

@@ -56,6 +56,11 @@
  *   and WAKE_NS after the card's seq changed), gatefail (its shim has
  *   gates, but the driver refuses every wait: each close fails, and it
  *   waits for turns on the host)
+ *   program may also be given by its figures, for shapes the suite does not
+ *   have: req,KEY=V,... (a request tenant) or loop,KEY=V,... with k=US (a
+ *   kernel), k2=US (every other kernel; with every=N all but one in N), l=US
+ *   (a launch on the host), n=N (launches a step), h=US (host work after the
+ *   step's sync), t=MIN-MAX (steps a request), r=N (requests a second)
  * Prints per process: "share <name> <w0> <w1> ..." percent per 1 s window of
  * the kernels it completed, against the same program alone and uncapped
  * (simulated first, in the same run); "cardtime <name> <w0> ...", percent
@@ -798,8 +803,60 @@ static void simulate(double seconds)
     }
 }
 
+/* Programs given by their figures on the command line (shapes the suite
+ * does not have: the outside checks), one per process at most. */
+static struct program custom[MAX_PROCS];
+static int ncustom;
+
+/* "req,KEY=V,..." or "loop,KEY=V,...": k kernel us, k2 every other (or with
+ * every=N: all but one in N) kernel us, l launch us, n launches a step, h
+ * host us after the step's sync, t=MIN-MAX steps a request, r requests a
+ * second. NULL if malformed or out of range. */
+static const struct program *program_given(const char *spec)
+{
+    char buf[128], *save = NULL;
+    if (ncustom == MAX_PROCS || strlen(spec) >= sizeof buf)
+        return NULL;
+    strcpy(buf, spec);
+    char *kind = strtok_r(buf, ",", &save);
+    struct program g = {"custom", 0, 10e3, LOOP, 0, 1, 0, 0, 1, 1, 0, 0};
+    if (strcmp(kind, "req") == 0)
+        g.kind = REQUEST, g.sync = 1, g.every_ns = NS / 10;
+    else if (strcmp(kind, "loop") != 0)
+        return NULL;
+    for (char *kv; (kv = strtok_r(NULL, ",", &save));) {
+        double v, w;
+        char tail;
+        if (sscanf(kv, "k=%lf%c", &v, &tail) == 1 && v > 0 && v <= 1e6)
+            g.kernel_ns = v * 1e3;
+        else if (sscanf(kv, "k2=%lf%c", &v, &tail) == 1 && v > 0 && v <= 1e6)
+            g.kernel2_ns = v * 1e3;
+        else if (sscanf(kv, "every=%lf%c", &v, &tail) == 1 && v >= 2 && v <= 1000)
+            g.long_every = (int)v;
+        else if (sscanf(kv, "l=%lf%c", &v, &tail) == 1 && v > 0 && v <= 1e4)
+            g.launch_ns = v * 1e3;
+        else if (sscanf(kv, "n=%lf%c", &v, &tail) == 1 && v >= 1 && v <= 2000)
+            g.per_step = (int)v;
+        else if (sscanf(kv, "h=%lf%c", &v, &tail) == 1 && v >= 0 && v <= 1e6)
+            g.host_ns = v * 1e3, g.sync = 1;
+        else if (sscanf(kv, "t=%lf-%lf%c", &v, &w, &tail) == 2 && v >= 1 && w >= v && w <= 1000)
+            g.steps_min = (int)v, g.steps_max = (int)w;
+        else if (sscanf(kv, "r=%lf%c", &v, &tail) == 1 && v > 0 && v <= 10000 &&
+                 g.kind == REQUEST)
+            g.every_ns = NS / v;
+        else
+            return NULL;
+    }
+    if (g.kernel_ns <= 0)
+        return NULL;
+    custom[ncustom] = g;
+    return &custom[ncustom++];
+}
+
 static const struct program *program_named(const char *name)
 {
+    if (strchr(name, ','))
+        return program_given(name);
     for (size_t i = 0; i < sizeof programs / sizeof programs[0]; i++)
         if (strcmp(programs[i].name, name) == 0)
             return &programs[i];
@@ -929,7 +986,7 @@ int main(int argc, char **argv)
         if (parse_proc(argv[a], &procs[nprocs]) != 0) {
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
                     "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|trainv|eagerloop|request|eager|"
-                    "eagerl|graphreq|decode|cnn|forge|forgehigh|forgegap, cap 0-100, container 0-%d, "
+                    "eagerl|graphreq|decode|cnn|forge|forgehigh|forgegap|req,...|loop,..., cap 0-100, container 0-%d, "
                     "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;

@@ -318,6 +318,14 @@ static unsigned long long queue_bound(const struct gs_pacer *p, unsigned long lo
     return opened && now - opened < batch ? opened + batch - now + bound : bound;
 }
 
+static int behind_others(const struct gs_pacer *p)
+{
+    /* A wait for our oldest fence that outlasts what a short queue of our
+     * own holds (GS_PACE_QUEUE_NS and a launch), twice: the GPU ran
+     * someone else's work first. */
+    return p->blocked_ns > 2 * GS_PACE_QUEUE_NS + p->per_launch_ns;
+}
+
 static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
                         unsigned long long now)
 {
@@ -364,15 +372,28 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
      * with no shim). Only while another's work is in flight (else a short
      * queue costs it nothing), and still bounded: by the ring (every launch
      * fenced, so what it has queued is known) and by its first service
-     * left (work queued past that would run as it stops being first). */
+     * left (work queued past that would run as it stops being first).
+     * Another's work is in flight when its seat says so, or, for an
+     * uncapped high process, when its own fences lately took longer than
+     * its own queue explains: a neighbour's seat counts its launches at
+     * their average, and one long kernel in ten (3 ms among 40 us ones)
+     * hides behind that average (a host-bound request of 400 launches
+     * beside it took 13.3 ms at p99 as high priority, 7.6 with no shim;
+     * now 6.2, 3.65 alone, simulated). Not a guest's: a busy tenant whose
+     * syncs idle it between passes is a guest too, and queued deep into a
+     * capped turn (two 40s beside an eager loop dipped to 37). Once behind
+     * others it stays deep until its own waits are short again (the ring
+     * still bounds it). */
     if (p->gated && __atomic_load_n(&p->gate_since_ns, __ATOMIC_ACQUIRE)) {
         /* Behind a closed gate: as much as the ring holds, the rest of the
          * ring waits for the watcher to open it (wait_oldest blocks). */
         while (p->count >= GS_PACE_RING - 1)
             wait_oldest(p, io);
         __atomic_store_n(&p->gate_queued_ns, gs_pace_queued_ns(p), __ATOMIC_RELAXED);
-    } else if (taking_turns && (io->prio == GPUSLICE_PRIORITY_HIGH || (p->guest_since_ns && p->per_launch_ns)) &&
-        gs_card_others_queued_ns(c, io->seat, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS) {
+    } else if (taking_turns &&
+               (io->prio == GPUSLICE_PRIORITY_HIGH || (p->guest_since_ns && p->per_launch_ns)) &&
+               (gs_card_others_queued_ns(c, io->seat, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS ||
+                (io->prio == GPUSLICE_PRIORITY_HIGH && !cap && behind_others(p)))) {
         while (p->count >= GS_PACE_RING - 1 ||
                (p->count > 1 && io->prio != GPUSLICE_PRIORITY_HIGH &&
                 (long long)gs_pace_queued_ns(p) > p->guest_credit_ns))
