@@ -48,6 +48,8 @@ class Proc:
     maxgap: float = 0.0      # ms without a kernel done, after 1 s
     maxwait: float = 0.0     # ms one launch was held back for others, after 1 s
     latency: Tuple[float, float, float] = (0.0, 0.0, 0.0)  # p50, p99, max in ms
+    launches: int = 0        # all its launches
+    ticketed: int = 0        # of those after 1 s, the ones on tickets (a quiet card)
     open: List[float] = field(default_factory=list)  # % of each window it had a request open
 
 
@@ -79,6 +81,8 @@ def simulate(sim: Path, seconds: int, *procs: str, turns: bool = True) -> Run:
             setattr(p, word, values)
         elif word in ("charged", "maxgap", "maxwait"):
             setattr(p, word, values[0])
+        elif word in ("launches", "ticketed"):
+            setattr(p, word, int(values[0]))
         elif word == "latency":
             p.latency = (values[0], values[1], values[2])
     return Run(out, executing)
@@ -499,6 +503,26 @@ def test_sparse_high_priority_requests_beside_a_busy_uncapped_loop(sim: Path, sh
     alone = simulate(sim, 8, f"l:{shape}:0:0:poisson:rate=0.5:noshim")["l"].latency[1]
     run = simulate(sim, 8, f"l:{shape}:0:0:poisson:rate=0.5:high", "n:matmul:0:1")
     assert run["l"].latency[1] <= 1.2 * alone + 1.5, (shape, run["l"].latency, alone)
+
+
+def test_beside_an_idle_managed_tenant_launches_skip_the_pacer_between_fences(sim: Path) -> None:
+    # Presence keeps an uncapped process paced beside a high or capped tenant
+    # that idles; on a quiet card (no turn, no stamp, no window) it launches
+    # between fence points on tickets, as a capped process alone does (on an
+    # H100 it took the mutex at every launch: 0.64-0.86 of native launches).
+    # Not while a turn is held or high work is stamped: then every launch
+    # asks the card (beside a busy 50 only while it sleeps for its credit,
+    # turn given back; it takes the next turn on time and keeps its cap).
+    idle = simulate(sim, 4, "b:tiny:0:0", "h:request:0:1:high:idle=0.5-4")
+    assert idle["b"].ticketed > 0.8 * idle["b"].launches * 3 / 4, idle.procs
+    turns = simulate(sim, 4, "b:tiny:0:0", "m:matmul:50:1")
+    assert turns["b"].ticketed < 0.2 * turns["b"].launches, turns.procs
+    assert within(turns["m"].cardtime, 50) and max(settled(turns["b"].share)) <= 52, turns.procs
+    # High requests 40 a second: tickets between them, none inside them (the
+    # stamp changes the card's words), and the requests wait no longer.
+    alone = simulate(sim, 6, "h:eager:0:1:poisson:noshim")["h"].latency[1]
+    busy = simulate(sim, 6, "b:eagerloop:0:0", "h:eager:0:1:high:poisson")
+    assert busy["b"].ticketed > 0 and busy["h"].latency[1] <= 1.2 * alone + 1.5, busy.procs
 
 
 @pytest.mark.parametrize("capped,busy,cap", [("matmul", "matmul", 50), ("graph", "eagerloop", 30)])

@@ -66,7 +66,9 @@
  * (simulated first, in the same run); "cardtime <name> <w0> ...", percent
  * of each window the GPU executed its kernels; "launches <name> <n>";
  * "maxgap <name> <ms>", the longest it went without a kernel done after the
- * first second; "maxwait <name> <ms>", the longest one launch was held back
+ * first second; "ticketed <name> <n>", of its launches after the first
+ * second those that skipped the pacer on tickets (launch.c's, with turns:
+ * between fence points, while the card is quiet); "maxwait <name> <ms>", the longest one launch was held back
  * by the limiter for others (after the first second; its own throttling is
  * not counted); for a request program "latency <name> <p50> <p99> <max>"
  * (ms, from its first launch to its last kernel done, after the first
@@ -213,6 +215,14 @@ struct proc {
     double open_ns[MAX_WINDOWS]; /* per window, the time it had a request open */
     int requests;
     unsigned long long rng;
+    /* launch.c's tickets on a card with turns: launches between fence
+     * points that skip the pacer while its last look found the card quiet
+     * and the card's quiet words still read as then. */
+    unsigned tickets;
+    double tickets_until;
+    unsigned long long quiet[GS_CARD_QUIET_WORDS];
+    unsigned long long counted; /* launches on tickets, not yet handed to the pacer */
+    unsigned long long ticketed; /* all its launches on tickets, after 1 s */
 };
 
 static double T;  /* the simulated clock, ns */
@@ -448,8 +458,25 @@ static void launch_one(struct proc *p)
     unsigned long long m = __atomic_load_n(&card.managed_ns, __ATOMIC_RELAXED);
     int paced = !p->noshim && (p->cap || p->prio != GPUSLICE_PRIORITY_NORMAL || m);
     p->slept_ns = 0;
-    if (paced)
+    int ticket = 0;
+    if (paced && p->tickets && T < p->tickets_until) {
+        unsigned long long w[GS_CARD_QUIET_WORDS];
+        gs_card_quiet_words(&card, w);
+        ticket = memcmp(w, p->quiet, sizeof w) == 0;
+    }
+    if (ticket) {
+        p->tickets--;
+        p->counted++;
+        if (T >= NS)
+            p->ticketed++;
+        paced = 0;
+    } else if (paced) {
+        p->tickets = 0;
+        if (p->counted)
+            gs_pace_count(&p->pacer, p->counted, 0);
+        p->counted = 0;
         gs_pace_launch_begin(&p->pacer, &p->io, NULL);
+    }
     if (T >= NS && T - t0 > p->max_wait)
         p->max_wait = T - t0;
     if (trace && T - t0 > 4.7e6)
@@ -459,8 +486,16 @@ static void launch_one(struct proc *p)
     push(p, (struct item){KERNEL_ITEM, k, NULL, 0});
     p->kernels_queued++;
     p->launches++;
-    if (paced)
+    if (paced) {
         gs_pace_launch_end(&p->pacer, &p->io, NULL, 1);
+        /* As launch.c's leave(), with turns: tickets only on a quiet card
+         * (without turns launch.c hands them out always; not modelled). */
+        p->tickets = turns && p->pacer.quiet ? gs_pace_room(&p->pacer) : 0;
+        if (p->tickets) {
+            p->tickets_until = (double)gs_pace_room_until(&p->pacer);
+            gs_card_quiet_words(&card, p->quiet);
+        }
+    }
     if (p->wake_ns > 0 && p->slept_ns >= WAKE_COLD_NS)
         p->wake_due = p->wake_ns;
 }
@@ -1018,6 +1053,7 @@ int main(int argc, char **argv)
         unsigned long long ch = buckets[p->container].charged_ns - early_charged[p->container];
         printf("\ncharged %s %.3f\n", p->name, gpu > 0 ? (double)ch / gpu : 0.0);
         printf("launches %s %llu\n", p->name, p->launches);
+        printf("ticketed %s %llu\n", p->name, p->ticketed);
         printf("maxgap %s %.2f\n", p->name, p->max_gap / 1e6);
         printf("maxwait %s %.2f\n", p->name, p->max_wait / 1e6);
         if (p->requests) {

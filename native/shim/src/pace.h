@@ -101,6 +101,11 @@ struct gs_pacer {
     long long guest_credit_ns;     /* first service earned by idling, spent by holding the card */
     unsigned long long guest_seen_ns; /* when the credit was last spent */
     int slept;                     /* slept for its cap since its last launch: no guest */
+    /* Its last look at the card (a launch on a card with turns) found
+     * nothing to do and nothing that could give it something to do but a
+     * change of the card's words (gs_card_quiet_words): uncapped, normal,
+     * no turn held anywhere, no stand-aside stamp, no window, not gated. */
+    int quiet;
     int doubt;                     /* a wait for turns outlasted GS_PACE_GRACE_NS */
     unsigned long long fences;     /* fences recorded, ever */
     struct gs_allowance patience;  /* for others' turns */
@@ -207,6 +212,14 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 unsigned gs_pace_room(const struct gs_pacer *p);
 unsigned long long gs_pace_room_until(const struct gs_pacer *p);
 void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long unseen);
+/* The words of a card that change whenever a quiet process (p->quiet) would
+ * have something to do at its next launch: a turn taken, a window left, a
+ * stand-aside stamp raised, a low tenant running. While they read as they
+ * did at its last look, a launch between fence points may skip the pacer
+ * on a card with turns too. */
+#define GS_CARD_QUIET_WORDS 5
+void gs_card_quiet_words(const struct gpuslice_cardfile *c,
+                         unsigned long long w[GS_CARD_QUIET_WORDS]);
 
 /* The gate's watcher, every GS_PACE_POLL_NS (and when the card's seq
  * changes) while p->gate_since_ns is set: renews our want of the card, and

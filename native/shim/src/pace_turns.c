@@ -549,6 +549,7 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     struct gpuslice_cardfile *c = io->card;
     int capped = io->cap(io) != 0;
     unsigned long long now = io->now(io);
+    p->quiet = 0;
     gs_pace_announce(p, io, now);
     if (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_since_ns)
         return; /* they never wait: others stand aside for them */
@@ -577,8 +578,12 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         int wait_turn = elsewhere && (!p->doubt || patient(p, now));
         int late = !capped && !elsewhere && window_too_short(p, io, now);
         int done = !capped && !elsewhere && !late && !wait_aside && caught_up(p, io, now);
-        if (!wait_aside && !yield && !wait_turn && !late && !done && (!capped || p->turn || elsewhere))
+        if (!wait_aside && !yield && !wait_turn && !late && !done && (!capped || p->turn || elsewhere)) {
+            p->quiet = !checked && !capped && !p->turn && !p->gated && !until &&
+                       io->prio == GPUSLICE_PRIORITY_NORMAL && load(&c->turn_owner) == 0 &&
+                       !window_open(load(&c->free_until_ns), now) && !recent(load(&c->low_ns), now);
             return;
+        }
         if (!checked) {
             /* A launch into a graph being captured runs later, when the graph does. */
             if (io->capturing(io, stream))
