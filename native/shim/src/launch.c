@@ -9,7 +9,8 @@
  * driver's own launch functions from dlsym and cuGetProcAddress (nothing in
  * between); a direct call to our export costs one relaxed load. A process
  * without a cap or a priority beside a capped or prioritised one pays a
- * clock read and a few loads of the card file per launch and an event
+ * clock read and a few loads of the card file per launch (between fence
+ * points on a quiet card: on tickets, without the mutex) and an event
  * record per quarter millisecond of GPU work, and waits while others hold
  * the card: it takes part in the turns (with gates, gate.c, its work waits
  * on the GPU instead, and it pays a stream wait per stream and closed
