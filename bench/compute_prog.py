@@ -113,8 +113,11 @@ def make_unit(program: str, models: Optional["workloads.Models"]) -> Callable[[]
         return request
     if program in ("tiny", "idle"):
         x = torch.zeros(256, device=dev, dtype=torch.float32)
+
+        def once() -> None:
+            x.add_(1.0)
         if program == "idle":
-            return lambda: x.add_(1.0)
+            return once
 
         def tiny() -> None:
             for _ in range(100):
