@@ -239,12 +239,16 @@ unsigned long long gs_card_aside_until(struct gpuslice_cardfile *c, unsigned pri
 
 /* Until when we should stand aside for someone else's work (0: we need not),
  * and in *rank whether only for normal work (we are low). A high process
- * and a guest never stand aside. */
+ * never stands aside; a guest only for high work (it is normal work). */
 unsigned long long gs_pace_aside_until(const struct gs_pacer *p, struct gs_pace_io *io,
                                        unsigned long long now, int *rank)
 {
     *rank = 0;
-    if (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_since_ns)
+    if (io->prio == GPUSLICE_PRIORITY_HIGH)
         return 0;
+    if (p->guest_since_ns) {
+        unsigned long long v = load(&io->card->high_until_ns);
+        return lasts(v, now) ? v : 0;
+    }
     return gs_card_aside_until(io->card, io->prio, now, rank);
 }

@@ -551,8 +551,17 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     unsigned long long now = io->now(io);
     p->quiet = 0;
     gs_pace_announce(p, io, now);
-    if (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_since_ns)
-        return; /* they never wait: others stand aside for them */
+    if (io->prio == GPUSLICE_PRIORITY_HIGH)
+        return; /* it never waits: others stand aside for it */
+    if (p->guest_since_ns) {
+        /* A guest waits for nobody's turn, but is normal work: it stands
+         * aside for high work as others do. */
+        int rank;
+        if (gs_pace_aside_until(p, io, now, &rank) && courteous(p, now) &&
+            !io->capturing(io, stream))
+            stand_aside(p, io, stream);
+        return;
+    }
     if (p->gated) {
         if (__atomic_load_n(&p->gate_since_ns, __ATOMIC_ACQUIRE)) {
             /* Still closed: this launch waits behind it too (not one into a
