@@ -839,7 +839,8 @@ def test_a_program_given_by_its_figures_runs_as_given(sim: Path) -> None:
     assert 1.08 <= run["l"].latency[0] <= 1.3, run["l"].latency
     loop = simulate(sim, 3, "n:loop,k=120,l=9:0:0")
     assert all(99 <= c <= 100.5 for c in settled(loop["n"].cardtime)), loop["n"].cardtime
-    for bad in ("req", "req,k=0", "req,zz=1", "loop,k=90,r=5", "req,k=90,t=5-2", "mat,k=90"):
+    for bad in ("req", "req,k=0", "req,zz=1", "loop,k=90,r=5", "req,k=90,t=5-2", "mat,k=90",
+                ",", ",,"):
         res = subprocess.run([str(sim), "3", f"l:{bad}:0:0"], capture_output=True, text=True)
         assert res.returncode == 2 and "bad process" in res.stderr and "req,..." in res.stderr, (
             bad, res.stderr)

@@ -855,6 +855,8 @@ static const struct program *program_given(const char *spec)
     strcpy(buf, spec);
     char *kind = strtok_r(buf, ",", &save);
     struct program g = {"custom", 0, 10e3, LOOP, 0, 1, 0, 0, 1, 1, 0, 0};
+    if (!kind) /* nothing but commas */
+        return NULL;
     if (strcmp(kind, "req") == 0)
         g.kind = REQUEST, g.sync = 1, g.every_ns = NS / 10;
     else if (strcmp(kind, "loop") != 0)
