@@ -493,7 +493,7 @@ static void launch_one(struct proc *p)
         p->tickets = turns && p->pacer.quiet ? gs_pace_room(&p->pacer) : 0;
         if (p->tickets) {
             p->tickets_until = (double)gs_pace_room_until(&p->pacer);
-            gs_card_quiet_words(&card, p->quiet);
+            memcpy(p->quiet, p->pacer.quiet_words, sizeof p->quiet);
         }
     }
     if (p->wake_ns > 0 && p->slept_ns >= WAKE_COLD_NS)

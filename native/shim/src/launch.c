@@ -451,12 +451,9 @@ static void leave(struct pacer_dev *pd)
     unsigned n = on_card && !pd->p.quiet ? 0 : gs_pace_room(&pd->p);
     if (n) {
         __atomic_store_n(&pd->tickets_card, on_card ? pd->io.card : NULL, __ATOMIC_RELAXED);
-        if (on_card) {
-            unsigned long long w[GS_CARD_QUIET_WORDS];
-            gs_card_quiet_words(pd->io.card, w);
+        if (on_card) /* the words the pacer's look read, not the card now */
             for (int i = 0; i < GS_CARD_QUIET_WORDS; i++)
-                __atomic_store_n(&pd->quiet[i], w[i], __ATOMIC_RELAXED);
-        }
+                __atomic_store_n(&pd->quiet[i], pd->p.quiet_words[i], __ATOMIC_RELAXED);
         __atomic_store_n(&pd->tickets_until, gs_pace_room_until(&pd->p), __ATOMIC_RELAXED);
         /* Release: a thread that takes a ticket sees the clock it expires at. */
         __atomic_store_n(&pd->tickets, (long)n, __ATOMIC_RELEASE);

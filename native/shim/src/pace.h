@@ -74,6 +74,17 @@ struct gs_allowance {
     int spent; /* ran out: no waiting until a quarter is back */
 };
 
+/* The words of a card that a quiet process's tickets depend on
+ * (gs_card_quiet_words), in this order. */
+enum {
+    GS_QUIET_OWNER,  /* turn_owner */
+    GS_QUIET_WINDOW, /* free_until_ns */
+    GS_QUIET_HIGH,   /* high_until_ns */
+    GS_QUIET_GUEST,  /* guest_until_ns */
+    GS_QUIET_LOW,    /* low_ns */
+    GS_CARD_QUIET_WORDS
+};
+
 struct gs_pacer {
     struct gs_fence ring[GS_PACE_RING]; /* oldest at head */
     unsigned head, count;
@@ -106,6 +117,10 @@ struct gs_pacer {
      * change of the card's words (gs_card_quiet_words): uncapped, normal,
      * no turn held anywhere, no stand-aside stamp, no window, not gated. */
     int quiet;
+    /* Those words as that look read them, before it decided anything: a
+     * change after the read, even during the launch that follows, makes
+     * them differ, and the tickets handed out against them are not taken. */
+    unsigned long long quiet_words[GS_CARD_QUIET_WORDS];
     int doubt;                     /* a wait for turns outlasted GS_PACE_GRACE_NS */
     unsigned long long fences;     /* fences recorded, ever */
     struct gs_allowance patience;  /* for others' turns */
@@ -217,7 +232,6 @@ void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long 
  * stand-aside stamp raised, a low tenant running. While they read as they
  * did at its last look, a launch between fence points may skip the pacer
  * on a card with turns too. */
-#define GS_CARD_QUIET_WORDS 5
 void gs_card_quiet_words(const struct gpuslice_cardfile *c,
                          unsigned long long w[GS_CARD_QUIET_WORDS]);
 

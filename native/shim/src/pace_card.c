@@ -214,11 +214,11 @@ void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long l
 void gs_card_quiet_words(const struct gpuslice_cardfile *c,
                          unsigned long long w[GS_CARD_QUIET_WORDS])
 {
-    w[0] = __atomic_load_n(&c->turn_owner, __ATOMIC_RELAXED);
-    w[1] = __atomic_load_n(&c->free_until_ns, __ATOMIC_RELAXED);
-    w[2] = __atomic_load_n(&c->high_until_ns, __ATOMIC_RELAXED);
-    w[3] = __atomic_load_n(&c->guest_until_ns, __ATOMIC_RELAXED);
-    w[4] = __atomic_load_n(&c->low_ns, __ATOMIC_RELAXED);
+    w[GS_QUIET_OWNER] = __atomic_load_n(&c->turn_owner, __ATOMIC_RELAXED);
+    w[GS_QUIET_WINDOW] = __atomic_load_n(&c->free_until_ns, __ATOMIC_RELAXED);
+    w[GS_QUIET_HIGH] = __atomic_load_n(&c->high_until_ns, __ATOMIC_RELAXED);
+    w[GS_QUIET_GUEST] = __atomic_load_n(&c->guest_until_ns, __ATOMIC_RELAXED);
+    w[GS_QUIET_LOW] = __atomic_load_n(&c->low_ns, __ATOMIC_RELAXED);
 }
 
 unsigned long long gs_card_aside_until(struct gpuslice_cardfile *c, unsigned prio,

@@ -550,6 +550,7 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     int capped = io->cap(io) != 0;
     unsigned long long now = io->now(io);
     p->quiet = 0;
+    gs_card_quiet_words(c, p->quiet_words); /* before anything below reads the card */
     gs_pace_announce(p, io, now);
     if (io->prio == GPUSLICE_PRIORITY_HIGH)
         return; /* it never waits: others stand aside for it */
@@ -588,9 +589,10 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         int late = !capped && !elsewhere && window_too_short(p, io, now);
         int done = !capped && !elsewhere && !late && !wait_aside && caught_up(p, io, now);
         if (!wait_aside && !yield && !wait_turn && !late && !done && (!capped || p->turn || elsewhere)) {
+            const unsigned long long *w = p->quiet_words;
             p->quiet = !checked && !capped && !p->turn && !p->gated && !until &&
-                       io->prio == GPUSLICE_PRIORITY_NORMAL && load(&c->turn_owner) == 0 &&
-                       !window_open(load(&c->free_until_ns), now) && !recent(load(&c->low_ns), now);
+                       io->prio == GPUSLICE_PRIORITY_NORMAL && w[GS_QUIET_OWNER] == 0 &&
+                       !window_open(w[GS_QUIET_WINDOW], now) && !recent(w[GS_QUIET_LOW], now);
             return;
         }
         if (!checked) {
