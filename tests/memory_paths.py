@@ -76,7 +76,7 @@ def hooks() -> Dict[str, str]:
 
 
 def launch_rows() -> Set[str]:
-    """The compute limiter's rows (GS_LAUNCH_FUNCTIONS)."""
+    """The compute limiter's rows (GS_LAUNCH_FUNCTIONS, GS_SYNC_FUNCTIONS)."""
     text = FUNCTIONS_H.read_text()
     block = text.split("#define GS_LAUNCH_FUNCTIONS", 1)[1].split("#define GS_FUNCTIONS", 1)[0]
     return set(re.findall(r"HOOK\(CUDA,\s*(cu\w+),", block))

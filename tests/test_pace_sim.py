@@ -50,6 +50,7 @@ class Proc:
     latency: Tuple[float, float, float] = (0.0, 0.0, 0.0)  # p50, p99, max in ms
     launches: int = 0        # all its launches
     ticketed: int = 0        # of those after 1 s, the ones on tickets (a quiet card)
+    guests: int = 0          # guest stretches it began after 1 s
     open: List[float] = field(default_factory=list)  # % of each window it had a request open
 
 
@@ -81,7 +82,7 @@ def simulate(sim: Path, seconds: int, *procs: str, turns: bool = True) -> Run:
             setattr(p, word, values)
         elif word in ("charged", "maxgap", "maxwait"):
             setattr(p, word, values[0])
-        elif word in ("launches", "ticketed"):
+        elif word in ("launches", "ticketed", "guests"):
             setattr(p, word, int(values[0]))
         elif word == "latency":
             p.latency = (values[0], values[1], values[2])
@@ -807,6 +808,50 @@ def test_outside_high_priority_beside_short_kernels_waits_a_hand_over_at_most(
                                f"n:{OUTSIDE_NEIGHBOURS[nname]}:{cap}:1")
                 assert run["l"].latency[1] <= 1.2 * alone + 1.5, (
                     shape, arrival, nname, cap, run["l"].latency, alone)
+
+
+# Busy loops that sync every step, beside requests of 225 ms (a diffusion
+# model's 25 steps of 9 ms): a step's sync waits out a time slice of the
+# request and more, longer than GS_PACE_GAP_NS.
+SYNC_LOOPS = ("step", "train", "eagerloop")
+DIFFUSION = OUTSIDE_SHAPES["diffusion"]
+
+
+def sync_loop(name: str) -> str:
+    return OUTSIDE_NEIGHBOURS.get(name, name)
+
+
+def test_a_busy_loops_wait_in_its_sync_earns_it_no_first_service(sim: Path) -> None:
+    # The shim sees the application's syncs (launch.c) and counts idling
+    # from their return: a loop whose sync waited behind a request is no
+    # guest after it, capped or not, beside normal or high requests. With
+    # the syncs unseen (a loop polling an event, a blocking copy) the wait
+    # looks like idling and it turns guest, as every loop did before the
+    # shim saw syncs.
+    unseen = 0
+    for loop in SYNC_LOOPS:
+        for cap in (0, 40):
+            for prio in ("", ":high"):
+                for arrival in ARRIVALS:
+                    req = f"l:{DIFFUSION}:0:0{arrival}{prio}"
+                    run = simulate(sim, 6, req, f"n:{sync_loop(loop)}:{cap}:1")
+                    assert run["n"].guests == 0, (loop, cap, prio, arrival, run.procs)
+                    unseen += simulate(sim, 6, req,
+                                       f"n:{sync_loop(loop)}:{cap}:1:unseensync")["n"].guests
+    assert unseen > 0
+
+
+def test_a_capped_loop_keeps_no_first_service_past_its_cap(sim: Path) -> None:
+    # A new process starts with half a second of first service; a capped
+    # loop that sleeps for its cap gives what is left of it up. Else, with
+    # its syncs unseen, it turned guest on that leftover whenever a sync
+    # waited out a request: 10 stretches in 5 s beside requests of 225 ms
+    # that came 5 times. Now at most once a request it waited behind.
+    for loop in SYNC_LOOPS:
+        for prio in ("", ":high"):
+            run = simulate(sim, 6, f"l:{DIFFUSION}:0:0{prio}",
+                           f"n:{sync_loop(loop)}:40:1:unseensync")
+            assert run["n"].guests <= 5, (loop, prio, run.procs)
 
 
 @pytest.mark.parametrize("nname", ["k120", "k1100", "step"])

@@ -914,6 +914,31 @@ def test_uncapped_process_launches_straight_into_the_driver(shim: Shim,
     assert s.region().devices[0].compute_launches == 0
 
 
+def test_an_unpaced_process_syncs_straight_in_the_driver(shim: Shim, tmp_path: Path) -> None:
+    # The sync entry points are handed out as the launches are: the
+    # driver's own where no pacing can happen.
+    free = shim.with_env(GPUSLICE_CORE_LIMIT=None, CUDA_DEVICE_SM_LIMIT=None,
+                         GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
+    for via in ("dlsym", "gpa", "gpa2", "gpa-pt"):
+        res = free.run(via, "init", "pctx", "0", "syncfrom")
+        assert value_of_word(results(res), "syncfrom") == "driver", via
+        assert "unknown pointer" not in res.stderr, (via, res.stderr)
+
+
+def test_a_paced_process_syncs_through_the_shim(shim: Shim, tmp_path: Path) -> None:
+    # A sync's wait is no idling: the pacer counts first service from its
+    # return (pace.c, guest; tests/test_pace_sim.py for what it changes).
+    capped = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
+                           GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"), GPUSLICE_LOG="debug")
+    for via in VIAS:
+        res = capped.run(via, "init", "pctx", "0", "syncfrom", "launch", "kernel", "3",
+                         "ssync", "sync")
+        rows = results(res)
+        assert value_of_word(rows, "syncfrom") == "shim", via
+        assert rc_of(rows, "ssync") == 0 and rc_of(rows, "sync") == 0, (via, rows)
+        assert "the application's syncs are seen" in res.stderr, (via, res.stderr)
+
+
 def value_of_word(rows: List[List[str]], op: str) -> str:
     return [r for r in rows if r[0] == op][0][1]
 

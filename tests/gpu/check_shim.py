@@ -286,12 +286,38 @@ def scenario_presence() -> None:
           f"{age_ms:.0f} ms" if ready else f"not ready: {p.stderr.read()[-200:]}", ok)
 
 
+SYNC_ROUTES = {
+    # PyTorch's ways of waiting for the GPU: a copy to the host (an async copy,
+    # then a stream sync), the device sync, an event's.
+    ".item()": "float((x @ x).sum().item())",
+    "torch.cuda.synchronize()": "x @ x; torch.cuda.synchronize()",
+    "Event.synchronize()": "e = torch.cuda.Event(); x @ x; e.record(); e.synchronize()",
+}
+
+
+def scenario_syncs() -> None:
+    """The pacer counts idling from a sync's return (pace.c, guest): each of
+    PyTorch's sync routes must reach the shim's sync wrappers (launch.c),
+    which say so once at debug level."""
+    for route, code in SYNC_ROUTES.items():
+        env = shim_env("4GiB", GPUSLICE_CORE_LIMIT="50", GPUSLICE_LOG="debug")
+        res = py(f"""
+            import torch
+            x = torch.ones(1024, 1024, device="cuda")
+            {code}
+            print("done")
+        """, env, timeout=120)
+        seen = "the application's syncs are seen" in res.stderr
+        check(f"capped 50, PyTorch {route}: the shim sees the sync", "seen",
+              "seen" if seen else last_line(res)[-60:], seen and res.returncode == 0)
+
+
 def main() -> int:
     subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
     pynvml.nvmlInit()
     for scenario in (measure_context, scenario_caps, scenario_pool_keeps, scenario_smi,
                      scenario_fill_one,
-                     scenario_shared_cap, scenario_sigkill, scenario_presence):
+                     scenario_shared_cap, scenario_sigkill, scenario_presence, scenario_syncs):
         try:
             scenario()
         except Exception as e:  # one broken scenario must not hide the others' results

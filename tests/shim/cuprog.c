@@ -70,6 +70,7 @@
                                   unsigned, unsigned, unsigned, CUstream, void **))           \
     X(cuGraphLaunch, (CUgraphExec, CUstream))                                                 \
     X(cuStreamCreate, (CUstream *, unsigned))                                                 \
+    X(cuStreamSynchronize, (CUstream))                                                        \
     X(cuStreamBeginCapture_v2, (CUstream, int))                                               \
     X(cuStreamEndCapture, (CUstream, void **))                                                \
     X(cuGraphCreate, (CUgraph *, unsigned))                                                   \
@@ -850,14 +851,19 @@ int main(int argc, char **argv)
                 printf(" %u:%llu", list[k].pid, list[k].usedGpuMemory);
             printf("\n");
             continue;
-        } else if (!strcmp(op, "launchfrom")) {
-            /* Which object the launch function we were given lives in. */
+        } else if (!strcmp(op, "launchfrom") || !strcmp(op, "syncfrom")) {
+            /* Which object the launch (the stream sync) function we were
+             * given lives in. */
+            void *fn = !strcmp(op, "launchfrom") ? (void *)api.cuLaunchKernel
+                                                 : (void *)api.cuStreamSynchronize;
             Dl_info info;
             const char *where = "none";
-            if (api.cuLaunchKernel && dladdr((void *)api.cuLaunchKernel, &info) && info.dli_fname)
+            if (fn && dladdr(fn, &info) && info.dli_fname)
                 where = strstr(info.dli_fname, "libgpuslice") ? "shim" : "driver";
-            printf("launchfrom %s\n", where);
+            printf("%s %s\n", op, where);
             continue;
+        } else if (!strcmp(op, "ssync")) {
+            r = api.cuStreamSynchronize(NULL);
         } else if (!strcmp(op, "fork")) {
             unsigned long long n = size_arg(ARG());
             pid_t pid = fork();

@@ -45,7 +45,8 @@
  *   every 100: no wait outlasts the grace); cap 0 = uncapped; processes with the same
  *   container share one bucket (one cap).
  *   options: high, low (priority; default normal), noshim (no limiter at all:
- *   plain time slicing), idle=FROM-TO (seconds without launches), rate=N
+ *   plain time slicing), unseensync (its syncs are none the shim's wrappers
+ *   see: a loop polling cuEventQuery, a blocking copy), idle=FROM-TO (seconds without launches), rate=N
  *   (requests a second), poisson (requests at random, exponential gaps;
  *   default: periodic within 10 %), wake=MS (after the pacer kept it asleep
  *   1 ms or more within one launch, the host launches at half speed until it
@@ -65,6 +66,7 @@
  * the kernels it completed, against the same program alone and uncapped
  * (simulated first, in the same run); "cardtime <name> <w0> ...", percent
  * of each window the GPU executed its kernels; "launches <name> <n>";
+ * "guests <name> <n>", the guest stretches it began after the first second;
  * "maxgap <name> <ms>", the longest it went without a kernel done after the
  * first second; "ticketed <name> <n>", of its launches after the first
  * second those that skipped the pacer on tickets (launch.c's, with turns:
@@ -183,6 +185,7 @@ struct proc {
     int container;
     unsigned prio;
     int noshim;
+    int unseen_syncs; /* its syncs poll or copy: the shim's sync wrappers miss them */
     double idle_from, idle_to;
     int poisson;     /* requests arrive at random (exponential gaps) */
     double every_ns; /* requests: mean time between arrivals */
@@ -223,6 +226,7 @@ struct proc {
     unsigned long long quiet[GS_CARD_QUIET_WORDS];
     unsigned long long counted; /* launches on tickets, not yet handed to the pacer */
     unsigned long long ticketed; /* all its launches on tickets, after 1 s */
+    unsigned long long guests;   /* guest stretches it began, after 1 s */
 };
 
 static double T;  /* the simulated clock, ns */
@@ -475,7 +479,10 @@ static void launch_one(struct proc *p)
         if (p->counted)
             gs_pace_count(&p->pacer, p->counted, 0);
         p->counted = 0;
+        unsigned long long stretch = p->pacer.guest_since_ns;
         gs_pace_launch_begin(&p->pacer, &p->io, NULL);
+        if (p->pacer.guest_since_ns && p->pacer.guest_since_ns != stretch && T >= NS)
+            p->guests++;
     }
     if (T >= NS && T - t0 > p->max_wait)
         p->max_wait = T - t0;
@@ -518,13 +525,16 @@ static void forge(struct proc *p)
     spend(FORGE_EVERY_NS);
 }
 
-/* The host waits until its queue has run dry (a sync). */
+/* The host waits until its queue has run dry (a sync), and the shim's sync
+ * wrapper (launch.c) tells the pacer when it returned. */
 static void sync_queue(struct proc *p)
 {
     if (p->kernels_queued) {
         p->state = ON_IDLE;
         yield();
     }
+    if (!p->noshim && !p->unseen_syncs)
+        __atomic_store_n(&p->pacer.synced_ns, (unsigned long long)T, __ATOMIC_RELAXED);
 }
 
 static double uniform(struct proc *p)
@@ -980,6 +990,8 @@ static int parse_proc(const char *arg, struct proc *p)
             p->prio = GPUSLICE_PRIORITY_NORMAL;
         else if (strcmp(opt, "noshim") == 0)
             p->noshim = 1;
+        else if (strcmp(opt, "unseensync") == 0)
+            p->unseen_syncs = 1;
         else if (strcmp(opt, "poisson") == 0)
             p->poisson = 1;
         else if (strcmp(opt, "gates") == 0)
@@ -1024,7 +1036,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
                     "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|trainv|eagerloop|request|eager|"
                     "eagerl|graphreq|decode|cnn|forge|forgehigh|forgegap|req,...|loop,..., cap 0-100, container 0-%d, "
-                    "options high|low|normal|noshim|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail)\n",
+                    "options high|low|normal|noshim|unseensync|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;
         }
@@ -1056,6 +1068,7 @@ int main(int argc, char **argv)
         printf("\ncharged %s %.3f\n", p->name, gpu > 0 ? (double)ch / gpu : 0.0);
         printf("launches %s %llu\n", p->name, p->launches);
         printf("ticketed %s %llu\n", p->name, p->ticketed);
+        printf("guests %s %llu\n", p->name, p->guests);
         printf("maxgap %s %.2f\n", p->name, p->max_gap / 1e6);
         printf("maxwait %s %.2f\n", p->name, p->max_wait / 1e6);
         if (p->requests) {

@@ -12,9 +12,9 @@
  * Each exported variant of a driver function is its own row (cuMemAlloc and
  * cuMemAlloc_v2, cuMemAllocAsync and cuMemAllocAsync_ptsz): the driver
  * exports them separately and cuGetProcAddress may hand out any of them.
- * Launch rows are handed out through dlsym and cuGetProcAddress only when
- * the process can be paced at all (launch.c: gs_pace_possible), so that a
- * process without a compute cap launches straight into the driver.
+ * Launch and sync rows are handed out through dlsym and cuGetProcAddress
+ * only when the process can be paced at all (launch.c: gs_pace_possible),
+ * so that a process without a compute cap calls straight into the driver.
  */
 #ifndef GPUSLICE_FUNCTIONS_H
 #define GPUSLICE_FUNCTIONS_H
@@ -29,7 +29,7 @@
      unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 
 /* The launch rows, a part of the table below: launch.c knows which rows are
- * launches from here (gs_is_launch_fn), with no second list to keep. */
+ * launches from here (gs_is_paced_fn), with no second list to keep. */
 #define GS_LAUNCH_FUNCTIONS(HOOK)                                                             \
     HOOK(CUDA, cuLaunchKernel, CUresult, GS_LAUNCH_PARAMS)                                    \
     HOOK(CUDA, cuLaunchKernel_ptsz, CUresult, GS_LAUNCH_PARAMS)                               \
@@ -43,6 +43,15 @@
     HOOK(CUDA, cuLaunchCooperativeKernel_ptsz, CUresult, GS_COOP_PARAMS)                      \
     HOOK(CUDA, cuGraphLaunch, CUresult, (CUgraphExec hGraphExec, CUstream hStream))           \
     HOOK(CUDA, cuGraphLaunch_ptsz, CUresult, (CUgraphExec hGraphExec, CUstream hStream))
+
+/* The syncs the pacer is told of (launch.c): a wait for the GPU is not
+ * idling. Handed out as the launch rows are (gs_is_paced_fn). */
+#define GS_SYNC_FUNCTIONS(HOOK)                                                               \
+    HOOK(CUDA, cuCtxSynchronize, CUresult, (void))                                            \
+    HOOK(CUDA, cuCtxSynchronize_v2, CUresult, (CUcontext ctx))                                \
+    HOOK(CUDA, cuStreamSynchronize, CUresult, (CUstream hStream))                             \
+    HOOK(CUDA, cuStreamSynchronize_ptsz, CUresult, (CUstream hStream))                        \
+    HOOK(CUDA, cuEventSynchronize, CUresult, (CUevent hEvent))
 
 #define GS_FUNCTIONS(HOOK, REAL)                                                              \
     /* entry points: init and the two ways of finding functions */                           \
@@ -177,12 +186,12 @@
     HOOK(CUDA, cuMipmappedArrayDestroy, CUresult, (CUmipmappedArray hMipmappedArray))         \
     /* kernel launches: the compute limiter (launch.c) */                                   \
     GS_LAUNCH_FUNCTIONS(HOOK)                                                                 \
+    GS_SYNC_FUNCTIONS(HOOK)                                                                   \
     REAL(CUDA, cuCtxGetCurrent, CUresult, (CUcontext *pctx))                                  \
     REAL(CUDA, cuStreamIsCapturing, CUresult, (CUstream hStream, int *captureStatus))         \
     REAL(CUDA, cuEventCreate, CUresult, (CUevent *phEvent, unsigned int Flags))               \
     REAL(CUDA, cuEventRecord, CUresult, (CUevent hEvent, CUstream hStream))                   \
     REAL(CUDA, cuEventQuery, CUresult, (CUevent hEvent))                                      \
-    REAL(CUDA, cuEventSynchronize, CUresult, (CUevent hEvent))                                \
     REAL(CUDA, cuEventElapsedTime, CUresult, (float *ms, CUevent hStart, CUevent hEnd))       \
     REAL(CUDA, cuEventElapsedTime_v2, CUresult, (float *ms, CUevent hStart, CUevent hEnd))    \
     /* gates (gate.c): a word of pinned host memory that streams wait at */                  \

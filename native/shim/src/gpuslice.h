@@ -358,7 +358,7 @@ static inline int gs_pace_wanted(void)
 }
 /* Whether launch wrappers are worth handing out at all (known at load). */
 int gs_pace_possible(void);
-int gs_is_launch_fn(int index);
+int gs_is_paced_fn(int index);
 void gs_launch_fork_child(void);
 
 #endif

@@ -174,7 +174,7 @@ void *gs_wrapper_for(void *real)
 {
     for (int i = 0; i < GS_FN_COUNT; i++)
         if (fn_wrappers[i] && gs_real[i] == real)
-            return gs_is_launch_fn(i) && !gs_pace_possible() ? real : fn_wrappers[i];
+            return gs_is_paced_fn(i) && !gs_pace_possible() ? real : fn_wrappers[i];
     return real;
 }
 
@@ -268,7 +268,7 @@ static void *hooked_lookup(void *handle, const char *name)
         gs_nvml_ready();
     if (gs_cfg.disabled || !gs_real[i])
         return NULL; /* untouched, and a missing symbol stays missing */
-    if (gs_is_launch_fn(i) && !gs_pace_possible())
+    if (gs_is_paced_fn(i) && !gs_pace_possible())
         return NULL; /* never paced: the driver's own, nothing in between */
     return fn_wrappers[i];
 }

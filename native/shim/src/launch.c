@@ -82,11 +82,12 @@ static int nwatched;
 static unsigned long long card_token;
 static pthread_once_t pace_once = PTHREAD_ONCE_INIT;
 
-int gs_is_launch_fn(int index)
+int gs_is_paced_fn(int index)
 {
     switch (index) {
 #define GS_CASE(lib, name, ret, params) case GS_FN_##name:
         GS_LAUNCH_FUNCTIONS(GS_CASE)
+        GS_SYNC_FUNCTIONS(GS_CASE)
 #undef GS_CASE
         return 1;
     default:
@@ -617,6 +618,65 @@ GS_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 GS_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
     PACED(cuGraphLaunch_ptsz, hStream, 1, (hGraphExec, hStream));
+}
+
+/* ------------------------------------------------------------------ syncs */
+
+/* The application waited for the GPU until now: the pacer counts idling
+ * (first service, guest() in pace.c) from here, not from its last launch.
+ * Else a busy loop whose sync waited more than GS_PACE_GAP_NS for its own
+ * work (behind a neighbour's request) came back as if from idle, earned
+ * first service, and queued as a guest into the next request. The device
+ * is the calling thread's context's; one relaxed store, no lock. */
+static void synced(void)
+{
+    CUcontext ctx = NULL;
+    if (!HAS_REAL(cuCtxGetCurrent) || REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || !ctx)
+        return;
+    if (ctx != t_ctx) {
+        t_dev = gs_current_device();
+        t_ctx = ctx;
+    }
+    if (t_dev < 0 || t_dev >= GPUSLICE_MAX_DEVICES)
+        return;
+    __atomic_store_n(&pacers[t_dev].p.synced_ns, gs_now_ns(), __ATOMIC_RELAXED);
+    static int said;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        GS_LOG(GS_LOG_DEBUG, "device %d: the application's syncs are seen", t_dev);
+}
+
+/* Unpaced (no cap, no capped or prioritised neighbour): the driver's, and
+ * one load of the mode. */
+#define SYNCED(name, args)                                                                    \
+    do {                                                                                      \
+        gs_cuda_ready();                                                                      \
+        if (GS_UNLIKELY(!HAS_REAL(name)))                                                     \
+            return CUDA_ERROR_NOT_FOUND;                                                      \
+        CUresult r = REAL(name) args;                                                         \
+        if (GS_UNLIKELY(gs_pace_wanted()))                                                    \
+            synced();                                                                         \
+        return r;                                                                             \
+    } while (0)
+
+GS_API CUresult cuCtxSynchronize(void)
+{
+    SYNCED(cuCtxSynchronize, ());
+}
+GS_API CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    SYNCED(cuCtxSynchronize_v2, (ctx));
+}
+GS_API CUresult cuStreamSynchronize(CUstream hStream)
+{
+    SYNCED(cuStreamSynchronize, (hStream));
+}
+GS_API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    SYNCED(cuStreamSynchronize_ptsz, (hStream));
+}
+GS_API CUresult cuEventSynchronize(CUevent hEvent)
+{
+    SYNCED(cuEventSynchronize, (hEvent));
 }
 
 /* ------------------------------------------------------------------ exit */

@@ -26,6 +26,7 @@ void gs_pace_reset(struct gs_pacer *p)
     __atomic_store_n(&p->gate_forced, 0, __ATOMIC_RELAXED);
     p->gate_closed_ns = 0;
     p->gated = 0;
+    __atomic_store_n(&p->synced_ns, 0, __ATOMIC_RELAXED);
     p->per_fence = 1; /* until a launch has been timed, fence every one */
     p->need_mark = 1;
     /* A new process is taken for light until it shows otherwise: a request
@@ -294,7 +295,11 @@ static void throttle(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     gs_pace_give_turn(p, io, stream, 0);
     p->slept = 1;
+    /* Over its cap it is no light tenant: what credit it had left (a new
+     * process starts with half a second) must be earned again by idling. */
     p->guest_since_ns = 0;
+    if (p->guest_credit_ns > 0)
+        p->guest_credit_ns = 0;
     unsigned long long wait;
     while (settle(p, io, &wait) && wait) {
         unsigned long long t0 = io->now(io);
@@ -422,7 +427,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 
 /* First service is earned by idling. A process that comes back from idle
  * (it launched nothing for GS_PACE_GAP_NS and its queue ran dry, not because
- * we made it wait or sleep for its cap) has earned as much first service as
+ * we made it wait or sleep for its cap, nor while it waited in a sync) has earned as much first service as
  * it idled, up to GS_PACE_GUEST_MAX_NS, and is a guest while it has some
  * left: it launches at once and the others stand aside (a request of an
  * inference server, however many kernels it launches and syncs it makes).
@@ -437,14 +442,29 @@ static void guest(struct gs_pacer *p, struct gs_pace_io *io, int fresh, unsigned
         p->guest_since_ns = 0;
         return;
     }
-    unsigned long long idle = now - p->returned_ns;
-    if (fresh && (!p->returned_ns || idle > GS_PACE_GAP_NS)) {
+    if (fresh && (!p->returned_ns || now - p->returned_ns > GS_PACE_GAP_NS)) {
+        /* What a sync waited for was our own work, queued behind others'
+         * or not: idling counts from its return (launch.c sees the
+         * application's syncs). And a stretch begins only after a real
+         * idle: a busy loop whose sync waited more than GS_PACE_GAP_NS
+         * behind a request looked as if back from idle, a guest, and
+         * queued into the next request; a capped one on the credit it
+         * kept while it slept for its cap. The test of a new busy period
+         * stays the launches' gap: a server of 400 requests a second
+         * idles just under GS_PACE_GAP_NS from its syncs, and is a guest
+         * from one request to the next. */
+        unsigned long long since = p->returned_ns;
+        unsigned long long synced = __atomic_load_n(&p->synced_ns, __ATOMIC_RELAXED);
+        if (synced > since && synced <= now)
+            since = synced;
+        unsigned long long idle = now - since;
         long long c = p->guest_credit_ns;
         if (p->returned_ns)
             c += (long long)(idle < GS_PACE_GUEST_MAX_NS ? idle : GS_PACE_GUEST_MAX_NS);
         p->guest_credit_ns = c > (long long)GS_PACE_GUEST_MAX_NS ? (long long)GS_PACE_GUEST_MAX_NS
                                                                  : c;
-        p->guest_since_ns = p->guest_credit_ns > 0 ? now : 0;
+        int again = p->guest_since_ns || !p->returned_ns || idle > GS_PACE_GAP_NS;
+        p->guest_since_ns = p->guest_credit_ns > 0 && again ? now : 0;
     } else if (p->guest_since_ns) {
         p->guest_credit_ns -= (long long)(now - p->guest_seen_ns);
         if (p->guest_credit_ns <= 0)
