@@ -904,25 +904,16 @@ def test_cap_binds_the_container_not_the_process(shim: Shim, tmp_path: Path) -> 
 
 def test_uncapped_process_launches_straight_into_the_driver(shim: Shim,
                                                             tmp_path: Path) -> None:
+    # The syncs too (wrapped only to tell the pacer of them, launch.c).
     s = shim.with_env(GPUSLICE_CORE_LIMIT=None, CUDA_DEVICE_SM_LIMIT=None,
                       GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
     for via in ("dlsym", "gpa", "gpa2", "gpa-pt"):
-        res = s.run(via, "init", "pctx", "0", "launchfrom", *launch_ops(5)[3:])
+        res = s.run(via, "init", "pctx", "0", "launchfrom", "syncfrom", *launch_ops(5)[3:])
         assert value_of_word(results(res), "launchfrom") == "driver", via
+        assert value_of_word(results(res), "syncfrom") == "driver", via
         # Handed out on purpose: not a pointer the shim failed to recognise.
         assert "unknown pointer" not in res.stderr, (via, res.stderr)
     assert s.region().devices[0].compute_launches == 0
-
-
-def test_an_unpaced_process_syncs_straight_in_the_driver(shim: Shim, tmp_path: Path) -> None:
-    # The sync entry points are handed out as the launches are: the
-    # driver's own where no pacing can happen.
-    free = shim.with_env(GPUSLICE_CORE_LIMIT=None, CUDA_DEVICE_SM_LIMIT=None,
-                         GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
-    for via in ("dlsym", "gpa", "gpa2", "gpa-pt"):
-        res = free.run(via, "init", "pctx", "0", "syncfrom")
-        assert value_of_word(results(res), "syncfrom") == "driver", via
-        assert "unknown pointer" not in res.stderr, (via, res.stderr)
 
 
 def test_a_paced_process_syncs_through_the_shim(shim: Shim, tmp_path: Path) -> None:

@@ -425,6 +425,20 @@ struct launch {
 static __thread CUcontext t_ctx;
 static __thread int t_dev = -1;
 
+/* The calling thread's current context, in *ctx, and its device (cached per
+ * thread while the context stays the same); -1: none we pace. */
+static int current_dev(CUcontext *ctx)
+{
+    *ctx = NULL;
+    if (!HAS_REAL(cuCtxGetCurrent) || REAL(cuCtxGetCurrent)(ctx) != CUDA_SUCCESS || !*ctx)
+        return -1;
+    if (*ctx != t_ctx) {
+        t_dev = gs_current_device();
+        t_ctx = *ctx;
+    }
+    return t_dev >= 0 && t_dev < GPUSLICE_MAX_DEVICES ? t_dev : -1;
+}
+
 /* With pd->mu held, on the way in: no new ticket from here on (what the
  * pacer does now may depend on the count, or hold the process back), and
  * the launches that went on tickets so far are handed over. A ticket taken
@@ -489,16 +503,9 @@ static void begin(struct launch *L, CUstream s, int ptsz)
 {
     L->pd = NULL;
     L->ticket = 0;
-    CUcontext ctx = NULL;
-    if (!HAS_REAL(cuCtxGetCurrent) || !HAS_REAL(cuEventRecord) ||
-        REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || !ctx)
-        return;
-    if (ctx != t_ctx) {
-        t_dev = gs_current_device();
-        t_ctx = ctx;
-    }
-    int dev = t_dev;
-    if (dev < 0 || dev >= GPUSLICE_MAX_DEVICES)
+    CUcontext ctx;
+    int dev = HAS_REAL(cuEventRecord) ? current_dev(&ctx) : -1;
+    if (dev < 0)
         return;
     struct pacer_dev *pd = &pacers[dev];
     L->pd = pd;
@@ -630,19 +637,14 @@ GS_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
  * is the calling thread's context's; one relaxed store, no lock. */
 static void synced(void)
 {
-    CUcontext ctx = NULL;
-    if (!HAS_REAL(cuCtxGetCurrent) || REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || !ctx)
+    CUcontext ctx;
+    int dev = current_dev(&ctx);
+    if (dev < 0)
         return;
-    if (ctx != t_ctx) {
-        t_dev = gs_current_device();
-        t_ctx = ctx;
-    }
-    if (t_dev < 0 || t_dev >= GPUSLICE_MAX_DEVICES)
-        return;
-    __atomic_store_n(&pacers[t_dev].p.synced_ns, gs_now_ns(), __ATOMIC_RELAXED);
+    __atomic_store_n(&pacers[dev].p.synced_ns, gs_now_ns(), __ATOMIC_RELAXED);
     static int said;
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-        GS_LOG(GS_LOG_DEBUG, "device %d: the application's syncs are seen", t_dev);
+        GS_LOG(GS_LOG_DEBUG, "device %d: the application's syncs are seen", dev);
 }
 
 /* Unpaced (no cap, no capped or prioritised neighbour): the driver's, and

@@ -550,7 +550,10 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     int capped = io->cap(io) != 0;
     unsigned long long now = io->now(io);
     p->quiet = 0;
-    gs_card_quiet_words(c, p->quiet_words); /* before anything below reads the card */
+    /* Before anything below reads the card; only a process that may turn
+     * out quiet needs them (uncapped, normal). */
+    if (!capped && io->prio == GPUSLICE_PRIORITY_NORMAL)
+        gs_card_quiet_words(c, p->quiet_words);
     gs_pace_announce(p, io, now);
     if (io->prio == GPUSLICE_PRIORITY_HIGH)
         return; /* it never waits: others stand aside for it */
