@@ -886,6 +886,7 @@ static const char *variants[] = {
     "cuDeviceTotalMem_v2", "cuCtxCreate", "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4",
     "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
     "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuStreamSynchronize", "cuStreamSynchronize_ptsz",
+    "cuStreamQuery_ptsz", "cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds", "cuMemcpy_ptds",
     "cuGetProcAddress", "cuGetProcAddress_v2", "cuInit", "cuDevicePrimaryCtxRelease",
     "cuDevicePrimaryCtxRelease_v2", "cuDeviceGetUuid", "cuDeviceGetUuid_v2", "cuGraphLaunch_ptsz",
     "cuEventRecord", "cuEventRecord_ptsz", "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz",
@@ -963,6 +964,10 @@ GPA_CASES = [
     ("cuLaunchKernel", 12000, 0, OK, 0, "cuLaunchKernel"),
     ("cuStreamSynchronize", 6050, PER_THREAD, OK, 0, "cuStreamSynchronize"),
     ("cuStreamSynchronize", 7000, PER_THREAD, OK, 0, "cuStreamSynchronize_ptsz"),
+    ("cuStreamQuery", 7000, PER_THREAD, OK, 0, "cuStreamQuery_ptsz"),
+    ("cuMemcpyDtoH", 12000, 0, OK, 0, "cuMemcpyDtoH_v2"),
+    ("cuMemcpyDtoH", 12000, PER_THREAD, OK, 0, "cuMemcpyDtoH_v2_ptds"),
+    ("cuMemcpy", 12000, PER_THREAD, OK, 0, "cuMemcpy_ptds"),
     ("cuGraphLaunch", 12000, PER_THREAD, OK, 0, "cuGraphLaunch_ptsz"),
     ("cuGetProcAddress", 12000, 0, OK, 0, "cuGetProcAddress_v2"),
     ("cuGetProcAddress", 11080, 0, OK, 0, "cuGetProcAddress"),
@@ -1185,7 +1190,8 @@ EXPORTS = [
     "cuMemPoolSetAttribute", "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
     "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuStreamCreate",
     "cuStreamDestroy", "cuStreamDestroy_v2", "cuStreamSynchronize", "cuStreamSynchronize_ptsz",
-    "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuStreamIsCapturing",
+    "cuStreamQuery", "cuStreamQuery_ptsz", "cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds", "cuMemcpy",
+    "cuMemcpy_ptds", "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuStreamIsCapturing",
     "cuStreamIsCapturing_ptsz", "cuEventCreate", "cuEventDestroy", "cuEventDestroy_v2", "cuEventRecord", "cuEventRecord_ptsz",
     "cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz", "cuEventQuery", "cuEventSynchronize",
     "cuEventElapsedTime", "cuEventElapsedTime_v2",
@@ -1562,6 +1568,50 @@ out["elapsed"] = elapsed(a, b)
     # the gate).
     rc, ms = out["elapsed"]
     assert rc == OK and ms >= 3 * KERNEL_MS - 0.5
+
+
+def test_stream_query_and_blocking_copies(fake_env) -> None:
+    """cuStreamQuery says whether a stream's work is done; a blocking copy to
+    the host (cuMemcpyDtoH_v2, cuMemcpy and their _ptds) returns once the
+    work queued before it is, then the host holds zeros (the fake's device
+    addresses hold nothing); behind a closed gate the copy waits for it."""
+    env = fake_env(gpus=small_gpus(1))
+    env["FAKECUDA_KERNEL_NS"] = str(KERNEL_MS * 1000 * 1000)
+    body = GATES + r"""
+init(); primary(); register()
+buf = (ctypes.c_ubyte * 64)(*([0xff] * 64))
+launch(); launch()
+t0 = time.monotonic()
+out["query"] = [cu.cuStreamQuery(None), cu.cuStreamQuery_ptsz(None)]
+out["copy"] = [cu.cuMemcpyDtoH_v2(buf, c_ulonglong(0), c_size_t(64)), time.monotonic() - t0,
+               sum(buf), cu.cuStreamQuery(None)]
+out["bad"] = cu.cuMemcpyDtoH_v2(None, c_ulonglong(0), c_size_t(64))
+launch()
+t0 = time.monotonic()
+out["others"] = [cu.cuMemcpyDtoH_v2_ptds(buf, c_ulonglong(0), c_size_t(64)),
+                 cu.cuMemcpy(c_ulonglong(ctypes.addressof(buf)), c_ulonglong(0), c_size_t(64)),
+                 cu.cuMemcpy_ptds(c_ulonglong(ctypes.addressof(buf)), c_ulonglong(0), c_size_t(64)),
+                 time.monotonic() - t0]
+s = stream()
+out["gated"] = [wait(s, 0, 1)]
+launch(s)
+t0 = time.monotonic()
+th = store_later(0, 1, K)
+out["gated"] += [cu.cuStreamQuery(s), cu.cuMemcpyDtoH_v2(buf, c_ulonglong(0), c_size_t(8)),
+                 time.monotonic() - t0, word(0).value, cu.cuStreamQuery(s)]
+th.join()
+"""
+    out = run_py(env, body)
+    k = KERNEL_MS / 1000
+    assert out["query"] == [NOT_READY, NOT_READY]
+    rc, took, total, after = out["copy"]
+    assert rc == OK and took >= 2 * k - 0.001 and total == 0 and after == OK
+    assert out["bad"] == INVALID_VALUE
+    rc1, rc2, rc3, took = out["others"]
+    assert (rc1, rc2, rc3) == (OK, OK, OK) and took >= k - 0.001
+    ok, pending, rc, took, value, done = out["gated"]
+    assert (ok, pending, rc, value, done) == (OK, NOT_READY, OK, 1, OK)
+    assert took >= 2 * k - 0.001  # the store after k, then the launch behind the gate
 
 
 def test_gate_synchronize(fake_env) -> None:

@@ -824,8 +824,9 @@ def sync_loop(name: str) -> str:
 def test_a_busy_loops_wait_in_its_sync_earns_it_no_first_service(sim: Path) -> None:
     # The shim sees the application's syncs (launch.c) and counts idling
     # from their return: a loop whose sync waited behind a request is no
-    # guest after it, capped or not, beside normal or high requests. With
-    # the syncs unseen (a loop polling an event, a blocking copy) the wait
+    # guest after it, capped or not, beside normal or high requests (the
+    # shim sees syncs, blocking copies and polls). With the waits unseen (a
+    # poll that sleeps between looks, a spin on mapped memory) the wait
     # looks like idling and it turns guest, as every loop did before the
     # shim saw syncs.
     unseen = 0

@@ -904,30 +904,59 @@ def test_cap_binds_the_container_not_the_process(shim: Shim, tmp_path: Path) -> 
 
 def test_uncapped_process_launches_straight_into_the_driver(shim: Shim,
                                                             tmp_path: Path) -> None:
-    # The syncs too (wrapped only to tell the pacer of them, launch.c).
+    # The waits too: syncs, queries, blocking copies (wrapped only to tell
+    # the pacer of them, launch.c).
     s = shim.with_env(GPUSLICE_CORE_LIMIT=None, CUDA_DEVICE_SM_LIMIT=None,
                       GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
     for via in ("dlsym", "gpa", "gpa2", "gpa-pt"):
-        res = s.run(via, "init", "pctx", "0", "launchfrom", "syncfrom", *launch_ops(5)[3:])
-        assert value_of_word(results(res), "launchfrom") == "driver", via
-        assert value_of_word(results(res), "syncfrom") == "driver", via
+        res = s.run(via, "init", "pctx", "0", "launchfrom", *WAITS_FROM, *launch_ops(5)[3:])
+        for op in ("launchfrom", *WAITS_FROM):
+            assert value_of_word(results(res), op) == "driver", (via, op)
         # Handed out on purpose: not a pointer the shim failed to recognise.
         assert "unknown pointer" not in res.stderr, (via, res.stderr)
     assert s.region().devices[0].compute_launches == 0
 
 
+WAITS_FROM = ("syncfrom", "pollfrom", "copyfrom")
+
+
 def test_a_paced_process_syncs_through_the_shim(shim: Shim, tmp_path: Path) -> None:
-    # A sync's wait is no idling: the pacer counts first service from its
-    # return (pace.c, guest; tests/test_pace_sim.py for what it changes).
+    # A wait for the GPU is no idling: the pacer counts first service from
+    # its end (pace.c, guest; tests/test_pace_sim.py for what it changes).
+    # Each route says once, at debug level, that it was seen.
+    capped = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
+                           GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"), GPUSLICE_LOG="debug")
+    routes = {"syncs": ["ssync", "sync"], "blocking copies": ["dtoh", "copy"],
+              "polls": ["poll", "epoll"]}
+    for via in VIAS:
+        res = capped.run(via, "init", "pctx", "0", *WAITS_FROM)
+        assert [value_of_word(results(res), op) for op in WAITS_FROM] == ["shim"] * 3, via
+        for what, ops in routes.items():
+            for op in ops:
+                res = capped.run(via, "init", "pctx", "0", "launch", "kernel", "3", op)
+                rows = results(res)
+                assert rc_of(rows, op) == 0, (via, op, rows)
+                seen = f"the application's {what} are seen" in res.stderr
+                assert seen, (via, op, res.stderr)
+                # Only the route that waited says so.
+                assert res.stderr.count("are seen") == 1, (via, op, res.stderr)
+        # 3 launches of 0.5 ms were queued: the poll was told "not ready" first.
+        poll = [r for r in results(res) if r[0] == "epoll"][0]
+        assert int(poll[2]) > 0, (via, poll)
+
+
+def test_a_query_that_waited_for_nothing_is_no_wait(shim: Shim, tmp_path: Path) -> None:
+    # Asked only once the work is done (a sync first): the query heard no
+    # "not ready", as an allocator or a watchdog asking for done work does,
+    # and must not cut the idling a server earns between its requests.
     capped = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
                            GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"), GPUSLICE_LOG="debug")
     for via in VIAS:
-        res = capped.run(via, "init", "pctx", "0", "syncfrom", "launch", "kernel", "3",
-                         "ssync", "sync")
+        res = capped.run(via, "init", "pctx", "0", "launch", "kernel", "3", "ssync", "poll",
+                         "epoll")
         rows = results(res)
-        assert value_of_word(rows, "syncfrom") == "shim", via
-        assert rc_of(rows, "ssync") == 0 and rc_of(rows, "sync") == 0, (via, rows)
-        assert "the application's syncs are seen" in res.stderr, (via, res.stderr)
+        assert [r[1:] for r in rows if r[0] in ("poll", "epoll")] == [["0", "0"]] * 2, (via, rows)
+        assert "the application's polls are seen" not in res.stderr, (via, res.stderr)
 
 
 def value_of_word(rows: List[List[str]], op: str) -> str:

@@ -2265,6 +2265,63 @@ EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
     LOCKED_WAIT(stream_sync(hStream, &until, &closed), until, closed);
 }
 
+/* Done when a sync would not wait: no gate holds the stream, its timeline ran out. */
+static CUresult stream_query(CUstream h)
+{
+    uint64_t until = 0;
+    bool closed;
+    CUresult rc = stream_sync(h, &until, &closed);
+    if (rc)
+        return rc;
+    return !closed && now_ns() >= until ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+EXPORT CUresult cuStreamQuery(CUstream hStream) { LOCKED(stream_query(hStream)); }
+EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream) { LOCKED(stream_query(hStream)); }
+
+/* A blocking copy: it runs on the default stream, after the work queued
+ * before it, and returns once done. The fake's device addresses hold
+ * nothing: the host gets zeros. Legacy and per-thread default streams both
+ * wait for the whole context here (the legacy one does so for blocking
+ * streams; this fake's streams are all blocking). */
+static CUresult copy_wait(void *dst, size_t n, uint64_t *until, bool *closed)
+{
+    if (n && !dst)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = ctx_sync(until, closed);
+    if (rc == CUDA_SUCCESS && !*closed && n)
+        memset(dst, 0, n);
+    return rc;
+}
+EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t n)
+{
+    (void)srcDevice;
+    uint64_t until = 0;
+    bool closed;
+    LOCKED_WAIT(copy_wait(dstHost, n, &until, &closed), until, closed);
+}
+EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t n)
+{
+    (void)srcDevice;
+    uint64_t until = 0;
+    bool closed;
+    LOCKED_WAIT(copy_wait(dstHost, n, &until, &closed), until, closed);
+}
+/* Unified addressing: the fake copies nothing between its addresses, it waits. */
+EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    (void)dst, (void)src, (void)n;
+    uint64_t until = 0;
+    bool closed;
+    LOCKED_WAIT(ctx_sync(&until, &closed), until, closed);
+}
+EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    (void)dst, (void)src, (void)n;
+    uint64_t until = 0;
+    bool closed;
+    LOCKED_WAIT(ctx_sync(&until, &closed), until, closed);
+}
+
 /* cuStreamWaitValue32: the stream's later work waits until the word meets
  * the condition. The fake can read only host memory registered with
  * DEVICEMAP (its device addresses hold nothing). One gate per timeline: a
@@ -3341,6 +3398,12 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     X(cuStreamDestroy, 4000, cuStreamDestroy_v2, N)                    \
     X(cuStreamSynchronize, 2000, cuStreamSynchronize, N)               \
     X(cuStreamSynchronize, 7000, cuStreamSynchronize_ptsz, P)          \
+    X(cuStreamQuery, 2000, cuStreamQuery, N)                           \
+    X(cuStreamQuery, 7000, cuStreamQuery_ptsz, P)                      \
+    X(cuMemcpyDtoH, 3020, cuMemcpyDtoH_v2, N)                          \
+    X(cuMemcpyDtoH, 7000, cuMemcpyDtoH_v2_ptds, P)                     \
+    X(cuMemcpy, 4000, cuMemcpy, N)                                     \
+    X(cuMemcpy, 7000, cuMemcpy_ptds, P)                                \
     X(cuStreamWaitValue32, 8000, cuStreamWaitValue32, N)               \
     X(cuStreamWaitValue32, 8000, cuStreamWaitValue32_ptsz, P)          \
     X(cuStreamWaitValue32, 11070, cuStreamWaitValue32_v2, N)           \

@@ -71,6 +71,12 @@
     X(cuGraphLaunch, (CUgraphExec, CUstream))                                                 \
     X(cuStreamCreate, (CUstream *, unsigned))                                                 \
     X(cuStreamSynchronize, (CUstream))                                                        \
+    X(cuStreamQuery, (CUstream))                                                              \
+    X(cuEventCreate, (CUevent *, unsigned))                                                   \
+    X(cuEventRecord, (CUevent, CUstream))                                                     \
+    X(cuEventQuery, (CUevent))                                                                \
+    X(cuMemcpyDtoH_v2, (void *, CUdeviceptr, size_t))                                         \
+    X(cuMemcpy, (CUdeviceptr, CUdeviceptr, size_t))                                           \
     X(cuStreamBeginCapture_v2, (CUstream, int))                                               \
     X(cuStreamEndCapture, (CUstream, void **))                                                \
     X(cuGraphCreate, (CUgraph *, unsigned))                                                   \
@@ -851,11 +857,14 @@ int main(int argc, char **argv)
                 printf(" %u:%llu", list[k].pid, list[k].usedGpuMemory);
             printf("\n");
             continue;
-        } else if (!strcmp(op, "launchfrom") || !strcmp(op, "syncfrom")) {
-            /* Which object the launch (the stream sync) function we were
-             * given lives in. */
+        } else if (!strcmp(op, "launchfrom") || !strcmp(op, "syncfrom") ||
+                   !strcmp(op, "pollfrom") || !strcmp(op, "copyfrom")) {
+            /* Which object the launch (stream sync, stream query, blocking
+             * copy) function we were given lives in. */
             void *fn = !strcmp(op, "launchfrom") ? (void *)api.cuLaunchKernel
-                                                 : (void *)api.cuStreamSynchronize;
+                       : !strcmp(op, "syncfrom") ? (void *)api.cuStreamSynchronize
+                       : !strcmp(op, "pollfrom") ? (void *)api.cuStreamQuery
+                                                 : (void *)api.cuMemcpyDtoH_v2;
             Dl_info info;
             const char *where = "none";
             if (fn && dladdr(fn, &info) && info.dli_fname)
@@ -864,6 +873,26 @@ int main(int argc, char **argv)
             continue;
         } else if (!strcmp(op, "ssync")) {
             r = api.cuStreamSynchronize(NULL);
+        } else if (!strcmp(op, "poll") || !strcmp(op, "epoll")) {
+            /* poll / epoll: ask the default stream (an event recorded on
+             * it) until its work is done; prints how often it was not. */
+            CUevent e = NULL;
+            r = !strcmp(op, "epoll") ? api.cuEventCreate(&e, 0) : CUDA_SUCCESS;
+            if (r == CUDA_SUCCESS && e)
+                r = api.cuEventRecord(e, NULL);
+            unsigned long busy = 0;
+            while (r == CUDA_SUCCESS &&
+                   (r = e ? api.cuEventQuery(e) : api.cuStreamQuery(NULL)) == CUDA_ERROR_NOT_READY) {
+                busy++;
+                r = CUDA_SUCCESS;
+            }
+            printf("%s %d %lu\n", op, r, busy);
+            continue;
+        } else if (!strcmp(op, "dtoh") || !strcmp(op, "copy")) {
+            /* dtoh / copy: a blocking copy of 64 bytes to the host. */
+            unsigned char buf[64];
+            r = !strcmp(op, "dtoh") ? api.cuMemcpyDtoH_v2(buf, 0, sizeof buf)
+                                    : api.cuMemcpy((CUdeviceptr)(uintptr_t)buf, 0, sizeof buf);
         } else if (!strcmp(op, "fork")) {
             unsigned long long n = size_arg(ARG());
             pid_t pid = fork();

@@ -45,8 +45,9 @@
  *   every 100: no wait outlasts the grace); cap 0 = uncapped; processes with the same
  *   container share one bucket (one cap).
  *   options: high, low (priority; default normal), noshim (no limiter at all:
- *   plain time slicing), unseensync (its syncs are none the shim's wrappers
- *   see: a loop polling cuEventQuery, a blocking copy), idle=FROM-TO (seconds without launches), rate=N
+ *   plain time slicing), unseensync (its waits are none the shim's wrappers
+ *   see: a poll that sleeps more than 2 ms between looks, a spin on mapped
+ *   host memory), idle=FROM-TO (seconds without launches), rate=N
  *   (requests a second), poisson (requests at random, exponential gaps;
  *   default: periodic within 10 %), wake=MS (after the pacer kept it asleep
  *   1 ms or more within one launch, the host launches at half speed until it

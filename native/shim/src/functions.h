@@ -44,14 +44,25 @@
     HOOK(CUDA, cuGraphLaunch, CUresult, (CUgraphExec hGraphExec, CUstream hStream))           \
     HOOK(CUDA, cuGraphLaunch_ptsz, CUresult, (CUgraphExec hGraphExec, CUstream hStream))
 
-/* The syncs the pacer is told of (launch.c): a wait for the GPU is not
- * idling. Handed out as the launch rows are (gs_is_paced_fn). */
+/* The waits for the GPU the pacer is told of (launch.c): a wait is not
+ * idling. The syncs, the blocking copies to the host (they wait for the
+ * stream's work before they copy), and the queries (a loop that polls until
+ * its work is done). Handed out as the launch rows are (gs_is_paced_fn). */
 #define GS_SYNC_FUNCTIONS(HOOK)                                                               \
     HOOK(CUDA, cuCtxSynchronize, CUresult, (void))                                            \
     HOOK(CUDA, cuCtxSynchronize_v2, CUresult, (CUcontext ctx))                                \
     HOOK(CUDA, cuStreamSynchronize, CUresult, (CUstream hStream))                             \
     HOOK(CUDA, cuStreamSynchronize_ptsz, CUresult, (CUstream hStream))                        \
-    HOOK(CUDA, cuEventSynchronize, CUresult, (CUevent hEvent))
+    HOOK(CUDA, cuEventSynchronize, CUresult, (CUevent hEvent))                                \
+    HOOK(CUDA, cuMemcpyDtoH_v2, CUresult,                                                     \
+         (void *dstHost, CUdeviceptr srcDevice, size_t n))                                    \
+    HOOK(CUDA, cuMemcpyDtoH_v2_ptds, CUresult,                                                \
+         (void *dstHost, CUdeviceptr srcDevice, size_t n))                                    \
+    HOOK(CUDA, cuMemcpy, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n))              \
+    HOOK(CUDA, cuMemcpy_ptds, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n))         \
+    HOOK(CUDA, cuEventQuery, CUresult, (CUevent hEvent))                                      \
+    HOOK(CUDA, cuStreamQuery, CUresult, (CUstream hStream))                                   \
+    HOOK(CUDA, cuStreamQuery_ptsz, CUresult, (CUstream hStream))
 
 #define GS_FUNCTIONS(HOOK, REAL)                                                              \
     /* entry points: init and the two ways of finding functions */                           \
@@ -191,7 +202,6 @@
     REAL(CUDA, cuStreamIsCapturing, CUresult, (CUstream hStream, int *captureStatus))         \
     REAL(CUDA, cuEventCreate, CUresult, (CUevent *phEvent, unsigned int Flags))               \
     REAL(CUDA, cuEventRecord, CUresult, (CUevent hEvent, CUstream hStream))                   \
-    REAL(CUDA, cuEventQuery, CUresult, (CUevent hEvent))                                      \
     REAL(CUDA, cuEventElapsedTime, CUresult, (float *ms, CUevent hStart, CUevent hEnd))       \
     REAL(CUDA, cuEventElapsedTime_v2, CUresult, (float *ms, CUevent hStart, CUevent hEnd))    \
     /* gates (gate.c): a word of pinned host memory that streams wait at */                  \

@@ -634,31 +634,42 @@ GS_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
  * Else a busy loop whose sync waited more than GS_PACE_GAP_NS for its own
  * work (behind a neighbour's request) came back as if from idle, earned
  * first service, and queued as a guest into the next request. The device
- * is the calling thread's context's; one relaxed store, no lock. */
-static void synced(void)
+ * is the calling thread's context's; one relaxed store, no lock. `what`
+ * names the route, once at debug level (tests/gpu/check_shim.py asks). */
+static void synced(unsigned long long now, int *said, const char *what)
 {
     CUcontext ctx;
     int dev = current_dev(&ctx);
     if (dev < 0)
         return;
-    __atomic_store_n(&pacers[dev].p.synced_ns, gs_now_ns(), __ATOMIC_RELAXED);
-    static int said;
-    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-        GS_LOG(GS_LOG_DEBUG, "device %d: the application's syncs are seen", dev);
+    __atomic_store_n(&pacers[dev].p.synced_ns, now, __ATOMIC_RELAXED);
+    if (!__atomic_exchange_n(said, 1, __ATOMIC_RELAXED))
+        GS_LOG(GS_LOG_DEBUG, "device %d: the application's %s are seen", dev, what);
+}
+
+static int said_syncs, said_copies, said_polls;
+
+/* The call returned: it waited for the GPU (a sync, a blocking copy). */
+static CUresult waited(CUresult r, int *said, const char *what)
+{
+    synced(gs_now_ns(), said, what);
+    return r;
 }
 
 /* Unpaced (no cap, no capped or prioritised neighbour): the driver's, and
- * one load of the mode. */
-#define SYNCED(name, args)                                                                    \
+ * one load of the mode. `seen`: what a paced process tells its pacer, and
+ * returns. */
+#define WAIT(name, args, seen)                                                                \
     do {                                                                                      \
         gs_cuda_ready();                                                                      \
         if (GS_UNLIKELY(!HAS_REAL(name)))                                                     \
             return CUDA_ERROR_NOT_FOUND;                                                      \
         CUresult r = REAL(name) args;                                                         \
-        if (GS_UNLIKELY(gs_pace_wanted()))                                                    \
-            synced();                                                                         \
-        return r;                                                                             \
+        return GS_UNLIKELY(gs_pace_wanted()) ? (seen) : r;                                    \
     } while (0)
+#define SYNCED(name, args) WAIT(name, args, waited(r, &said_syncs, "syncs"))
+/* A blocking copy from the device waits for the stream's work first. */
+#define COPIED(name, args) WAIT(name, args, waited(r, &said_copies, "blocking copies"))
 
 GS_API CUresult cuCtxSynchronize(void)
 {
@@ -679,6 +690,59 @@ GS_API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 GS_API CUresult cuEventSynchronize(CUevent hEvent)
 {
     SYNCED(cuEventSynchronize, (hEvent));
+}
+GS_API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t n)
+{
+    COPIED(cuMemcpyDtoH_v2, (dstHost, srcDevice, n));
+}
+GS_API CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t n)
+{
+    COPIED(cuMemcpyDtoH_v2_ptds, (dstHost, srcDevice, n));
+}
+GS_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    COPIED(cuMemcpy, (dst, src, n));
+}
+GS_API CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    COPIED(cuMemcpy_ptds, (dst, src, n));
+}
+
+/* A query is a wait when it ends a poll: this thread heard "not ready" and
+ * now hears "done" within GS_PACE_GAP_NS of it (a loop on cuEventQuery or
+ * cuStreamQuery). A "done" with no "not ready" just before it waited for
+ * nothing (an allocator reusing a block, a watchdog): it must not cut the
+ * idling a server earns between requests. A poller that sleeps longer than
+ * GS_PACE_GAP_NS between its looks is taken for idle, as launches that far
+ * apart are. */
+static __thread unsigned long long t_not_ready_ns;
+
+static CUresult polled(CUresult r)
+{
+    if (r == CUDA_ERROR_NOT_READY) {
+        t_not_ready_ns = gs_now_ns();
+    } else if (t_not_ready_ns) {
+        unsigned long long now = gs_now_ns();
+        if (r == CUDA_SUCCESS && now - t_not_ready_ns <= GS_PACE_GAP_NS)
+            synced(now, &said_polls, "polls");
+        t_not_ready_ns = 0;
+    }
+    return r;
+}
+
+#define POLLED(name, args) WAIT(name, args, polled(r))
+
+GS_API CUresult cuEventQuery(CUevent hEvent)
+{
+    POLLED(cuEventQuery, (hEvent));
+}
+GS_API CUresult cuStreamQuery(CUstream hStream)
+{
+    POLLED(cuStreamQuery, (hStream));
+}
+GS_API CUresult cuStreamQuery_ptsz(CUstream hStream)
+{
+    POLLED(cuStreamQuery_ptsz, (hStream));
 }
 
 /* ------------------------------------------------------------------ exit */
