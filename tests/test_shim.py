@@ -948,14 +948,18 @@ def test_a_paced_process_syncs_through_the_shim(shim: Shim, tmp_path: Path) -> N
 def test_a_query_that_waited_for_nothing_is_no_wait(shim: Shim, tmp_path: Path) -> None:
     # Asked only once the work is done (a sync first): the query heard no
     # "not ready", as an allocator or a watchdog asking for done work does,
-    # and must not cut the idling a server earns between its requests.
+    # and must not cut the idling a server earns between its requests. Nor
+    # does a poller that sleeps 5 ms between its looks wait, as far as the
+    # pacer can tell (launches that far apart are idling too).
     capped = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
                            GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"), GPUSLICE_LOG="debug")
     for via in VIAS:
         res = capped.run(via, "init", "pctx", "0", "launch", "kernel", "3", "ssync", "poll",
-                         "epoll")
+                         "epoll", "launch", "kernel", "3", "lazypoll")
         rows = results(res)
         assert [r[1:] for r in rows if r[0] in ("poll", "epoll")] == [["0", "0"]] * 2, (via, rows)
+        lazy = [r for r in rows if r[0] == "lazypoll"][0]
+        assert lazy[1] == "0" and int(lazy[2]) > 0, (via, rows)  # it was told "not ready"
         assert "the application's polls are seen" not in res.stderr, (via, res.stderr)
 
 

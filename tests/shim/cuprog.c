@@ -873,9 +873,10 @@ int main(int argc, char **argv)
             continue;
         } else if (!strcmp(op, "ssync")) {
             r = api.cuStreamSynchronize(NULL);
-        } else if (!strcmp(op, "poll") || !strcmp(op, "epoll")) {
+        } else if (!strcmp(op, "poll") || !strcmp(op, "epoll") || !strcmp(op, "lazypoll")) {
             /* poll / epoll: ask the default stream (an event recorded on
-             * it) until its work is done; prints how often it was not. */
+             * it) until its work is done; prints how often it was not.
+             * lazypoll: the stream, sleeping 5 ms between looks. */
             CUevent e = NULL;
             r = !strcmp(op, "epoll") ? api.cuEventCreate(&e, 0) : CUDA_SUCCESS;
             if (r == CUDA_SUCCESS && e)
@@ -885,6 +886,10 @@ int main(int argc, char **argv)
                    (r = e ? api.cuEventQuery(e) : api.cuStreamQuery(NULL)) == CUDA_ERROR_NOT_READY) {
                 busy++;
                 r = CUDA_SUCCESS;
+                if (!strcmp(op, "lazypoll")) {
+                    struct timespec ts = {0, 5000000};
+                    nanosleep(&ts, NULL);
+                }
             }
             printf("%s %d %lu\n", op, r, busy);
             continue;
