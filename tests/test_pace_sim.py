@@ -751,12 +751,6 @@ OUTSIDE_NEIGHBOURS = {
     "uneven": "loop,k=3000,k2=40,every=10,l=20,n=50,h=500",  # one 3 ms kernel in ten
 }
 OUTSIDE_CAPS = (40, 70)
-# Goal 1's named shortfall: a host-bound request of hundreds of launches
-# beside the uneven loop, periodic: the loop's seat counts its launches at
-# their average and hides the 3 ms kernel in flight, so a normal guest keeps
-# a short queue and waits out a time slice at its fences (1.23-1.25 x plain
-# time slicing). A high one queues on once its fences show it (pace.c).
-OUTSIDE_G1_SHORT = {("bert", "", "uneven"): 1.3}
 
 
 def outside_plain(sim: Path, spec: str, arrival: str, neighbour: str) -> float:
@@ -769,12 +763,17 @@ def test_outside_shapes_wait_no_longer_than_time_slicing(sim: Path, shape: str) 
     # Goal 1 and the contract's floor: a normal tenant's p99 beside a capped
     # neighbour at most plain time slicing's (1 % for the simulator's
     # resolution), and a high one's never longer than with no shim at all.
+    # The uneven loop's seat counts its launches at their average and hides
+    # its 3 ms kernel: a guest back from idle queues on once its own fences
+    # show it behind others, as high work does (pace.c); held to a short
+    # queue, bert's 400 launches waited out a time slice at each of its
+    # fences beside it (1.23-1.25 x plain time slicing, periodic).
     # The capped neighbour never above its cap in a window.
     spec = OUTSIDE_SHAPES[shape]
     for arrival in ARRIVALS:
         for nname, neighbour in OUTSIDE_NEIGHBOURS.items():
             plain = outside_plain(sim, spec, arrival, neighbour)
-            limit = OUTSIDE_G1_SHORT.get((shape, arrival, nname), 1.01) * plain
+            limit = 1.01 * plain
             for cap in OUTSIDE_CAPS:
                 run = simulate(sim, 6, f"l:{spec}:0:0{arrival}", f"n:{neighbour}:{cap}:1")
                 assert run["l"].latency[1] <= limit, (shape, arrival, nname, cap,

@@ -297,7 +297,7 @@ static void throttle(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     p->slept = 1;
     /* Over its cap it is no light tenant: what credit it had left (a new
      * process starts with half a second) must be earned again by idling. */
-    p->guest_since_ns = 0;
+    p->guest_since_ns = p->guest_idled = 0;
     if (p->guest_credit_ns > 0)
         p->guest_credit_ns = 0;
     unsigned long long wait;
@@ -379,16 +379,19 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
      * fenced, so what it has queued is known) and by its first service
      * left (work queued past that would run as it stops being first).
      * Another's work is in flight when its seat says so, or, for an
-     * uncapped high process, when its own fences lately took longer than
-     * its own queue explains: a neighbour's seat counts its launches at
-     * their average, and one long kernel in ten (3 ms among 40 us ones)
-     * hides behind that average (a host-bound request of 400 launches
-     * beside it took 13.3 ms at p99 as high priority, 7.6 with no shim;
-     * now 6.2, 3.65 alone, simulated). Not a guest's: a busy tenant whose
-     * syncs idle it between passes is a guest too, and queued deep into a
-     * capped turn (two 40s beside an eager loop dipped to 37). Once behind
-     * others it stays deep until its own waits are short again (the ring
-     * still bounds it). */
+     * uncapped high process or a guest back from a real idle, when its own
+     * fences lately took longer than its own queue explains: a neighbour's
+     * seat counts its launches at their average, and one long kernel in ten
+     * (3 ms among 40 us ones) hides behind that average (a host-bound
+     * request of 400 launches beside it took 13.3 ms at p99 as high
+     * priority, 7.6 with no shim; now 6.2, 3.65 alone; 9.3-9.5 as a normal
+     * guest, now 5.7-6.2, simulated). Not a guest on a new process's start
+     * credit: a busy loop is one for its first half second, and queued deep
+     * into capped turns (a loop of 13.7 ms kernels beside two 30s; before
+     * the shim saw syncs, a busy loop whose sync waited was a guest too,
+     * and two 40s beside an eager loop dipped to 37). Once behind others it
+     * stays deep until its own waits are short again (the ring still
+     * bounds it). */
     if (p->gated && __atomic_load_n(&p->gate_since_ns, __ATOMIC_ACQUIRE)) {
         /* Behind a closed gate: as much as the ring holds, the rest of the
          * ring waits for the watcher to open it (wait_oldest blocks). */
@@ -398,7 +401,8 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     } else if (taking_turns &&
                (io->prio == GPUSLICE_PRIORITY_HIGH || (p->guest_since_ns && p->per_launch_ns)) &&
                (gs_card_others_queued_ns(c, io->seat, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS ||
-                (io->prio == GPUSLICE_PRIORITY_HIGH && !cap && behind_others(p)))) {
+                (!cap && behind_others(p) &&
+                 (io->prio == GPUSLICE_PRIORITY_HIGH || p->guest_idled)))) {
         while (p->count >= GS_PACE_RING - 1 ||
                (p->count > 1 && io->prio != GPUSLICE_PRIORITY_HIGH &&
                 (long long)gs_pace_queued_ns(p) > p->guest_credit_ns))
@@ -439,7 +443,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 static void guest(struct gs_pacer *p, struct gs_pace_io *io, int fresh, unsigned long long now)
 {
     if (io->prio != GPUSLICE_PRIORITY_NORMAL) {
-        p->guest_since_ns = 0;
+        p->guest_since_ns = p->guest_idled = 0;
         return;
     }
     if (fresh && (!p->returned_ns || now - p->returned_ns > GS_PACE_GAP_NS)) {
@@ -465,10 +469,14 @@ static void guest(struct gs_pacer *p, struct gs_pace_io *io, int fresh, unsigned
                                                                  : c;
         int again = p->guest_since_ns || !p->returned_ns || idle > GS_PACE_GAP_NS;
         p->guest_since_ns = p->guest_credit_ns > 0 && again ? now : 0;
+        if (!p->guest_since_ns)
+            p->guest_idled = 0;
+        else if (p->returned_ns && idle > GS_PACE_GAP_NS)
+            p->guest_idled = 1;
     } else if (p->guest_since_ns) {
         p->guest_credit_ns -= (long long)(now - p->guest_seen_ns);
         if (p->guest_credit_ns <= 0)
-            p->guest_since_ns = 0;
+            p->guest_since_ns = p->guest_idled = 0;
     }
     p->guest_seen_ns = now;
 }

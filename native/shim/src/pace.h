@@ -111,6 +111,7 @@ struct gs_pacer {
     unsigned long long guest_since_ns; /* when its current guest stretch began; 0: not a guest */
     long long guest_credit_ns;     /* first service earned by idling, spent by holding the card */
     unsigned long long guest_seen_ns; /* when the credit was last spent */
+    int guest_idled;               /* the stretch began after a real idle, not on a new process's start */
     int slept;                     /* slept for its cap since its last launch: no guest */
     /* Its last look at the card (a launch on a card with turns) found
      * nothing to do and nothing that could give it something to do but a
