@@ -186,7 +186,7 @@ struct proc {
     int container;
     unsigned prio;
     int noshim;
-    int unseen_syncs; /* its syncs poll or copy: the shim's sync wrappers miss them */
+    int unseen_syncs; /* its waits are none the shim's wrappers see (a lazy poll, a spin) */
     double idle_from, idle_to;
     int poisson;     /* requests arrive at random (exponential gaps) */
     double every_ns; /* requests: mean time between arrivals */
@@ -526,8 +526,8 @@ static void forge(struct proc *p)
     spend(FORGE_EVERY_NS);
 }
 
-/* The host waits until its queue has run dry (a sync), and the shim's sync
- * wrapper (launch.c) tells the pacer when it returned. */
+/* The host waits until its queue has run dry (a sync), and the shim's wait
+ * wrappers (launch.c) tell the pacer when it returned. */
 static void sync_queue(struct proc *p)
 {
     if (p->kernels_queued) {

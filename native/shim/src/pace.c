@@ -431,10 +431,11 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 
 /* First service is earned by idling. A process that comes back from idle
  * (it launched nothing for GS_PACE_GAP_NS and its queue ran dry, not because
- * we made it wait or sleep for its cap, nor while it waited in a sync) has earned as much first service as
- * it idled, up to GS_PACE_GUEST_MAX_NS, and is a guest while it has some
- * left: it launches at once and the others stand aside (a request of an
- * inference server, however many kernels it launches and syncs it makes).
+ * we made it wait or sleep for its cap, nor while it waited for the GPU)
+ * has earned as much first service as it idled, up to GS_PACE_GUEST_MAX_NS,
+ * and is a guest while it has some left: it launches at once and the
+ * others stand aside (a request of an inference server, however many
+ * kernels it launches and syncs it makes).
  * Holding the card as a guest spends it, nanosecond for nanosecond. So a
  * tenant that holds the card at most half the time is always served first,
  * and a busy one (it never idles; waiting for turns is not idling) never is.
@@ -449,8 +450,8 @@ static void guest(struct gs_pacer *p, struct gs_pace_io *io, int fresh, unsigned
     if (fresh && (!p->returned_ns || now - p->returned_ns > GS_PACE_GAP_NS)) {
         /* What a sync waited for was our own work, queued behind others'
          * or not: idling counts from its return (launch.c sees the
-         * application's syncs). And a stretch begins only after a real
-         * idle: a busy loop whose sync waited more than GS_PACE_GAP_NS
+         * application's syncs, blocking copies and polls). And a stretch
+         * begins only after a real idle: a busy loop whose sync waited more than GS_PACE_GAP_NS
          * behind a request looked as if back from idle, a guest, and
          * queued into the next request; a capped one on the credit it
          * kept while it slept for its cap. The test of a new busy period

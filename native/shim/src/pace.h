@@ -134,8 +134,9 @@ struct gs_pacer {
     unsigned long long gate_opened_ns; /* when the watcher last opened it */
     int gate_forced;                   /* ... with the turn still another's (its limit ran out) */
     unsigned long long gate_closed_ns; /* when we last closed it (ours alone) */
-    /* When a sync of the application last returned: stored by any thread
-     * (launch.c) without the pacer's lock, so atomics only. */
+    /* When a wait of the application for the GPU last ended (a sync, a
+     * blocking copy, a poll): stored by any thread (launch.c) without the
+     * pacer's lock, so atomics only. */
     unsigned long long synced_ns;
     int gated;                     /* we closed it and have not seen it open since */
 };
