@@ -535,7 +535,7 @@ static void sync_queue(struct proc *p)
         yield();
     }
     if (!p->noshim && !p->unseen_syncs)
-        __atomic_store_n(&p->pacer.synced_ns, (unsigned long long)T, __ATOMIC_RELAXED);
+        gs_pace_waited(&p->pacer, (unsigned long long)T); /* the scheduler sees the seq's change */
 }
 
 static double uniform(struct proc *p)

@@ -633,16 +633,20 @@ GS_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
  * (first service, guest() in pace.c) from here, not from its last launch.
  * Else a busy loop whose sync waited more than GS_PACE_GAP_NS for its own
  * work (behind a neighbour's request) came back as if from idle, earned
- * first service, and queued as a guest into the next request. The device
- * is the calling thread's context's; one relaxed store, no lock. `what`
- * names the route, once at debug level (tests/gpu/check_shim.py asks). */
+ * first service, and queued as a guest into the next request. And a
+ * request answered lets its stand-aside stamp go (gs_pace_waited): the
+ * neighbours standing aside are woken. The device is the calling thread's
+ * context's; atomics, no lock. `what` names the route, once at debug level
+ * (tests/gpu/check_shim.py asks). */
 static void synced(unsigned long long now, int *said, const char *what)
 {
     CUcontext ctx;
     int dev = current_dev(&ctx);
     if (dev < 0)
         return;
-    __atomic_store_n(&pacers[dev].p.synced_ns, now, __ATOMIC_RELAXED);
+    struct gpuslice_cardfile *card = gs_pace_waited(&pacers[dev].p, now);
+    if (card)
+        gs_futex_wake(&card->seq, 1);
     if (!__atomic_exchange_n(said, 1, __ATOMIC_RELAXED))
         GS_LOG(GS_LOG_DEBUG, "device %d: the application's %s are seen", dev, what);
 }

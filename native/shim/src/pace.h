@@ -51,7 +51,7 @@
 #define GS_PACE_POLL_NS 250000ull       /* longest sleep of a waiter between two looks */
 #define GS_PACE_SPIN_NS 1000000ull      /* a waiter stays awake from this long before a turn ends */
 #define GS_PACE_GUEST_MAX_NS 500000000ull /* most first service idling earns: half a window */
-#define GS_PACE_ASIDE_NS 500000ull      /* others stand aside this long past a guest's last launch */
+#define GS_PACE_ASIDE_NS 500000ull      /* others stand aside this long past a guest's last launch, or to its wait */
 #define GS_PACE_PATIENCE_PCT 90ull      /* most of its time a process waits past its grace */
 #define GS_PACE_PATIENCE_NS 20000000ull /* saved-up patience: a wait lasts 200 ms at most */
 #define GS_PACE_COURTESY_PCT 50ull      /* most of its time a process stands aside for guests and high */
@@ -112,6 +112,10 @@ struct gs_pacer {
     long long guest_credit_ns;     /* first service earned by idling, spent by holding the card */
     unsigned long long guest_seen_ns; /* when the credit was last spent */
     int guest_idled;               /* the stretch began after a real idle, not on a new process's start */
+    /* Of its waits lately, how many it followed with a launch within
+     * GS_PACE_ASIDE_NS of their return (a decode loop's next token) rather
+     * than later (a request answered): a decaying average, in 64ths. */
+    int waits_resumed;
     int slept;                     /* slept for its cap since its last launch: no guest */
     /* Its last look at the card (a launch on a card with turns) found
      * nothing to do and nothing that could give it something to do but a
@@ -138,8 +142,19 @@ struct gs_pacer {
      * blocking copy, a poll): stored by any thread (launch.c) without the
      * pacer's lock, so atomics only. */
     unsigned long long synced_ns;
+    /* The stand-aside stamp we last raised (gs_pace_announce): the card and
+     * its word (GS_ASIDE_*), until when, and whether a wait's return lets
+     * it go (gs_pace_waited). Written under the pacer's lock, read by the
+     * thread whose wait returned: atomics only. */
+    struct gpuslice_cardfile *aside_card;
+    int aside_word;
+    unsigned long long aside_until_ns;
+    int aside_lets_go;
     int gated;                     /* we closed it and have not seen it open since */
 };
+
+/* The stand-aside stamps of a card (gs_pace_announce raises one). */
+enum { GS_ASIDE_HIGH = 1, GS_ASIDE_GUEST, GS_ASIDE_NORMAL };
 
 enum { GS_PACE_MARK = 1, GS_PACE_GAP = 2, GS_PACE_FENCE = 4 };
 
@@ -246,6 +261,14 @@ void gs_card_quiet_words(const struct gpuslice_cardfile *c,
  * it has been closed for p->gate_limit_ns. Reads and writes only the card
  * file and the pacer's gate_* atomics. 1: it opened the gate. */
 int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
+
+/* The application's wait for the GPU (a sync, a blocking copy, a poll
+ * that ended) returned at now, on any thread, without the pacer's lock:
+ * idling counts from here (first service), and a process whose waits
+ * lately were not followed by a launch within GS_PACE_ASIDE_NS lets its
+ * stand-aside stamp go (its work is done). Returns the card whose seq it
+ * then bumped (the caller wakes who waits on it), or NULL. */
+struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long now);
 
 /* The process is going away: give back the turn if it holds it (no driver
  * call; its queue dies with its context). */

@@ -208,7 +208,21 @@ void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long l
             gs_card_others_queued_ns(c, io->seat, now, GS_PACE_TURN_NS) + GS_PACE_ASIDE_NS / 5;
         ahead = theirs > ahead ? theirs : ahead;
     }
-    raise_to(w, now + gs_pace_queued_ns(p) + ahead, now);
+    unsigned long long until = now + gs_pace_queued_ns(p) + ahead;
+    raise_to(w, until, now);
+    /* For gs_pace_waited: the stamp as we raised it, the furthest of ours
+     * still in force (a later launch may ask less). */
+    unsigned long long ours = __atomic_load_n(&p->aside_until_ns, __ATOMIC_RELAXED);
+    int which = w == &c->high_until_ns ? GS_ASIDE_HIGH
+                : w == &c->guest_until_ns ? GS_ASIDE_GUEST
+                                          : GS_ASIDE_NORMAL;
+    if (which != __atomic_load_n(&p->aside_word, __ATOMIC_RELAXED) || ours < until || !lasts(ours, now))
+        ours = until;
+    __atomic_store_n(&p->aside_card, c, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->aside_word, which, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->aside_until_ns, ours, __ATOMIC_RELAXED);
+    /* Release: a wait that sees it sees the stamp above. */
+    __atomic_store_n(&p->aside_lets_go, p->waits_resumed < 32, __ATOMIC_RELEASE);
 }
 
 void gs_card_quiet_words(const struct gpuslice_cardfile *c,

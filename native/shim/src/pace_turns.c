@@ -380,13 +380,15 @@ static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
     gs_pace_drain(p, io, stream);
     for (;;) {
+        /* On the card's seq: a stamp let go at a wait's return (gs_pace_waited) bumps it. */
+        unsigned seen = __atomic_load_n(&io->card->seq, __ATOMIC_RELAXED);
         unsigned long long now = io->now(io);
         int rank;
         unsigned long long until = gs_pace_aside_until(p, io, now, &rank);
         struct gs_allowance *a = rank ? &p->patience : &p->courtesy;
         if (!until || !(rank ? patient(p, now) : courteous(p, now)))
             return;
-        p->held_ns += wait_spending(io, a, NULL, 0, until - now < GS_PACE_POLL_NS
+        p->held_ns += wait_spending(io, a, &io->card->seq, seen, until - now < GS_PACE_POLL_NS
                                                         ? until - now + 1
                                                         : GS_PACE_POLL_NS);
         if (p->turn)
