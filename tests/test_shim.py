@@ -1481,6 +1481,27 @@ def test_high_priority_says_so_on_the_card(shim: Shim, tmp_path: Path) -> None:
     assert card_field(path, "guest_until_ns") == 0  # high needs no guest stretch
 
 
+def test_an_answered_request_lets_the_card_go(shim: Shim, tmp_path: Path) -> None:
+    # Others stand aside half a millisecond past high work's (or a guest's)
+    # last launch; its wait's return says its work is done, and a process
+    # whose waits end its launching lets its stamp go there and wakes them
+    # (the card's seq; nothing else changes it for a lone high tenant). One
+    # whose waits are each followed at once by launches (a decode loop's
+    # tokens) keeps it over them, after the first few.
+    s, path = tenant_of_a_card(shim, tmp_path, None, "high")
+    s.run("gpa", "init", "pctx", "0", "launch", "kernel", "1")  # makes the card file
+    seq = card_field(path, "seq")
+    before = time.monotonic_ns()
+    rows = results(s.run("gpa", "init", "pctx", "0", "launch", "kernel", "8", "ssync"))
+    assert rc_of(rows, "ssync") == 0
+    assert card_field(path, "seq") == seq + 1
+    assert before < card_field(path, "high_until_ns") <= time.monotonic_ns()
+    seq = card_field(path, "seq")
+    tokens = ["launch", "kernel", "2", "ssync"] * 12
+    s.run("gpa", "init", "pctx", "0", *tokens)
+    assert 1 <= card_field(path, "seq") - seq <= 6
+
+
 def test_the_regions_priority_holds_over_the_environments(shim: Shim, tmp_path: Path) -> None:
     # The region's maker (the hook, from the accountant) set normal: a process
     # whose environment says high neither runs high nor changes the region.

@@ -35,7 +35,7 @@ struct gpuslice_cardfile {
     unsigned int magic;
     unsigned int version;
     unsigned int size;
-    unsigned int seq;                  /* changes when the turn changes hands: waiters sleep on it */
+    unsigned int seq;                  /* changes when the turn changes hands or a stamp below is let go early: waiters sleep on it */
     unsigned long long managed_ns;     /* last time a capped or prioritised process ran here; 0: none */
     unsigned long long low_ns;         /* last time a low-priority process ran here; 0: none */
     unsigned long long turn_owner;     /* the process (its seat's token) whose turn it is; 0: nobody's */
