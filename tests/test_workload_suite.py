@@ -359,6 +359,9 @@ def test_rows_fail_on_latency_over_plain_time_slicing_or_a_cap_not_held():
                if name == "high beside matmul none")
     bad = [r for r in rows if r[2] == "L50 beside matmul 50"]
     assert all(r[-2] == ct.FAIL and "(cap FAIL)" in r[10] for r in bad)
+    # The note says what plain time slicing left a busy loop beside the same
+    # requests (ref 1 matmul: the whole card, here).
+    assert all("(plain time slicing left an uncapped matmul 100.0-100.0)" in r[-1] for r in bad)
     assert not cl.verdicts(rows, meta["goals"])[1]
 
 
