@@ -1484,22 +1484,26 @@ def test_high_priority_says_so_on_the_card(shim: Shim, tmp_path: Path) -> None:
 def test_an_answered_request_lets_the_card_go(shim: Shim, tmp_path: Path) -> None:
     # Others stand aside half a millisecond past high work's (or a guest's)
     # last launch; its wait's return says its work is done, and a process
-    # whose waits end its launching lets its stamp go there and wakes them
-    # (the card's seq; nothing else changes it for a lone high tenant). One
-    # whose waits are each followed at once by launches (a decode loop's
-    # tokens) keeps it over them, after the first few.
+    # whose waits there end its launching lets its stamp go and wakes them
+    # (the card's seq; nothing else changes it for a lone high tenant).
+    # A new process takes each wait for one followed at once until its
+    # requests show otherwise: 64ths of 64, a quarter off for each wait
+    # not followed, and it lets go below 32, from the fourth request on
+    # (each 3 ms after the last: a new stretch, its wait the first again).
     s, path = tenant_of_a_card(shim, tmp_path, None, "high")
     s.run("gpa", "init", "pctx", "0", "launch", "kernel", "1")  # makes the card file
     seq = card_field(path, "seq")
+    request = ["launch", "kernel", "8", "ssync", "usleep", "3000"]
     before = time.monotonic_ns()
-    rows = results(s.run("gpa", "init", "pctx", "0", "launch", "kernel", "8", "ssync"))
-    assert rc_of(rows, "ssync") == 0
-    assert card_field(path, "seq") == seq + 1
+    rows = results(s.run("gpa", "init", "pctx", "0", *(request * 6)[:-2]))
+    assert rc_of(rows, "ssync", 5) == 0
+    assert card_field(path, "seq") == seq + 3
     assert before < card_field(path, "high_until_ns") <= time.monotonic_ns()
+    # A decode loop's tokens: each wait followed at once by the next
+    # token's launches; it keeps its stamp over all of them.
     seq = card_field(path, "seq")
-    tokens = ["launch", "kernel", "2", "ssync"] * 12
-    s.run("gpa", "init", "pctx", "0", *tokens)
-    assert 1 <= card_field(path, "seq") - seq <= 6
+    s.run("gpa", "init", "pctx", "0", *(["launch", "kernel", "2", "ssync"] * 12))
+    assert card_field(path, "seq") == seq
 
 
 def test_the_regions_priority_holds_over_the_environments(shim: Shim, tmp_path: Path) -> None:

@@ -605,6 +605,12 @@ int main(int argc, char **argv)
             while (fread(buf, 1, sizeof buf, stdin) > 0) {
             }
             continue;
+        } else if (!strcmp(op, "usleep")) {
+            /* usleep US: the host does nothing for US microseconds. */
+            long us = atol(ARG());
+            struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+            continue;
         } else if (!strcmp(op, "waitfile")) {
             const char *path = ARG();
             struct stat st;

@@ -31,6 +31,12 @@ void gs_pace_reset(struct gs_pacer *p)
     __atomic_store_n(&p->aside_card, NULL, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_word, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_until_ns, 0, __ATOMIC_RELAXED);
+    /* Until its waits show otherwise, each is taken for one followed at once
+     * (its stamp held over it, as before waits were seen): a server's first
+     * few requests hold their neighbours a little longer, and a decode
+     * loop's first tokens cost none of them a hand-over. */
+    for (int i = 0; i < GS_PACE_WAIT_PLACES; i++)
+        p->waits_resumed[i] = 64;
     p->per_fence = 1; /* until a launch has been timed, fence every one */
     p->need_mark = 1;
     /* A new process is taken for light until it shows otherwise: a request
@@ -435,14 +441,25 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 
 /* The first launch after a wait of the application: whether it came within
  * GS_PACE_ASIDE_NS of the wait's return, the time others stand aside past
- * our last launch (gs_pace_waited). */
+ * our last launch (gs_pace_waited), noted for the wait's place in its
+ * stretch. By place, for a request may wait more than once: a model that
+ * reads a value back halfway through, then its answer (a wait followed at
+ * once, then one that ends it). Taken together, such waits were followed
+ * half the time, and the first one let go in the middle of the request
+ * while the last one held on (simulated: two waits a request, 100 a
+ * second, beside a 90: 76.5 % for the 90, plain time slicing 80.5; by
+ * place 82.7, the requests' p99 the same). */
 static void note_resume(struct gs_pacer *p, unsigned long long now)
 {
     unsigned long long w = __atomic_load_n(&p->synced_ns, __ATOMIC_RELAXED);
     if (w <= p->returned_ns || w > now)
         return; /* no wait since our last launch */
-    int target = now - w <= GS_PACE_ASIDE_NS ? 64 : 0;
-    p->waits_resumed += (target - p->waits_resumed) / 4;
+    int *r = &p->waits_resumed[p->wait_place];
+    *r += ((now - w <= GS_PACE_ASIDE_NS ? 64 : 0) - *r) / 4;
+    /* Back from idle: the next wait is a new stretch's first. */
+    p->wait_place = now - w > GS_PACE_GAP_NS       ? 0
+                    : p->wait_place + 1 < GS_PACE_WAIT_PLACES ? p->wait_place + 1
+                                                                : p->wait_place;
 }
 
 /* First service is earned by idling. A process that comes back from idle
@@ -589,9 +606,9 @@ void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long 
  * once let go (simulated). A wait followed by a launch after all costs
  * that launch what a request's first one costs (the neighbour's short
  * queue and a switch), at most what the stamp held would have cost the
- * neighbour: so we let go while most waits lately ended our launching.
- * Only our own stamp, as we raised it: one raised further by another
- * stays. */
+ * neighbour: so we let go while most waits lately at the same place in
+ * a stretch (note_resume) ended our launching. Only our own stamp, as we
+ * raised it: one raised further by another stays. */
 struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long now)
 {
     __atomic_store_n(&p->synced_ns, now, __ATOMIC_RELAXED);

@@ -58,6 +58,7 @@
 #define GS_PACE_COURTESY_NS 100000000ull /* saved-up courtesy: a long request served first */
 #define GS_PACE_MAX_PER_FENCE 4096u
 #define GS_PACE_GATE_BATCH_NS 2000000ull /* a gated window lasts this long at least; longer kernels are not gated */
+#define GS_PACE_WAIT_PLACES 8 /* a request's waits told apart by their place in it (gs_pace_waited) */
 #define GS_PACE_RING 16 /* fences in flight: a guest queues this many at most (a request, while a neighbour's long kernel runs out) */
 
 struct gs_fence {
@@ -112,10 +113,14 @@ struct gs_pacer {
     long long guest_credit_ns;     /* first service earned by idling, spent by holding the card */
     unsigned long long guest_seen_ns; /* when the credit was last spent */
     int guest_idled;               /* the stretch began after a real idle, not on a new process's start */
-    /* Of its waits lately, how many it followed with a launch within
-     * GS_PACE_ASIDE_NS of their return (a decode loop's next token) rather
-     * than later (a request answered): a decaying average, in 64ths. */
-    int waits_resumed;
+    /* Its waits by their place in a stretch of launching (the first since
+     * it came back from idle, the second, ...; the last place counts every
+     * later one): of those lately, how many it followed with a launch
+     * within GS_PACE_ASIDE_NS of their return (a decode loop's next token)
+     * rather than later (a request answered), a decaying average in 64ths;
+     * and the place of its next wait. */
+    int waits_resumed[GS_PACE_WAIT_PLACES];
+    int wait_place;
     int slept;                     /* slept for its cap since its last launch: no guest */
     /* Its last look at the card (a launch on a card with turns) found
      * nothing to do and nothing that could give it something to do but a
@@ -264,9 +269,9 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
 
 /* The application's wait for the GPU (a sync, a blocking copy, a poll
  * that ended) returned at now, on any thread, without the pacer's lock:
- * idling counts from here (first service), and a process whose waits
- * lately were not followed by a launch within GS_PACE_ASIDE_NS lets its
- * stand-aside stamp go (its work is done). Returns the card whose seq it
+ * idling counts from here (first service), and a process whose waits at
+ * this place in its requests were lately not followed by a launch within
+ * GS_PACE_ASIDE_NS lets its stand-aside stamp go (its work is done). Returns the card whose seq it
  * then bumped (the caller wakes who waits on it), or NULL. */
 struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long now);
 

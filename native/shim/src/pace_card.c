@@ -222,7 +222,7 @@ void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long l
     __atomic_store_n(&p->aside_word, which, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_until_ns, ours, __ATOMIC_RELAXED);
     /* Release: a wait that sees it sees the stamp above. */
-    __atomic_store_n(&p->aside_lets_go, p->waits_resumed < 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->aside_lets_go, p->waits_resumed[p->wait_place] < 32, __ATOMIC_RELEASE);
 }
 
 void gs_card_quiet_words(const struct gpuslice_cardfile *c,
