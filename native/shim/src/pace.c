@@ -448,7 +448,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
  * half the time, and the first one let go in the middle of the request
  * while the last one held on (simulated: two waits a request, 100 a
  * second, beside a 90: 76.5 % for the 90, plain time slicing 80.5; by
- * place 82.7, the requests' p99 the same). */
+ * place 82.6, the requests' p99 the same). */
 static void note_resume(struct gs_pacer *p, unsigned long long now)
 {
     unsigned long long w = __atomic_load_n(&p->synced_ns, __ATOMIC_RELAXED);
