@@ -287,6 +287,45 @@ def scenario_presence() -> None:
           f"{age_ms:.0f} ms" if ready else f"not ready: {p.stderr.read()[-200:]}", ok)
 
 
+LET_GO = """
+import time, torch
+x = torch.ones(1024, 1024, device="cuda")
+for _ in range({n}):
+    float((x @ x).sum().item())
+    time.sleep({gap})
+print("done", flush=True)
+"""
+
+
+def scenario_let_go() -> None:
+    """An answered request lets its neighbours go (pace.c, gs_pace_waited): a
+    high tenant serving requests 5 ms apart (PyTorch, `.item()` each) bumps
+    the card's seq at their answers from its fourth request on (a new
+    process holds its stamp over its first three); one whose waits are each
+    followed at once by launches (a decode loop's tokens) never does.
+    Nothing else changes a lone high tenant's card seq."""
+    sys.path.insert(0, str(REPO))
+    from ocihook import cheader
+
+    uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+    uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+    ffi = cheader.ffi()
+    runs = (("10 requests 5 ms apart", 10, 0.005, ">= 3", lambda d: d >= 3),
+            ("30 tokens back to back", 30, 0, "0", lambda d: d == 0))
+    for name, n, gap, want, ok_of in runs:
+        state = Path(tempfile.mkdtemp(prefix="gs-state-"))
+        cards = state / "cards"
+        cards.mkdir()
+        env = shim_env("4GiB", state, GPUSLICE_PRIORITY="high", GPUSLICE_CARD_DIR=str(cards))
+        res = py(LET_GO.format(n=n, gap=gap), env, timeout=180)
+        path = cards / uuid
+        seq = (ffi.cast("struct gpuslice_cardfile *", ffi.from_buffer(path.read_bytes())).seq
+               if path.exists() else None)
+        check(f"high, {name}: stamps let go (the card's seq)", want,
+              str(seq) if seq is not None else last_line(res)[-60:],
+              res.returncode == 0 and seq is not None and ok_of(seq))
+
+
 # How a program waits for the GPU, and which of the shim's wait wrappers
 # (launch.c) must see it: syncs, blocking copies to the host, polls (a
 # query told "not ready", then "done"); None: any of them (other
@@ -346,7 +385,8 @@ def main() -> int:
     pynvml.nvmlInit()
     for scenario in (measure_context, scenario_caps, scenario_pool_keeps, scenario_smi,
                      scenario_fill_one,
-                     scenario_shared_cap, scenario_sigkill, scenario_presence, scenario_syncs):
+                     scenario_shared_cap, scenario_sigkill, scenario_presence, scenario_syncs,
+                     scenario_let_go):
         try:
             scenario()
         except Exception as e:  # one broken scenario must not hide the others' results
