@@ -29,14 +29,14 @@ void gs_pace_reset(struct gs_pacer *p)
     __atomic_store_n(&p->synced_ns, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_lets_go, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_card, NULL, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->aside_word, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->aside_stamp, NULL, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_until_ns, 0, __ATOMIC_RELAXED);
     /* Until its waits show otherwise, each is taken for one followed at once
      * (its stamp held over it, as before waits were seen): a server's first
      * few requests hold their neighbours a little longer, and a decode
      * loop's first tokens cost none of them a hand-over. */
     for (int i = 0; i < GS_PACE_WAIT_PLACES; i++)
-        p->waits_resumed[i] = 64;
+        p->waits_resumed[i] = GS_PACE_FOLLOWED;
     p->per_fence = 1; /* until a launch has been timed, fence every one */
     p->need_mark = 1;
     /* A new process is taken for light until it shows otherwise: a request
@@ -455,7 +455,7 @@ static void note_resume(struct gs_pacer *p, unsigned long long now)
     if (w <= p->returned_ns || w > now)
         return; /* no wait since our last launch */
     int *r = &p->waits_resumed[p->wait_place];
-    *r += ((now - w <= GS_PACE_ASIDE_NS ? 64 : 0) - *r) / 4;
+    *r += ((now - w <= GS_PACE_ASIDE_NS ? (int)GS_PACE_FOLLOWED : 0) - *r) / 4;
     /* Back from idle: the next wait is a new stretch's first. */
     p->wait_place = now - w > GS_PACE_GAP_NS       ? 0
                     : p->wait_place + 1 < GS_PACE_WAIT_PLACES ? p->wait_place + 1
@@ -615,13 +615,10 @@ struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long 
     if (!__atomic_load_n(&p->aside_lets_go, __ATOMIC_ACQUIRE))
         return NULL;
     struct gpuslice_cardfile *c = __atomic_load_n(&p->aside_card, __ATOMIC_RELAXED);
-    int which = __atomic_load_n(&p->aside_word, __ATOMIC_RELAXED);
+    unsigned long long *w = __atomic_load_n(&p->aside_stamp, __ATOMIC_RELAXED);
     unsigned long long until = __atomic_load_n(&p->aside_until_ns, __ATOMIC_RELAXED);
-    if (!c || until <= now)
+    if (!c || !w || until <= now)
         return NULL;
-    unsigned long long *w = which == GS_ASIDE_HIGH    ? &c->high_until_ns
-                            : which == GS_ASIDE_GUEST ? &c->guest_until_ns
-                                                      : &c->normal_until_ns;
     if (!__atomic_compare_exchange_n(w, &until, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return NULL;
     __atomic_add_fetch(&c->seq, 1, __ATOMIC_RELAXED);

@@ -59,6 +59,7 @@
 #define GS_PACE_MAX_PER_FENCE 4096u
 #define GS_PACE_GATE_BATCH_NS 2000000ull /* a gated window lasts this long at least; longer kernels are not gated */
 #define GS_PACE_WAIT_PLACES 8 /* a request's waits told apart by their place in it (gs_pace_waited) */
+#define GS_PACE_FOLLOWED 64   /* waits_resumed of waits all followed at once; below half, one lets go */
 #define GS_PACE_RING 16 /* fences in flight: a guest queues this many at most (a request, while a neighbour's long kernel runs out) */
 
 struct gs_fence {
@@ -117,8 +118,8 @@ struct gs_pacer {
      * it came back from idle, the second, ...; the last place counts every
      * later one): of those lately, how many it followed with a launch
      * within GS_PACE_ASIDE_NS of their return (a decode loop's next token)
-     * rather than later (a request answered), a decaying average in 64ths;
-     * and the place of its next wait. */
+     * rather than later (a request answered), a decaying average in
+     * GS_PACE_FOLLOWED-ths; and the place of its next wait. */
     int waits_resumed[GS_PACE_WAIT_PLACES];
     int wait_place;
     int slept;                     /* slept for its cap since its last launch: no guest */
@@ -147,19 +148,16 @@ struct gs_pacer {
      * blocking copy, a poll): stored by any thread (launch.c) without the
      * pacer's lock, so atomics only. */
     unsigned long long synced_ns;
-    /* The stand-aside stamp we last raised (gs_pace_announce): the card and
-     * its word (GS_ASIDE_*), until when, and whether a wait's return lets
-     * it go (gs_pace_waited). Written under the pacer's lock, read by the
-     * thread whose wait returned: atomics only. */
+    /* The stand-aside stamp we last raised (gs_pace_announce): the card,
+     * its word, until when, and whether a wait's return lets it go
+     * (gs_pace_waited). Written under the pacer's lock, read by the thread
+     * whose wait returned: atomics only. */
     struct gpuslice_cardfile *aside_card;
-    int aside_word;
+    unsigned long long *aside_stamp;
     unsigned long long aside_until_ns;
     int aside_lets_go;
     int gated;                     /* we closed it and have not seen it open since */
 };
-
-/* The stand-aside stamps of a card (gs_pace_announce raises one). */
-enum { GS_ASIDE_HIGH = 1, GS_ASIDE_GUEST, GS_ASIDE_NORMAL };
 
 enum { GS_PACE_MARK = 1, GS_PACE_GAP = 2, GS_PACE_FENCE = 4 };
 
@@ -271,8 +269,9 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
  * that ended) returned at now, on any thread, without the pacer's lock:
  * idling counts from here (first service), and a process whose waits at
  * this place in its requests were lately not followed by a launch within
- * GS_PACE_ASIDE_NS lets its stand-aside stamp go (its work is done). Returns the card whose seq it
- * then bumped (the caller wakes who waits on it), or NULL. */
+ * GS_PACE_ASIDE_NS lets its stand-aside stamp go (its work is done).
+ * Returns the card whose seq it then bumped (the caller wakes who waits
+ * on it), or NULL. */
 struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long now);
 
 /* The process is going away: give back the turn if it holds it (no driver

@@ -213,16 +213,14 @@ void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long l
     /* For gs_pace_waited: the stamp as we raised it, the furthest of ours
      * still in force (a later launch may ask less). */
     unsigned long long ours = __atomic_load_n(&p->aside_until_ns, __ATOMIC_RELAXED);
-    int which = w == &c->high_until_ns ? GS_ASIDE_HIGH
-                : w == &c->guest_until_ns ? GS_ASIDE_GUEST
-                                          : GS_ASIDE_NORMAL;
-    if (which != __atomic_load_n(&p->aside_word, __ATOMIC_RELAXED) || ours < until || !lasts(ours, now))
+    if (w != __atomic_load_n(&p->aside_stamp, __ATOMIC_RELAXED) || ours < until || !lasts(ours, now))
         ours = until;
     __atomic_store_n(&p->aside_card, c, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->aside_word, which, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->aside_stamp, w, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_until_ns, ours, __ATOMIC_RELAXED);
     /* Release: a wait that sees it sees the stamp above. */
-    __atomic_store_n(&p->aside_lets_go, p->waits_resumed[p->wait_place] < 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->aside_lets_go, p->waits_resumed[p->wait_place] < (int)GS_PACE_FOLLOWED / 2,
+                     __ATOMIC_RELEASE);
 }
 
 void gs_card_quiet_words(const struct gpuslice_cardfile *c,
