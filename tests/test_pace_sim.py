@@ -751,6 +751,24 @@ def test_a_host_bound_loop_of_uneven_kernels_alone_holds_its_cap(sim: Path, cap:
         assert within(run.share, cap), run.share
 
 
+@pytest.mark.parametrize("cap", [30, 50])
+@pytest.mark.parametrize("requests", ["eager:0:1", "graphreq:0:1:poisson", "cnn:0:1:poisson"])
+def test_a_host_bound_loop_of_uneven_kernels_beside_requests_holds_its_cap(
+        sim: Path, cap: int, requests: str) -> None:
+    # Goal 4 beside another tenant: held to the short queue by its estimate
+    # (launches in flight at a learned time that holds the host's gaps), the
+    # training step waited for each long kernel: capped at 50 beside any
+    # tenant it did 40 % of its uncapped steps (the H100's training loop at
+    # 50 got 37-47 beside requests). Its fences show it host-bound, and it
+    # keeps the queue it keeps alone; what it has in flight is short, so the
+    # requests beside it lose nothing to it: p99 at most plain time slicing's.
+    # 2.5 points: one window of Poisson graph replays at 30 reads 27.8.
+    run = simulate(sim, 6, f"a:trainv:{cap}:0", f"r:{requests}")
+    assert within(run["a"].share, cap, 2.5), run.procs
+    plain = simulate(sim, 6, "a:trainv:0:0:noshim", f"r:{requests}:noshim")["r"].latency[1]
+    assert run["r"].latency[1] <= plain, (run["r"].latency, plain)
+
+
 def test_a_cost_per_wake_up_as_a_what_if_gives_the_h200s_figures(sim: Path) -> None:
     # pace_sim's wake=MS, a what-if: after the pacer kept it asleep 1 ms or
     # more within a launch, the host launches at half speed until it has lost

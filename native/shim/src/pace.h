@@ -60,6 +60,7 @@
 #define GS_PACE_GATE_BATCH_NS 2000000ull /* a gated window lasts this long at least; longer kernels are not gated */
 #define GS_PACE_WAIT_PLACES 8 /* a request's waits told apart by their place in it (gs_pace_waited) */
 #define GS_PACE_FOLLOWED 64   /* waits_resumed of waits all followed at once; below half, one lets go */
+#define GS_PACE_BEHIND 64     /* fences_behind of fence points that all found the GPU behind us; below half, host-bound */
 #define GS_PACE_RING 16 /* fences in flight: a guest queues this many at most (a request, while a neighbour's long kernel runs out) */
 
 struct gs_fence {
@@ -98,6 +99,7 @@ struct gs_pacer {
     unsigned long long launch_ns;  /* the clock when the current launch began */
     unsigned long long returned_ns; /* when the last launch returned to the application */
     unsigned long long blocked_ns; /* how long a wait for our oldest fence took lately (decaying max) */
+    int fences_behind;             /* of our last fence points, those that found an older fence in flight (GS_PACE_BEHIND-ths, decaying) */
     int need_mark;                 /* the queue is known empty: mark the next launch */
     unsigned long long charge_ns;  /* charged here, not yet moved to the bucket */
     unsigned long long held_ns;    /* others held it back (turns, guests), not yet settled */
