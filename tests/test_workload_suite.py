@@ -210,6 +210,58 @@ def test_gates_run_each_uncapped_normal_tenants_scenario_twice_and_judge_both():
     assert not any(sc.name.endswith("gated") or any(t.env for t in sc.tenants) for sc in plain)
 
 
+def test_an_ab_runs_each_shim_scenario_with_both_builds_alternating_and_compares_them(
+        tmp_path):
+    lib = tmp_path / "libgpuslice.so"
+    lib.write_bytes(b"")
+    args = cl.parse(["--part", "1", "--ab", str(lib)])
+    plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, True,
+                                other_shim=str(lib))
+    names = [sc.name for sc in plain]
+    twins = [n for n in names if n.endswith(cl.AB_SUFFIX)]
+    assert "beside matmul 30 B" in twins and "high beside matmul none B" in twins
+    firsts = []
+    for twin in twins:
+        a, b = names.index(twin[:-len(cl.AB_SUFFIX)]), names.index(twin)
+        assert abs(a - b) == 1, (twin, names)
+        firsts.append(a < b)
+        for t in plain[b].tenants:
+            assert t.env == ({"LD_PRELOAD": str(lib)} if t.shim else {}), (twin, t.key)
+        assert all(not t.env for t in plain[a].tenants)
+    # The first of each pair alternates: a drift over the command falls on both builds.
+    assert firsts[:4] == [True, False, True, False]
+    # References, the alone run, baselines and MPS runs have no shim: never doubled.
+    for name in ("ref 1 matmul", "alone", "baseline matmul"):
+        assert name in names and f"{name}{cl.AB_SUFFIX}" not in names
+    assert under_mps and not any(sc.name.endswith(cl.AB_SUFFIX) for sc in under_mps)
+    # Judged alike, and compared: B twice as fast, its capped neighbours as well kept.
+    p99 = {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0}
+    p99.update({n: 4.0 for n in names if n not in p99})
+    p99.update({n: 2.0 for n in twins})
+    fill(plain + under_mps, p99)
+    rows, meta = rows_of(plain + under_mps)
+    got = {(r[1], r[2]): r for r in rows}
+    key = next(k for k in got if k[1] == "beside matmul 50")
+    assert got[key][7] == "0.80" and got[(key[0], "beside matmul 50 B")][7] == "0.40"
+    line = cl.ab_line(meta["ab"])
+    n = sum(sum(p.judged for p in sc.tenants[0].phases) for sc in plain if sc.name in twins)
+    assert line.startswith(f"A/B (A: this tree's shim, B: --ab's), {n} phases run with both: "
+                           "B's p99 / A's median 0.50 (0.50-0.50; B faster in "), line
+    windows = sum(len(ca) for _, _, ca, _, _ in meta["ab"])
+    assert windows and line.endswith(f"windows under cap - 2 A 0 B 0 of {windows}"), line
+    # A build whose neighbours fall short: counted against it alone.
+    short = [(a, b, ca, [c - 5 for c in cb], caps) for a, b, ca, cb, caps in meta["ab"]]
+    assert cl.ab_line(short).endswith(f"windows under cap - 2 A 0 B {windows} of {windows}")
+    # Both doubling flags at once, or a build that is not there: one line, exit 2.
+    with pytest.raises(SystemExit) as e:
+        cl.parse(["--ab", str(lib), "--gates"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        cl.parse(["--ab", str(tmp_path / "missing.so")])
+    assert e.value.code == 2
+    assert cl.parse(["--ab", str(tmp_path / "missing.so"), "--plan"]).plan
+
+
 def test_plan_prints_without_running(capsys):
     assert cl.main(["--plan", "--part", "2"]) == 0
     out = capsys.readouterr().out
