@@ -1506,6 +1506,27 @@ def test_an_answered_request_lets_the_card_go(shim: Shim, tmp_path: Path) -> Non
     assert card_field(path, "seq") == seq
 
 
+def test_the_pacer_tells_a_host_bound_process_from_a_gpu_bound_one(shim: Shim,
+                                                                     tmp_path: Path) -> None:
+    # A host-bound process keeps a deeper queue beside others: what it has in
+    # flight is mostly done, however deep its estimate (docs/compute-limit.md).
+    # Told by its fence points: most found the one before done. A loop whose
+    # launches outrun its 100 us kernels is GPU-bound; one that rests 300 us
+    # between launches of 5 us kernels is host-bound. At exit, with
+    # GPUSLICE_LOG=debug, the shim says which it took each for.
+    s = shim.with_env(GPUSLICE_CORE_LIMIT="100", GPUSLICE_LOG="debug",
+                      GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"))
+
+    def verdict(kernel_ns: int, *ops: str) -> str:
+        res = s.with_env(FAKECUDA_KERNEL_NS=str(kernel_ns)).run("gpa", "init", "pctx", "0", *ops)
+        said = [line for line in res.stderr.splitlines() if "device 0: at exit" in line]
+        assert len(said) == 1, res.stderr
+        return said[0].split("at exit ")[1].split(":")[0]
+
+    assert verdict(100_000, "launch", "kernel", "300") == "GPU-bound"
+    assert verdict(5_000, *(["launch", "kernel", "1", "usleep", "300"] * 60)) == "host-bound"
+
+
 def test_the_regions_priority_holds_over_the_environments(shim: Shim, tmp_path: Path) -> None:
     # The region's maker (the hook, from the accountant) set normal: a process
     # whose environment says high neither runs high nor changes the region.

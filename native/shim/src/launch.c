@@ -768,6 +768,11 @@ __attribute__((destructor)) static void flush_at_exit(void)
         if (pd->p.charge_ns || pd->p.launches)
             io_settle(&pd->io, pd->p.charge_ns, pd->p.launches, 0, &wait);
         pd->p.charge_ns = pd->p.launches = 0;
+        /* What the queue's bound rested on (docs/compute-limit.md). */
+        GS_LOG(GS_LOG_DEBUG, "device %d: at exit %s: %d of %d at its last fence points "
+               "found the GPU behind it; %llu ns a launch, learned", i,
+               gs_pace_host_bound(&pd->p) ? "host-bound" : "GPU-bound", pd->p.fences_behind,
+               GS_PACE_BEHIND, pd->p.per_launch_ns);
         gs_pace_leave(&pd->p, &pd->io);
         pthread_mutex_unlock(&pd->mu);
     }

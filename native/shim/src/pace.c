@@ -334,18 +334,17 @@ static unsigned long long queue_bound(const struct gs_pacer *p, unsigned long lo
     return opened && now - opened < batch ? opened + batch - now + bound : bound;
 }
 
-/* Whether the GPU is seldom behind us: most of our last fence points found
- * the one before done. Our launches' learned time then holds the host's
- * gaps between them (a fence's interval runs on while the GPU waits for the
- * next launch), and what we have in flight, counted at it, is mostly done:
- * the queue a hand-over waits for is a kernel or two, however deep our
+/* Host-bound: our launches' learned time holds the host's gaps between
+ * them (a fence's interval runs on while the GPU waits for the next
+ * launch), and what we have in flight, counted at it, is mostly done: the
+ * queue a hand-over waits for is a kernel or two, however deep our
  * estimate. Held to the short queue by that estimate, a host-bound training
  * step (a 0.6 ms GEMM among 6 us kernels, 73 us launches) waited for each
  * GEMM where it would have launched on, capped at 50 beside any tenant: 40
  * % of its uncapped steps; 46-49 with the queue it keeps alone, the
  * requests beside it as fast (simulated). The H100's training loop at 50
  * got 37-52 beside requests with either queue (docs/compute-limit.md). */
-static int host_bound(const struct gs_pacer *p)
+int gs_pace_host_bound(const struct gs_pacer *p)
 {
     return p->fences_behind < GS_PACE_BEHIND / 2;
 }
@@ -365,7 +364,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     gs_pace_poll(p, io, now);
     unsigned cap = io->cap(io);
     struct gpuslice_cardfile *c = io->card;
-    /* Over about the last eight fence points (host_bound). */
+    /* Over about the last eight fence points (gs_pace_host_bound). */
     p->fences_behind += ((p->count >= 2 ? GS_PACE_BEHIND : 0) - p->fences_behind) / 8;
     /* Two entries in flight: the GPU is behind us. */
     if (c) {
@@ -447,13 +446,13 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
          * queued: at 2-4 ms a GPU-bound loop's 1 s windows swung by more
          * than 2 points (a 40 of matmuls, 38.8-41.1, simulated). Beside
          * others the queue is short, for the hand-over, unless the process
-         * is host-bound (host_bound): then what it has in flight is short
+         * is host-bound (gs_pace_host_bound): then what it has in flight is short
          * whatever its estimate says. Not with gates: a gated batch already
          * runs past the bound (queue_bound), and deeper it ran into the
          * holder's turn (three 30s beside a gated host-bound step, one
          * window of 27.7, simulated). */
         int short_queue = c && gs_card_others_seated(c, io->seat, now) &&
-                          (!host_bound(p) || io->gate_close);
+                          (!gs_pace_host_bound(p) || io->gate_close);
         unsigned long long bound =
             queue_bound(p, now, short_queue ? GS_PACE_QUEUE_NS : GS_PACE_ALONE_QUEUE_NS);
         while (p->count > 1 && (gs_pace_queued_ns(p) > bound ||

@@ -276,6 +276,12 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
  * on it), or NULL. */
 struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long now);
 
+/* Whether the GPU is seldom behind us: most of our last fence points
+ * (fences_behind) found the fence before done. Such a process keeps a deeper
+ * queue beside others (what it has in flight is short, whatever the
+ * estimate); launch.c says which it was at exit (GPUSLICE_LOG=debug). */
+int gs_pace_host_bound(const struct gs_pacer *p);
+
 /* The process is going away: give back the turn if it holds it (no driver
  * call; its queue dies with its context). */
 void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io);
