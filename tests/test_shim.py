@@ -1490,14 +1490,17 @@ def test_an_answered_request_lets_the_card_go(shim: Shim, tmp_path: Path) -> Non
     # requests show otherwise: 64ths of 64, a quarter off for each wait
     # not followed, and it lets go below 32, from the fourth request on
     # (each 3 ms after the last: a new stretch, its wait the first again).
+    # Of ten requests the last seven may let go; one whose wait returned
+    # after its stamp ran out (half a millisecond late: a loaded host, under
+    # TSan) has nothing left to let go.
     s, path = tenant_of_a_card(shim, tmp_path, None, "high")
     s.run("gpa", "init", "pctx", "0", "launch", "kernel", "1")  # makes the card file
     seq = card_field(path, "seq")
     request = ["launch", "kernel", "8", "ssync", "usleep", "3000"]
     before = time.monotonic_ns()
-    rows = results(s.run("gpa", "init", "pctx", "0", *(request * 6)[:-2]))
-    assert rc_of(rows, "ssync", 5) == 0
-    assert card_field(path, "seq") == seq + 3
+    rows = results(s.run("gpa", "init", "pctx", "0", *(request * 10)[:-2]))
+    assert rc_of(rows, "ssync", 9) == 0
+    assert seq + 4 <= card_field(path, "seq") <= seq + 7
     assert before < card_field(path, "high_until_ns") <= time.monotonic_ns()
     # A decode loop's tokens: each wait followed at once by the next
     # token's launches; it keeps its stamp over all of them.
