@@ -169,6 +169,7 @@ class Card:
     managed_ns: int                  # CLOCK_MONOTONIC when a capped or prioritised tenant last ran; 0: none
     backlog_ns: List[Tuple[int, int]]  # (owner token, backlog until) of every taken seat
     turn_owner: int                  # token of the process whose turn it is; 0: nobody's
+    seq: int                         # bumped when the turn changes hands or a stamp is let go early
 
 
 def read_card(path: str) -> Card:
@@ -183,4 +184,4 @@ def read_card(path: str) -> Card:
                           "card file of this version")
     seats = [(c.seats[i].owner, c.seats[i].backlog_ns) for i in range(lib.GPUSLICE_CARDFILE_SEATS)
              if c.seats[i].owner]
-    return Card(path, c.managed_ns, seats, c.turn_owner)
+    return Card(path, c.managed_ns, seats, c.turn_owner, c.seq)

@@ -1501,6 +1501,7 @@ def test_an_answered_request_lets_the_card_go(shim: Shim, tmp_path: Path) -> Non
     rows = results(s.run("gpa", "init", "pctx", "0", *(request * 10)[:-2]))
     assert rc_of(rows, "ssync", 9) == 0
     assert seq + 4 <= card_field(path, "seq") <= seq + 7
+    assert region.read_card(str(path)).seq == card_field(path, "seq")  # the host tools' reader
     assert before < card_field(path, "high_until_ns") <= time.monotonic_ns()
     # A decode loop's tokens: each wait followed at once by the next
     # token's launches; it keeps its stamp over all of them.
