@@ -57,19 +57,58 @@ def busy_windows(done_s: Sequence[float], seconds: int, unit_s: float) -> List[f
     A unit that finished back to back with the one before (BACK_TO_BACK_S)
     ran from that one's end to its own: its whole gap is the program's,
     however long this unit took. After a longer gap (idle, a throttle, a
-    neighbour's turn) it counts unit_s, the program's uncapped mean time per
-    unit, not the gap. So this is the program's time share of the card as
-    its own events show it, whatever its speed, and an uncapped run reads 100 %.
+    neighbour's turn) it counts the program's time per unit: this run's
+    (own_unit) where its back-to-back units show it, else unit_s, the
+    program's uncapped mean time per unit. So this is the program's time
+    share of the card as its own events show it, whatever its speed, and an
+    uncapped run reads 100 %.
     """
     if not unit_s > 0:
         raise ValueError(f"unit time must be positive, got {unit_s}")
     busy = [0.0] * seconds
     prev = 0.0
-    slack = min(unit_s / 2, BACK_TO_BACK_S)
+    within, charge = back_to_back_s(unit_s), own_unit(done_s, unit_s)
     for t in done_s:
-        spread(busy, prev if t - prev <= unit_s + slack else t - unit_s, t)
+        spread(busy, prev if t - prev <= within else t - charge, t)
         prev = t
     return [100.0 * b for b in busy]
+
+
+def back_to_back_s(unit_s: float) -> float:
+    """The longest gap between two units done that is one unit after another."""
+    return unit_s + min(unit_s / 2, BACK_TO_BACK_S)
+
+
+# own_unit reads a run's units from its gaps of at most OWN_UNIT_WINDOW x the
+# uncapped unit (wider than back to back, so that a spread is not cut off
+# where it would look narrow) and trusts them if there are OWN_UNIT_MIN and
+# their lower half lies within OWN_UNIT_SPREAD of their median: a GEMM's do
+# (1-2 % on an H100, a neighbour's work between two of them only in the
+# upper half), a host-bound step's do not (13 % capped at 50).
+OWN_UNIT_WINDOW = 1.5
+OWN_UNIT_MIN = 20
+OWN_UNIT_SPREAD = 0.10
+
+
+def own_unit(done_s: Sequence[float], unit_s: float) -> float:
+    """The program's time per unit in this run: the median of its gaps between units
+    where they cluster tightly there and below unit_s; else unit_s.
+
+    A card that idles part of the time (beside a cap) runs at a higher clock
+    than one its program keeps busy at its power limit: on an H100
+    (2026-12-06) 16384^2 matmuls took 11.7 ms each capped at 50 beside
+    requests, 16.0 uncapped alone. Each unit after a gap counted at 16.0 ms
+    read 52.6-55.9 % of the card, over the cap, where NVML found it busy
+    52-55 % for both tenants together; at 11.7 ms, 36.8-50.3.
+    """
+    gaps = sorted(b - a for a, b in zip(done_s, done_s[1:])
+                  if 0 < b - a <= OWN_UNIT_WINDOW * unit_s)
+    if len(gaps) < OWN_UNIT_MIN:
+        return unit_s
+    median = gaps[len(gaps) // 2]
+    if median - gaps[len(gaps) // 4] > OWN_UNIT_SPREAD * median:
+        return unit_s
+    return min(unit_s, median)
 
 
 def spread(busy: List[float], lo: float, hi: float) -> None:

@@ -209,6 +209,37 @@ def test_busy_windows_read_an_uncapped_run_as_the_whole_card() -> None:
     assert busy[0] == pytest.approx(80.0, abs=0.01)  # 4000 units of 0.2 ms, not the 4.4 ms
 
 
+def test_busy_windows_count_a_unit_after_a_gap_at_this_runs_own_speed() -> None:
+    # Two 12 ms units back to back, then 26 ms for a neighbour: 48 % of the
+    # card, where the program's uncapped units took 16 ms (a card at its
+    # power limit). Counting the first unit of each pair at 16 ms read 56 %.
+    done, t = [], 0.0
+    while t < 4:
+        done += [t + 0.012, t + 0.024]
+        t += 0.050
+    assert ct.own_unit(done, 0.016) == pytest.approx(0.012)
+    busy = ct.busy_windows(done, 4, 0.016)
+    assert all(b == pytest.approx(48.0, abs=0.5) for b in busy), busy
+    # Slower than uncapped (a neighbour took the power): still the uncapped time.
+    slow = [x * 1.5 for x in done]
+    assert ct.own_unit(slow, 0.016) == 0.016
+
+
+def test_busy_windows_keep_the_uncapped_unit_where_this_run_is_irregular() -> None:
+    # A host-bound step of 8-12 ms (the middle half of its back-to-back gaps
+    # spreads over 40 % of their median): the lower half of that spread is no
+    # unit time, so a step after a gap counts the uncapped 10 ms.
+    done, t = [], 0.0
+    while t < 4:
+        for d in (0.008, 0.012, 0.009, 0.011):
+            t += d
+            done.append(t)
+        t += 0.020
+    assert ct.own_unit(done, 0.010) == 0.010
+    # Too few back-to-back units to tell: the same.
+    assert ct.own_unit([0.0, 0.012, 0.024, 0.1], 0.016) == 0.016
+
+
 def test_longest_gap_counts_from_the_given_time() -> None:
     done = [0.1, 0.9, 1.0, 1.02, 1.3, 1.31]
     # The 0.8 s gap before 1 s is not counted; from 1.0 on the longest is 0.28 s.
