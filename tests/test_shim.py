@@ -920,6 +920,21 @@ def test_uncapped_process_launches_straight_into_the_driver(shim: Shim,
 WAITS_FROM = ("syncfrom", "pollfrom", "copyfrom")
 
 
+def run_polled(shim: Shim, via: str, *ops: str) -> subprocess.CompletedProcess:
+    """Run cuprog until its last poll heard "not ready" at least once, 5 runs at most.
+
+    The pacer keeps about 1 ms queued past a paced process's last launch: a
+    test process the host puts aside that long between its launch and its
+    poll finds the work done, and the poll never waited (2 runs in a clean
+    clone's suite of 1767 tests, 2026-12-06). That run says nothing of the
+    shim; the next one does."""
+    for _ in range(5):
+        res = shim.run(via, *ops)
+        if int([r for r in results(res) if r[0] == ops[-1]][0][2]) > 0:
+            break
+    return res
+
+
 def test_a_paced_process_syncs_through_the_shim(shim: Shim, tmp_path: Path) -> None:
     # A wait for the GPU is no idling: the pacer counts first service from
     # its end (pace.c, guest; tests/test_pace_sim.py for what it changes).
@@ -933,7 +948,8 @@ def test_a_paced_process_syncs_through_the_shim(shim: Shim, tmp_path: Path) -> N
         assert [value_of_word(results(res), op) for op in WAITS_FROM] == ["shim"] * 3, via
         for what, ops in routes.items():
             for op in ops:
-                res = capped.run(via, "init", "pctx", "0", "launch", "kernel", "3", op)
+                cmd = ("init", "pctx", "0", "launch", "kernel", "3", op)
+                res = run_polled(capped, via, *cmd) if what == "polls" else capped.run(via, *cmd)
                 rows = results(res)
                 assert rc_of(rows, op) == 0, (via, op, rows)
                 seen = f"the application's {what} are seen" in res.stderr
@@ -954,8 +970,8 @@ def test_a_query_that_waited_for_nothing_is_no_wait(shim: Shim, tmp_path: Path) 
     capped = shim.with_env(GPUSLICE_CORE_LIMIT="50", FAKECUDA_KERNEL_NS=str(KERNEL_NS),
                            GPUSLICE_CARD_DIR=str(tmp_path / "no-cards"), GPUSLICE_LOG="debug")
     for via in VIAS:
-        res = capped.run(via, "init", "pctx", "0", "launch", "kernel", "3", "ssync", "poll",
-                         "epoll", "launch", "kernel", "3", "lazypoll")
+        res = run_polled(capped, via, "init", "pctx", "0", "launch", "kernel", "3", "ssync",
+                         "poll", "epoll", "launch", "kernel", "3", "lazypoll")
         rows = results(res)
         assert [r[1:] for r in rows if r[0] in ("poll", "epoll")] == [["0", "0"]] * 2, (via, rows)
         lazy = [r for r in rows if r[0] == "lazypoll"][0]
