@@ -59,9 +59,6 @@ struct pacer_dev {
     /* Bumped (under mu) whenever the pacer holds the process back: a launch
      * that saw another value before it went to the driver ran meanwhile. */
     unsigned held;
-    /* Tickets handed out at the last hand-over (under mu): those taken
-     * since are launches, counted at the next one from what is left. */
-    long handed;
     /* Launches past the mutex, on lines of their own (every launching
      * thread writes them): tickets left, and the clock they expire at. */
     _Alignas(64) long tickets;
@@ -70,10 +67,9 @@ struct pacer_dev {
      * that card, whose quiet words must still read these; NULL: no card. */
     struct gpuslice_cardfile *tickets_card;
     unsigned long long quiet[GS_CARD_QUIET_WORDS];
-    /* Launches on a ticket, not yet handed to the pacer, that the driver
-     * refused, and those that ran while the pacer held the process back:
-     * both rare, so a ticket's launch writes one shared line, the count. */
-    _Alignas(64) unsigned long long refused;
+    /* Launches the driver took on a ticket, not yet handed to the pacer;
+     * unseen: those of them that ran while the pacer held the process back. */
+    _Alignas(64) unsigned long long counted;
     unsigned long long unseen;
     struct gs_gate gate; /* GPUSLICE_COMPUTE_GATES=1 on a card with turns */
 };
@@ -445,20 +441,15 @@ static int current_dev(CUcontext *ctx)
 
 /* With pd->mu held, on the way in: no new ticket from here on (what the
  * pacer does now may depend on the count, or hold the process back), and
- * the launches that went on tickets so far are handed over: every ticket
- * taken is one (one that is still on its way to the driver is counted a
- * little early), less those the driver refused since. A take that found
- * none left drove the count below zero and took nothing. */
+ * the launches that went on tickets so far are handed over. A ticket taken
+ * before this is a launch in flight: it is counted at the next hand-over. */
 static void enter(struct pacer_dev *pd)
 {
-    long left = __atomic_exchange_n(&pd->tickets, 0, __ATOMIC_RELAXED);
-    unsigned long long n = (unsigned long long)(pd->handed - (left > 0 ? left : 0));
-    pd->handed = 0;
-    unsigned long long refused = __atomic_exchange_n(&pd->refused, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd->tickets, 0, __ATOMIC_RELAXED);
+    unsigned long long n = __atomic_exchange_n(&pd->counted, 0, __ATOMIC_RELAXED);
     unsigned long long unseen = __atomic_exchange_n(&pd->unseen, 0, __ATOMIC_RELAXED);
-    n = n > refused ? n - refused : 0;
     if (n)
-        gs_pace_count(&pd->p, n, unseen < n ? unseen : n);
+        gs_pace_count(&pd->p, n, unseen);
 }
 
 /* With pd->mu held, on the way out: tickets for the launches until the next
@@ -482,7 +473,6 @@ static void leave(struct pacer_dev *pd)
         /* Release: a thread that takes a ticket sees the clock it expires at. */
         __atomic_store_n(&pd->tickets, (long)n, __ATOMIC_RELEASE);
     }
-    pd->handed = (long)n;
     pthread_mutex_unlock(&pd->mu);
 }
 
@@ -556,10 +546,11 @@ static void end(struct launch *L, CUresult r)
         return;
     int ok = r == CUDA_SUCCESS;
     if (L->ticket) {
-        if (!ok)
-            __atomic_add_fetch(&pd->refused, 1, __ATOMIC_RELAXED);
-        else if (__atomic_load_n(&pd->held, __ATOMIC_RELAXED) != L->held)
-            __atomic_add_fetch(&pd->unseen, 1, __ATOMIC_RELAXED);
+        if (ok) {
+            if (__atomic_load_n(&pd->held, __ATOMIC_RELAXED) != L->held)
+                __atomic_add_fetch(&pd->unseen, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&pd->counted, 1, __ATOMIC_RELAXED);
+        }
         return;
     }
     pthread_mutex_lock(&pd->mu);
@@ -798,8 +789,8 @@ void gs_launch_fork_child(void)
         gs_pace_reset(&pacers[i].p);
         pacers[i].ctx = NULL; /* the first launch re-initialises the rest */
         pacers[i].npool = 0;
-        pacers[i].tickets = pacers[i].handed = 0;
-        pacers[i].refused = pacers[i].unseen = 0;
+        pacers[i].tickets = 0;
+        pacers[i].counted = pacers[i].unseen = 0;
         gs_gate_init(&pacers[i].gate, i, &pacers[i].p, &pacers[i].io);
     }
     t_ctx = NULL;
