@@ -8,7 +8,9 @@ card folder (GPUSLICE_CARD_DIR) and each tenant its own state folder (its
 own container). A tenant that names a GPUSLICE device runs in a real
 container instead (bench/compute_container.py): its launcher says where the
 process finds Python, bench/ and its folder. Clocks samples the card (SM
-clock, power, NVML's utilization) beside the runs.
+clock, power, NVML's utilization) beside the runs, and run_all each shim
+tenant's charges (its region's charged card time): what the pacer counted,
+beside what the bench measures.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import suite
 
@@ -36,6 +38,7 @@ TAIL_S = 0.25  # tenants run this long past the last window, so it is full and p
 GAP_S = 0.25   # after a run's end, for its GPU queue to drain (compute_prog bounds it ~20 ms)
 WARMUP_S = 0.4  # compute_prog warms up from START_AT-0.5 to START_AT-0.1
 LATE_S = 0.05   # a tenant starting later than this is noted
+CHARGE_EVERY_S = 0.1  # how often the shim tenants' regions are read for their charges
 # Set up early, a tenant's GPU work before its start is its warm-up loop
 # (compute_prog: from START_AT - WARMUP_S - 0.1); the rest is margin.
 EARLY_LEAD_S = WARMUP_S + 0.1 + 0.3
@@ -251,6 +254,40 @@ def launch(index: int, sc: Scenario, t: Tenant, root: Path, seconds: int,
         t.proc = launcher.start(t, cmd, tenant_env(t, state, sc.card_dir), folder, log)
 
 
+def region_reader() -> Optional[Callable[[str], Any]]:
+    """ocihook.region.read, where the repository is importable (tests/gpu/run puts it on
+    the path); None elsewhere: the benches then report no charges."""
+    try:
+        from ocihook import region
+    except ImportError:
+        return None
+    return region.read
+
+
+def sample_charges(plan: Sequence[Scenario], seconds: int, root: Path,
+                   read: Callable[[str], Any],
+                   samples: Dict[str, List[Tuple[float, int]]]) -> None:
+    """The card time charged so far to each shim tenant of the scenario running now (its
+    container's region, device 0: what its bucket is charged, docs/compute-limit.md),
+    stamped on the monotonic clock. Only the running scenario's: the others' regions
+    do not change, and reading them would take CPU from it. A region not made yet,
+    or half made, is skipped."""
+    now = time.monotonic()
+    for sc in plan:
+        if not sc.start_at - CHARGE_EVERY_S <= now <= sc.start_at + sc.windows(seconds) + TAIL_S:
+            continue
+        for t in sc.tenants:
+            if not t.shim or t.device:
+                continue
+            try:
+                r = read(str(root / t.key / "state" / "region"))
+            except (OSError, ValueError):
+                continue
+            if r.devices:
+                samples.setdefault(t.key, []).append(
+                    (round(time.monotonic(), 4), r.devices[0].compute_charged_ns))
+
+
 def nothing_works(tenants: List[Tenant]) -> bool:
     """Two or more tenants finished and every one of them failed: stop early."""
     done = [t for t in tenants if t.proc is not None and t.proc.poll() is not None]
@@ -291,6 +328,9 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
     """
     launched: List[Tenant] = []
     pending = sorted(events, key=lambda e: e[0])
+    read_region = region_reader()
+    charges: Dict[str, List[Tuple[float, int]]] = {}
+    sampled = 0.0
     try:
         launch_at = plan[0].start_at - lead
         while time.monotonic() < launch_at:
@@ -315,6 +355,9 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
                 for t in launched[:4]:
                     print(f"--- {t.key}:\n{log_tail(root / t.key / 'log')}", file=sys.stderr)
                 sys.exit(f"{bench}: every tenant so far failed; stopped")
+            if read_region and time.monotonic() - sampled >= CHARGE_EVERY_S:
+                sampled = time.monotonic()
+                sample_charges(plan, seconds, root, read_region, charges)
             time.sleep(0.05)
         for _, action in pending:
             action()
@@ -337,6 +380,7 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
             t.error = "wrote no result"
         else:
             t.data = json.loads(out.read_text())
+            t.data["charges"] = charges.get(t.key, [])
 
 
 class Clocks:

@@ -111,6 +111,39 @@ def own_unit(done_s: Sequence[float], unit_s: float) -> float:
     return min(unit_s, median)
 
 
+def charged_windows(samples: Sequence[Sequence[float]], start: float,
+                    seconds: int) -> List[Optional[float]]:
+    """Percent of each 1 s window from `start` (monotonic s) that the shim charged the
+    tenant's container, from (monotonic s, charged ns) samples, linear between them;
+    None for a window the samples do not cover.
+
+    The pacer's own account of its card time, read beside the bench's
+    (busy_windows): where the two part, the pacer counts what the tenant's
+    work did not hold, or the other way round.
+    """
+    pts = sorted((float(t), float(ns)) for t, ns in samples)
+
+    def at(x: float) -> Optional[float]:
+        for (t0, c0), (t1, c1) in zip(pts, pts[1:]):
+            if t0 <= x <= t1:
+                return c0 + (c1 - c0) * (x - t0) / (t1 - t0) if t1 > t0 else c1
+        return None
+
+    out: List[Optional[float]] = []
+    for w in range(seconds):
+        lo, hi = at(start + w), at(start + w + 1)
+        out.append(None if lo is None or hi is None else (hi - lo) / 1e7)
+    return out
+
+
+def charged_note(data: dict, seconds: int, skip_first: int = SKIP_FIRST) -> str:
+    """'charged a-b': the range of charged_windows over the judged windows of a tenant's
+    run (its result, with the charges run_all sampled); '' where there are none."""
+    got = [c for c in charged_windows(data.get("charges") or [], data["start_monotonic"],
+                                      seconds)[skip_first:] if c is not None]
+    return f"charged {rng(got)}" if got else ""
+
+
 def spread(busy: List[float], lo: float, hi: float) -> None:
     """Add the seconds of [lo, hi] to the 1 s windows they fall in (none before 0 or past the last)."""
     while lo < hi:

@@ -240,6 +240,25 @@ def test_busy_windows_keep_the_uncapped_unit_where_this_run_is_irregular() -> No
     assert ct.own_unit([0.0, 0.012, 0.024, 0.1], 0.016) == 0.016
 
 
+def test_charged_windows_read_the_pacers_count_between_samples() -> None:
+    # Charged 30 % of the time, sampled every 0.1 s (a little late at times)
+    # from 0.05 s before the start to 3.5 s after: 30 % in every window,
+    # interpolated at the window's edges.
+    samples, t = [], 99.95
+    while t < 103.5:
+        samples.append((t, 0.30 * (t - 99.95) * 1e9))
+        t += 0.1 + (0.013 if len(samples) % 3 == 0 else 0.0)
+    got = ct.charged_windows(samples, 100.0, 4)
+    assert got[:3] == pytest.approx([30.0] * 3, abs=1e-6)
+    assert got[3] is None  # 104 is past the last sample: not covered
+    assert ct.charged_windows([], 100.0, 2) == [None, None]
+    # The note ranges the judged windows only (from the second on).
+    samples = [(100.0, 0), (101.0, 5e8), (102.0, 8e8), (103.0, 11e8)]
+    assert ct.charged_note({"charges": samples, "start_monotonic": 100.0}, 3) == \
+        "charged 30.0-30.0"
+    assert ct.charged_note({"start_monotonic": 100.0}, 3) == ""
+
+
 def test_longest_gap_counts_from_the_given_time() -> None:
     done = [0.1, 0.9, 1.0, 1.02, 1.3, 1.31]
     # The 0.8 s gap before 1 s is not counted; from 1.0 on the longest is 0.28 s.

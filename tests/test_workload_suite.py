@@ -11,6 +11,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -417,6 +418,49 @@ def test_rows_fail_on_latency_over_plain_time_slicing_or_a_cap_not_held():
     assert not cl.verdicts(rows, meta["goals"])[1]
 
 
+def test_a_capped_neighbours_cell_gives_what_the_pacer_charged_beside_its_card_time():
+    # run_all sampled the regions: the 50 beside requests was charged 47 %
+    # of each second while its units held the card 50 %.
+    plan = synthetic()
+    fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0})
+    for sc in plan:
+        for t in sc.tenants:
+            if t.cap is not None and t.shim and t.program != "requests":
+                at = t.data["start_monotonic"]
+                t.data["charges"] = [(at - 0.05 + i / 10, int(0.47e8 * i))
+                                     for i in range(10 * (sc.windows(0) + 1))]
+    rows, _ = rows_of(plan)
+    beside = [r for r in rows if r[2] == "beside matmul 50"]
+    assert beside and all("matmul 50: card 50.0-50.0 thr 50.0-50.0 charged 47.0-47.0" in r[10]
+                          for r in beside), beside[0][10]
+    # No samples (a run without the repository on the path): no charges in the cell.
+    fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0})
+    assert all("charged" not in r[10] for r in rows_of(plan)[0])
+
+
+def test_run_all_samples_the_charges_of_the_running_scenarios_shim_tenants(tmp_path,
+                                                                          monkeypatch):
+    from test_region_reader import write_region
+    now = time.monotonic()
+    running = cr.Scenario("single", [cr.Tenant("00-a", "matmul", 30),
+                                     cr.Tenant("00-b", "matmul", None, shim=False)],
+                          start_at=now - 1.0)
+    later = cr.Scenario("single", [cr.Tenant("01-c", "matmul", 30)], start_at=now + 60)
+    for key, charged in (("00-a", 123), ("00-b", 7), ("01-c", 9)):
+        (tmp_path / key / "state").mkdir(parents=True)
+        write_region(tmp_path / key / "state" / "region",
+                     devices=(("GPU-aaaa", 0, 0, 30, charged, 0),))
+    (tmp_path / "00-x" / "state").mkdir(parents=True)  # no region yet: skipped
+    running.tenants.append(cr.Tenant("00-x", "matmul", 50))
+    samples: Dict[str, list] = {}
+    read = cr.region_reader()
+    assert read is not None
+    cr.sample_charges([running, later], 4, tmp_path, read, samples)
+    # Only the running scenario's tenants under the shim, and only those with a region.
+    assert list(samples) == ["00-a"] and samples["00-a"][0][1] == 123
+    assert abs(samples["00-a"][0][0] - now) < 5
+
+
 def test_a_failed_tenant_is_an_error_and_unanswered_requests_count():
     plan = synthetic()
     fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0}, unanswered=1)
@@ -445,11 +489,13 @@ def test_replay_reads_a_raw_file_back(tmp_path, capsys):
 SUITE_SECONDS = 4
 
 
-def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float]) -> Dict:
+def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float],
+                 charged: Optional[float] = None) -> Dict:
     """compute_share --suite's plan (caps 30) on synthetic runs: eagerloop at the
     given share of its rate in each pair, at refs[k] in the k-th plain time
     slicing run (its uncapped matmul at 0.4), every other program at its cap
-    or whole; its rows, by (scenario, program, cap)."""
+    or whole; with `charged`, the capped tenants' regions sampled at that
+    share of each second; its rows, by (scenario, program, cap)."""
     plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True)
     ref_shares = iter(refs)
     at = 1000.0
@@ -466,10 +512,21 @@ def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float]) ->
                       "start_monotonic": at, "end_monotonic": at + SUITE_SECONDS + 0.3,
                       "late_s": 0.0, "done_s": [] if t.program == "idle" else
                       fake_busy(SUITE_SECONDS + 0.25, s)}
+            if charged is not None and t.cap is not None:
+                t.data["charges"] = [(at - 0.05 + i / 10, int(charged * 1e8 * i))
+                                     for i in range(10 * (SUITE_SECONDS + 1))]
         at += SUITE_SECONDS + 5
     monkeypatch.setattr(cs, "clocks", cr.Clocks([]), raising=False)
     rows, _ = cs.analyse(plan, SUITE_SECONDS)
     return {(r.scenario, r.program, r.cap): r for r in rows}
+
+
+def test_compute_share_notes_what_the_pacer_charged_a_capped_tenant(monkeypatch):
+    rows = judged_suite(monkeypatch, {}, [0.6, 0.6, 0.6, 0.6], charged=0.27)
+    capped = [r for (_, _, cap), r in rows.items() if cap not in ("none",)]
+    assert capped and all("charged 27.0-27.0" in r.note for r in capped), capped[0].note
+    uncapped = [r for (_, _, cap), r in rows.items() if cap == "none"]
+    assert all("charged" not in r.note for r in uncapped)
 
 
 def test_compute_share_suite_rows_judge_goal_2(monkeypatch):
