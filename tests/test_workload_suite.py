@@ -795,6 +795,16 @@ def test_compute_share_only_an_unknown_scenario_exits_2_naming_it():
     assert "--only 'pair 30+big'" in res.stderr and "'pair 30+bigmm'" in res.stderr
 
 
+def test_shim_launch_ab_without_the_other_build_exits_2_naming_it(tmp_path):
+    # Refused before anything is built or run (no GPU needed to get this far).
+    missing = tmp_path / "old" / "libgpuslice.so"
+    res = subprocess.run([sys.executable, str(BENCH / "shim_launch"), "--ab", str(missing)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"--ab {missing}: no such file" in res.stderr and "native/shim" in res.stderr
+    assert res.stdout == ""
+
+
 def test_phases_of_a_given_length_hold_hundreds_of_requests():
     ph = suite.phases(["cnn"], ["periodic"], phase_s=10.0)
     judged = [p for p in ph if p.judged]
