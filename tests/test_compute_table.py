@@ -240,6 +240,17 @@ def test_busy_windows_keep_the_uncapped_unit_where_this_run_is_irregular() -> No
     assert ct.own_unit([0.0, 0.012, 0.024, 0.1], 0.016) == 0.016
 
 
+def test_unit_note_gives_a_runs_units_against_the_uncapped_ones() -> None:
+    # Steps of 7.1 ms back to back in pairs, 30 ms apart; uncapped 6.5 ms.
+    done, t = [], 0.0
+    while t < 4:
+        done += [t + 0.0071, t + 0.0142]
+        t += 0.044
+    assert ct.unit_note(done, 0.0065) == "units back to back 1.09 x uncapped"
+    # Too few units back to back to say.
+    assert ct.unit_note(done[:10], 0.0065) == ""
+
+
 def test_charged_windows_read_the_pacers_count_between_samples() -> None:
     # Charged 30 % of the time, sampled every 0.1 s (a little late at times)
     # from 0.05 s before the start to 3.5 s after: 30 % in every window,
