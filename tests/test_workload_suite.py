@@ -805,6 +805,29 @@ def test_shim_launch_ab_without_the_other_build_exits_2_naming_it(tmp_path):
     assert res.stdout == ""
 
 
+def test_launch_host_cost_times_each_variant_through_the_fake_driver(tmp_path):
+    # Through the fake driver, as CI has it: every variant runs and gets a
+    # figure (no figure is judged here: a time is the host's, not the shim's).
+    res = subprocess.run([sys.executable, str(BENCH / "launch_host_cost"), "--launches", "20000",
+                          "--rounds", "1"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [line.split() for line in res.stdout.splitlines()[1:]]
+    names = [" ".join(r[:r.index("ns") - 1]) for r in rows]
+    assert names == ["no shim", "shim, no cap", "cap 100, no card files", "cap 100, card files"]
+    assert all(float(r[r.index("ns") - 1]) > 0 for r in rows)
+    assert all("the shim adds" in line for line in res.stdout.splitlines()[2:])
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--launches", "10"], "--launches 10: fewer than 1,000"),
+    (["--ab", "/nonexistent/libgpuslice.so"], "--ab /nonexistent/libgpuslice.so: no such file"),
+])
+def test_launch_host_cost_refuses_what_it_cannot_measure(args, named):
+    res = subprocess.run([sys.executable, str(BENCH / "launch_host_cost"), *args],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and named in res.stderr, res.stderr
+
+
 def test_phases_of_a_given_length_hold_hundreds_of_requests():
     ph = suite.phases(["cnn"], ["periodic"], phase_s=10.0)
     judged = [p for p in ph if p.judged]
