@@ -120,7 +120,7 @@ def unit_gaps(done_s: Sequence[float], unit_s: float) -> List[float]:
 def unit_note(done_s: Sequence[float], unit_s: float) -> str:
     """'units back to back N x uncapped': the median of unit_gaps against unit_s ('' with
     fewer than OWN_UNIT_MIN). Over 1 where the pacer slows each unit (a capped training
-    loop's steps on an H100: 1.04 at 100, 1.19 at 30), under it where the card boosts."""
+    loop's steps on an H100: 1.04 at 100, 1.09 at 30), under it where the card boosts."""
     gaps = unit_gaps(done_s, unit_s)
     if len(gaps) < OWN_UNIT_MIN:
         return ""
@@ -152,12 +152,12 @@ def charged_windows(samples: Sequence[Sequence[float]], start: float,
     return out
 
 
-def charged_note(data: dict, seconds: int, skip_first: int = SKIP_FIRST) -> str:
-    """'charged a-b': the range of charged_windows over the judged windows of a tenant's
-    run (its result, with the charges run_all sampled); '' where there are none."""
-    got = [c for c in charged_windows(data.get("charges") or [], data["start_monotonic"],
-                                      seconds)[skip_first:] if c is not None]
-    return f"charged {rng(got)}" if got else ""
+def charged_note(data: dict, seconds: int, windows: Sequence[int]) -> str:
+    """'charged a-b': the range of charged_windows over `windows` of a tenant's run (its
+    result, with the charges run_all sampled); '' where none of them is covered."""
+    got = charged_windows(data.get("charges") or [], data["start_monotonic"], seconds)
+    judged = [got[w] for w in windows if got[w] is not None]
+    return f"charged {rng(judged)}" if judged else ""
 
 
 def spread(busy: List[float], lo: float, hi: float) -> None:

@@ -263,11 +263,13 @@ def test_charged_windows_read_the_pacers_count_between_samples() -> None:
     assert got[:3] == pytest.approx([30.0] * 3, abs=1e-6)
     assert got[3] is None  # 104 is past the last sample: not covered
     assert ct.charged_windows([], 100.0, 2) == [None, None]
-    # The note ranges the judged windows only (from the second on).
+    # The note ranges the windows it is given only (the judged ones, from the second on).
     samples = [(100.0, 0), (101.0, 5e8), (102.0, 8e8), (103.0, 11e8)]
-    assert ct.charged_note({"charges": samples, "start_monotonic": 100.0}, 3) == \
+    assert ct.charged_note({"charges": samples, "start_monotonic": 100.0}, 3, [1, 2]) == \
         "charged 30.0-30.0"
-    assert ct.charged_note({"start_monotonic": 100.0}, 3) == ""
+    assert ct.charged_note({"charges": samples, "start_monotonic": 100.0}, 3, [0, 1]) == \
+        "charged 30.0-50.0"
+    assert ct.charged_note({"start_monotonic": 100.0}, 3, [1, 2]) == ""
 
 
 def test_longest_gap_counts_from_the_given_time() -> None:
