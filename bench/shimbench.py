@@ -7,6 +7,7 @@ or load hits both alike, and prints medians and their ratio.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -117,3 +118,17 @@ def report(name: str, unit: str, results: Dict[str, Tuple[float, float]], target
             continue
         measure = value - native if added else ratio
         print(f"  target {target} ({variant}): {'met' if ok(measure) else 'MISSED'}")
+
+# The shim's account of what pacing cost a process's host (launch.c, at exit,
+# with GPUSLICE_LOG=debug; its fields: native/shim/src/pace.h, spent_*).
+PACER_SPENT = re.compile(r"pacing's host time: (\d+) launches, (\d+) fences; (\d+) us at fence points, "
+                         r"of it (\d+) us waiting for its queue \((\d+) waits\) and (\d+) us "
+                         r"asleep for its cap; (\d+) us at the card")
+SPENT_FIELDS = ("launches", "fences", "fence_us", "queue_us", "queue_waits", "sleep_us",
+                "card_us")
+
+
+def pacer_spent(stderr: str) -> Optional[Dict[str, int]]:
+    """The last such account on a process's stderr (device 0's first), or None."""
+    found = PACER_SPENT.findall(stderr)
+    return dict(zip(SPENT_FIELDS, map(int, found[0]))) if found else None

@@ -71,6 +71,7 @@ int gs_pace_after(struct gs_pacer *p, unsigned long long now)
 {
     p->last_launch_ns = now;
     p->launches++;
+    p->spent_launches++;
     p->since_fence++;
     if (p->since_fence >= p->per_fence || now - p->last_fence_ns >= GS_PACE_FENCE_NS)
         return GS_PACE_FENCE;
@@ -268,6 +269,8 @@ static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
     unsigned long long now = io->now(io), took = now - t0;
     unsigned long long decayed = p->blocked_ns - p->blocked_ns / 8;
     p->blocked_ns = took > decayed ? took : decayed;
+    p->spent_queue_ns += took;
+    p->spent_queue_waits++;
     complete_oldest(p, io, competitors(io, now));
 }
 
@@ -315,7 +318,9 @@ static void throttle(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     while (settle(p, io, &wait) && wait) {
         unsigned long long t0 = io->now(io);
         io->sleep(io, wait);
-        io->throttled(io, io->now(io) - t0);
+        unsigned long long slept = io->now(io) - t0;
+        p->spent_sleep_ns += slept;
+        io->throttled(io, slept);
     }
 }
 
@@ -564,11 +569,16 @@ void gs_pace_launch_begin(struct gs_pacer *p, struct gs_pace_io *io, void *strea
          * high work: others stand aside for it, and it queues its request
          * while a neighbour's long kernel runs out (its launches' learned
          * time then holds that kernel's). */
+        int drained = 0;
         while (p->count && io->prio != GPUSLICE_PRIORITY_HIGH && !p->guest_since_ns &&
-               gs_pace_queued_ns(p) + p->per_launch_ns > GS_PACE_DRAIN_NS && !io->cap(io))
+               gs_pace_queued_ns(p) + p->per_launch_ns > GS_PACE_DRAIN_NS && !io->cap(io)) {
             wait_oldest(p, io);
+            drained = 1;
+        }
+        unsigned long long before = drained ? io->now(io) : now;
         gs_pace_gate(p, io, stream);
         now = io->now(io);
+        p->spent_card_ns += now - before;
     }
     p->launch_ns = now;
     if (p->need_mark && (a || !io->capturing(io, stream)))
@@ -581,8 +591,10 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     unsigned long long now = p->launch_ns;
     p->returned_ns = now;
     if (ok && (gs_pace_after(p, now) & GS_PACE_FENCE) && !io->capturing(io, stream)) {
+        unsigned long long at = io->now(io);
         fence_point(p, io, stream, now);
         p->returned_ns = io->now(io); /* it may have waited for its queue */
+        p->spent_fence_ns += p->returned_ns - at;
     }
 }
 
@@ -614,6 +626,7 @@ unsigned long long gs_pace_room_until(const struct gs_pacer *p)
 void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long unseen)
 {
     p->launches += n;
+    p->spent_launches += n;
     p->since_fence += (unsigned)n;
     /* Launches that reached the GPU while the pacer held the process back
      * (throttled, standing aside, waiting for a turn) ran outside every

@@ -136,6 +136,13 @@ struct gs_pacer {
     unsigned long long quiet_words[GS_CARD_QUIET_WORDS];
     int doubt;                     /* a wait for turns outlasted GS_PACE_GRACE_NS */
     unsigned long long fences;     /* fences recorded, ever */
+    /* What pacing cost this process's host, ever (launch.c's debug line at
+     * exit): launches seen, and time at fence points (their event calls,
+     * the waits below, the bucket's sleeps), of it waiting for its own
+     * queue (and how often), asleep for its cap, and at the card before a
+     * launch (turns, standing aside). */
+    unsigned long long spent_launches, spent_fence_ns, spent_queue_ns, spent_queue_waits;
+    unsigned long long spent_sleep_ns, spent_card_ns;
     struct gs_allowance patience;  /* for others' turns */
     struct gs_allowance courtesy;  /* for guests and higher priorities */
     /* The gate (io->gate_close): read and written by the gate's watcher too,
