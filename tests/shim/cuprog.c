@@ -662,6 +662,18 @@ int main(int argc, char **argv)
                     return 2;
                 }
             }
+        } else if (!strcmp(op, "launchfor")) {
+            /* launchfor MS: kernel launches on the default stream for MS
+             * milliseconds (past a new process's first service, say). */
+            long long ms = atoll(ARG());
+            struct timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do {
+                for (int k = 0; k < 100 && r == CUDA_SUCCESS; k++)
+                    r = api.cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+                clock_gettime(CLOCK_MONOTONIC, &t);
+            } while (r == CUDA_SUCCESS &&
+                     (t.tv_sec - t0.tv_sec) * 1000ll + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
         } else if (!strcmp(op, "tlaunch")) {
             /* tlaunch T N: T threads, each N launches into a stream of its own. */
             int n = atoi(ARG());

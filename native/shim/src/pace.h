@@ -85,6 +85,7 @@ enum {
     GS_QUIET_HIGH,   /* high_until_ns */
     GS_QUIET_GUEST,  /* guest_until_ns */
     GS_QUIET_LOW,    /* low_ns */
+    GS_QUIET_WANT,   /* want_ns */
     GS_CARD_QUIET_WORDS
 };
 
@@ -127,8 +128,9 @@ struct gs_pacer {
     int slept;                     /* slept for its cap since its last launch: no guest */
     /* Its last look at the card (a launch on a card with turns) found
      * nothing to do and nothing that could give it something to do but a
-     * change of the card's words (gs_card_quiet_words): uncapped, normal,
-     * no turn held anywhere, no stand-aside stamp, no window, not gated. */
+     * change of the card's words (gs_card_quiet_words): normal, no
+     * stand-aside stamp, no window, not gated, and either uncapped with no
+     * turn held anywhere, or capped, holding the turn, and nobody wanting it. */
     int quiet;
     /* Those words as that look read them, before it decided anything: a
      * change after the read, even during the launch that follows, makes
@@ -261,7 +263,7 @@ unsigned long long gs_pace_room_until(const struct gs_pacer *p);
 void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long unseen);
 /* The words of a card that change whenever a quiet process (p->quiet) would
  * have something to do at its next launch: a turn taken, a window left, a
- * stand-aside stamp raised, a low tenant running. While they read as they
+ * stand-aside stamp raised, a low tenant running, a waiter for the turn. While they read as they
  * did at its last look, a launch between fence points may skip the pacer
  * on a card with turns too. */
 void gs_card_quiet_words(const struct gpuslice_cardfile *c,

@@ -231,6 +231,7 @@ void gs_card_quiet_words(const struct gpuslice_cardfile *c,
     w[GS_QUIET_HIGH] = __atomic_load_n(&c->high_until_ns, __ATOMIC_RELAXED);
     w[GS_QUIET_GUEST] = __atomic_load_n(&c->guest_until_ns, __ATOMIC_RELAXED);
     w[GS_QUIET_LOW] = __atomic_load_n(&c->low_ns, __ATOMIC_RELAXED);
+    w[GS_QUIET_WANT] = __atomic_load_n(&c->want_ns, __ATOMIC_RELAXED);
 }
 
 unsigned long long gs_card_aside_until(struct gpuslice_cardfile *c, unsigned prio,
