@@ -805,19 +805,6 @@ def test_shim_launch_ab_without_the_other_build_exits_2_naming_it(tmp_path):
     assert res.stdout == ""
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--ab", "/nonexistent/libgpuslice.so"], "--ab /nonexistent/libgpuslice.so: no such file"),
-    (["--rounds", "0"], "--rounds 0: must be at least 1"),
-    (["--program", "bert"], "argument --program: invalid choice: 'bert'"),
-])
-def test_shim_training_refuses_what_it_cannot_run(args, named):
-    # Refused before anything is built or run (no GPU needed to get this far).
-    res = subprocess.run([sys.executable, str(BENCH / "shim_training"), *args],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and named in res.stderr, res.stderr
-    assert res.stdout == ""
-
-
 def test_launch_host_cost_times_each_variant_through_the_fake_driver(tmp_path):
     # Through the fake driver, as CI has it: every variant runs and gets a
     # figure (no figure is judged here: a time is the host's, not the shim's).
@@ -831,14 +818,21 @@ def test_launch_host_cost_times_each_variant_through_the_fake_driver(tmp_path):
     assert all("the shim adds" in line for line in res.stdout.splitlines()[2:])
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--launches", "10"], "--launches 10: fewer than 1,000"),
-    (["--ab", "/nonexistent/libgpuslice.so"], "--ab /nonexistent/libgpuslice.so: no such file"),
+@pytest.mark.parametrize("bench, args, named", [
+    ("launch_host_cost", ["--launches", "10"], "--launches 10: fewer than 1,000"),
+    ("launch_host_cost", ["--ab", "/nonexistent/libgpuslice.so"],
+     "--ab /nonexistent/libgpuslice.so: no such file"),
+    ("shim_training", ["--ab", "/nonexistent/libgpuslice.so"],
+     "--ab /nonexistent/libgpuslice.so: no such file"),
+    ("shim_training", ["--rounds", "0"], "--rounds 0: must be at least 1"),
+    ("shim_training", ["--program", "bert"], "argument --program: invalid choice: 'bert'"),
 ])
-def test_launch_host_cost_refuses_what_it_cannot_measure(args, named):
-    res = subprocess.run([sys.executable, str(BENCH / "launch_host_cost"), *args],
+def test_host_cost_benches_refuse_what_they_cannot_measure(bench, args, named):
+    # Refused before anything is built or run (no GPU needed to get this far).
+    res = subprocess.run([sys.executable, str(BENCH / bench), *args],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and named in res.stderr, res.stderr
+    assert res.stdout == ""
 
 
 def test_phases_of_a_given_length_hold_hundreds_of_requests():
