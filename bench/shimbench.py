@@ -121,11 +121,11 @@ def report(name: str, unit: str, results: Dict[str, Tuple[float, float]], target
 
 # The shim's account of what pacing cost a process's host (launch.c, at exit,
 # with GPUSLICE_LOG=debug; its fields: native/shim/src/pace.h, spent_*).
-PACER_SPENT = re.compile(r"pacing's host time: (\d+) launches, (\d+) fences; (\d+) us at fence points, "
-                         r"of it (\d+) us waiting for its queue \((\d+) waits\) and (\d+) us "
-                         r"asleep for its cap; (\d+) us at the card")
-SPENT_FIELDS = ("launches", "fences", "fence_us", "queue_us", "queue_waits", "sleep_us",
-                "card_us")
+PACER_SPENT = re.compile(r"pacing's host time: (\d+) launches \((\d+) on tickets\), (\d+) fences; "
+                         r"(\d+) us at fence points, (\d+) us waiting for its queue \((\d+) "
+                         r"waits\), (\d+) us asleep for its cap, (\d+) us at the card")
+SPENT_FIELDS = ("launches", "ticketed", "fences", "fence_us", "queue_us", "queue_waits",
+                "sleep_us", "card_us")
 
 
 def pacer_spent(stderr: str) -> Optional[Dict[str, int]]:

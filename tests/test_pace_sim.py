@@ -572,6 +572,25 @@ def test_beside_an_idle_managed_tenant_launches_skip_the_pacer_between_fences(si
     assert busy["b"].ticketed > 0 and busy["h"].latency[1] <= 1.2 * alone + 1.5, busy.procs
 
 
+def test_a_capped_holder_nobody_waits_for_launches_on_tickets(sim: Path) -> None:
+    # A capped process holding the turn with nobody wanting the card (alone,
+    # or beside requests between them) launches between fence points on
+    # tickets, as an uncapped one does on a quiet card (on an H100 the look
+    # at every launch cost a host-bound eager loop at 100 2-3 % of its
+    # passes). A want renewed anywhere changes the card's words: beside a
+    # busy uncapped tenant, which waits for its window, none go on tickets.
+    # Its cap holds either way, and requests are served as before.
+    alone = simulate(sim, 4, "b:eagerloop:50:1")
+    assert alone["b"].ticketed > 0.8 * alone["b"].launches * 3 / 4, alone.procs
+    assert within(alone["b"].share, 50), alone.procs
+    busy = simulate(sim, 4, "b:eagerloop:50:1", "n:matmul:0:2")
+    assert busy["b"].ticketed == 0 and within(busy["b"].share, 50), busy.procs
+    served = simulate(sim, 6, "b:eagerloop:50:1", "r:eager:0:2:poisson")
+    plain = simulate(sim, 6, "b:eagerloop:0:1:noshim", "r:eager:0:2:poisson:noshim")
+    assert served["b"].ticketed > 0.5 * served["b"].launches * 5 / 6, served.procs
+    assert within(served["b"].share, 50) and served["r"].latency[1] <= plain["r"].latency[1]
+
+
 @pytest.mark.parametrize("capped,busy,cap", [("matmul", "matmul", 50), ("graph", "eagerloop", 30)])
 def test_a_capped_tenant_back_from_idle_gets_its_cap_at_once(sim: Path, capped: str, busy: str,
                                                             cap: int) -> None:

@@ -775,9 +775,10 @@ __attribute__((destructor)) static void flush_at_exit(void)
                GS_PACE_BEHIND, pd->p.per_launch_ns);
         /* What pacing cost the host, and where (pace.h, spent_*). */
         const struct gs_pacer *q = &pd->p;
-        GS_LOG(GS_LOG_DEBUG, "device %d: pacing's host time: %llu launches, %llu fences; "
-               "%llu us at fence points, of it %llu us waiting for its queue (%llu waits) and "
-               "%llu us asleep for its cap; %llu us at the card before launches", i, q->spent_launches, q->fences,
+        GS_LOG(GS_LOG_DEBUG, "device %d: pacing's host time: %llu launches (%llu on tickets), "
+               "%llu fences; %llu us at fence points, %llu us waiting for its queue (%llu "
+               "waits), %llu us asleep for its cap, %llu us at the card before launches", i,
+               q->spent_launches, q->spent_ticketed, q->fences,
                q->spent_fence_ns / 1000, q->spent_queue_ns / 1000, q->spent_queue_waits,
                q->spent_sleep_ns / 1000, q->spent_card_ns / 1000);
         gs_pace_leave(&pd->p, &pd->io);

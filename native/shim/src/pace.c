@@ -591,10 +591,10 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     unsigned long long now = p->launch_ns;
     p->returned_ns = now;
     if (ok && (gs_pace_after(p, now) & GS_PACE_FENCE) && !io->capturing(io, stream)) {
-        unsigned long long at = io->now(io);
+        unsigned long long at = io->now(io), waited = p->spent_queue_ns + p->spent_sleep_ns;
         fence_point(p, io, stream, now);
         p->returned_ns = io->now(io); /* it may have waited for its queue */
-        p->spent_fence_ns += p->returned_ns - at;
+        p->spent_fence_ns += p->returned_ns - at - (p->spent_queue_ns + p->spent_sleep_ns - waited);
     }
 }
 
@@ -627,6 +627,7 @@ void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long 
 {
     p->launches += n;
     p->spent_launches += n;
+    p->spent_ticketed += n;
     p->since_fence += (unsigned)n;
     /* Launches that reached the GPU while the pacer held the process back
      * (throttled, standing aside, waiting for a turn) ran outside every

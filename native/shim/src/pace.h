@@ -139,11 +139,13 @@ struct gs_pacer {
     int doubt;                     /* a wait for turns outlasted GS_PACE_GRACE_NS */
     unsigned long long fences;     /* fences recorded, ever */
     /* What pacing cost this process's host, ever (launch.c's debug line at
-     * exit): launches seen, and time at fence points (their event calls,
-     * the waits below, the bucket's sleeps), of it waiting for its own
-     * queue (and how often), asleep for its cap, and at the card before a
-     * launch (turns, standing aside). */
-    unsigned long long spent_launches, spent_fence_ns, spent_queue_ns, spent_queue_waits;
+     * exit), in parts that do not overlap: launches seen (of them on
+     * tickets: gs_pace_count); time at fence points of their own (event
+     * calls, the card, the bucket); waiting for its own queue (at fence
+     * points, drains, before launches), and how often; asleep for its cap;
+     * and at the card before launches (turns, standing aside). */
+    unsigned long long spent_launches, spent_ticketed, spent_fence_ns, spent_queue_ns;
+    unsigned long long spent_queue_waits;
     unsigned long long spent_sleep_ns, spent_card_ns;
     struct gs_allowance patience;  /* for others' turns */
     struct gs_allowance courtesy;  /* for guests and higher priorities */
