@@ -119,6 +119,7 @@ def report(name: str, unit: str, results: Dict[str, Tuple[float, float]], target
         measure = value - native if added else ratio
         print(f"  target {target} ({variant}): {'met' if ok(measure) else 'MISSED'}")
 
+
 # The shim's account of what pacing cost a process's host (launch.c, at exit,
 # with GPUSLICE_LOG=debug; its fields: native/shim/src/pace.h, spent_*).
 PACER_SPENT = re.compile(r"pacing's host time: (\d+) launches \((\d+) on tickets\), (\d+) fences; "

@@ -591,10 +591,12 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
     unsigned long long now = p->launch_ns;
     p->returned_ns = now;
     if (ok && (gs_pace_after(p, now) & GS_PACE_FENCE) && !io->capturing(io, stream)) {
-        unsigned long long at = io->now(io), waited = p->spent_queue_ns + p->spent_sleep_ns;
+        /* Its own time: what it waited for its queue or slept is counted apart. */
+        unsigned long long at = io->now(io), apart = p->spent_queue_ns + p->spent_sleep_ns;
         fence_point(p, io, stream, now);
         p->returned_ns = io->now(io); /* it may have waited for its queue */
-        p->spent_fence_ns += p->returned_ns - at - (p->spent_queue_ns + p->spent_sleep_ns - waited);
+        apart = p->spent_queue_ns + p->spent_sleep_ns - apart;
+        p->spent_fence_ns += p->returned_ns - at - apart;
     }
 }
 

@@ -265,9 +265,9 @@ unsigned long long gs_pace_room_until(const struct gs_pacer *p);
 void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long unseen);
 /* The words of a card that change whenever a quiet process (p->quiet) would
  * have something to do at its next launch: a turn taken, a window left, a
- * stand-aside stamp raised, a low tenant running, a waiter for the turn. While they read as they
- * did at its last look, a launch between fence points may skip the pacer
- * on a card with turns too. */
+ * stand-aside stamp raised, a low tenant running, a waiter for the turn.
+ * While they read as they did at its last look, a launch between fence
+ * points may skip the pacer on a card with turns too. */
 void gs_card_quiet_words(const struct gpuslice_cardfile *c,
                          unsigned long long w[GS_CARD_QUIET_WORDS]);
 
