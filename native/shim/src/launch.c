@@ -456,10 +456,11 @@ static void enter(struct pacer_dev *pd)
  * fence point. Only where the pacer does nothing at a launch that is no
  * fence point: on a card with turns every launch asks the card (gate),
  * unless its last look found the card quiet; then the tickets hold while
- * the card's quiet words stay as they were (a turn taken, a stamp raised:
- * the next launch asks the card). Without them, an uncapped process beside
- * an idle high-priority tenant took the mutex at every launch: 0.64-0.86 of
- * native launches on an H100. */
+ * the card's quiet words stay as they were (a turn taken, a stamp raised,
+ * a want said: the next launch asks the card). Without them, an uncapped
+ * process beside an idle high-priority tenant took the mutex at every
+ * launch (0.64-0.86 of native launches on an H100), and so did a capped
+ * holder nobody waited for. */
 static void leave(struct pacer_dev *pd)
 {
     int on_card = pd->io.card && pd->io.turns;
