@@ -674,6 +674,18 @@ int main(int argc, char **argv)
                 clock_gettime(CLOCK_MONOTONIC, &t);
             } while (r == CUDA_SUCCESS &&
                      (t.tv_sec - t0.tv_sec) * 1000ll + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+        } else if (!strcmp(op, "launchtimed")) {
+            /* launchtimed N: N kernel launches on the default stream, and
+             * the time they took on the host: "launchtimed RC NS". */
+            int n = atoi(ARG());
+            struct timespec t0, t;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (int k = 0; k < n && r == CUDA_SUCCESS; k++)
+                r = api.cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            printf("%s %d %lld\n", op, r,
+                   (long long)(t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec));
+            continue;
         } else if (!strcmp(op, "tlaunch")) {
             /* tlaunch T N: T threads, each N launches into a stream of its own. */
             int n = atoi(ARG());
