@@ -264,14 +264,24 @@ def region_reader() -> Optional[Callable[[str], Any]]:
     return region.read
 
 
+def charged_ns(read: Callable[[str], Any], region: Path) -> Optional[int]:
+    """The card time the pacer charged a container so far (its region at `region`, device
+    0: what its bucket is charged, docs/compute-limit.md); None for a region not made
+    yet, or half made."""
+    try:
+        r = read(str(region))
+    except (OSError, ValueError):
+        return None
+    return r.devices[0].compute_charged_ns if r.devices else None
+
+
 def sample_charges(plan: Sequence[Scenario], seconds: int, root: Path,
                    read: Callable[[str], Any],
                    samples: Dict[str, List[Tuple[float, int]]]) -> None:
-    """The card time charged so far to each shim tenant of the scenario running now (its
-    container's region, device 0: what its bucket is charged, docs/compute-limit.md),
-    stamped on the monotonic clock. Only the running scenario's: the others' regions
-    do not change, and reading them would take CPU from it. A region not made yet,
-    or half made, is skipped."""
+    """The card time charged so far to each shim tenant of the scenario running now
+    (charged_ns), stamped on the monotonic clock. Only the running scenario's: the
+    others' regions do not change, and reading them would take CPU from it. A region
+    not made yet, or half made, is skipped."""
     now = time.monotonic()
     for sc in plan:
         if not sc.start_at - CHARGE_EVERY_S <= now <= sc.start_at + sc.windows(seconds) + TAIL_S:
@@ -279,13 +289,9 @@ def sample_charges(plan: Sequence[Scenario], seconds: int, root: Path,
         for t in sc.tenants:
             if not t.shim or t.device:
                 continue
-            try:
-                r = read(str(root / t.key / "state" / "region"))
-            except (OSError, ValueError):
-                continue
-            if r.devices:
-                samples.setdefault(t.key, []).append(
-                    (round(time.monotonic(), 4), r.devices[0].compute_charged_ns))
+            ns = charged_ns(read, root / t.key / "state" / "region")
+            if ns is not None:
+                samples.setdefault(t.key, []).append((round(time.monotonic(), 4), ns))
 
 
 def nothing_works(tenants: List[Tenant]) -> bool:

@@ -130,6 +130,6 @@ SPENT_FIELDS = ("launches", "ticketed", "fences", "fence_us", "queue_us", "queue
 
 
 def pacer_spent(stderr: str) -> Optional[Dict[str, int]]:
-    """The last such account on a process's stderr (device 0's first), or None."""
+    """The first such account on a process's stderr (device 0's), or None."""
     found = PACER_SPENT.findall(stderr)
     return dict(zip(SPENT_FIELDS, map(int, found[0]))) if found else None
