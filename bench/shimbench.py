@@ -26,11 +26,13 @@ def build_shim() -> None:
     subprocess.run(["make", "-s", "-C", str(REPO / "native" / "shim")], check=True)
 
 
-def build_cuda(name: str, out_dir: Path) -> Path:
-    """nvcc-compile bench/cuda/<name>.cu (runtime linked statically, nvcc's default)."""
+def build_cuda(name: str, out_dir: Path, libs: Sequence[str] = ()) -> Path:
+    """nvcc-compile bench/cuda/<name>.cu (runtime linked statically, nvcc's default;
+    `libs` such as "cuda" for the driver API)."""
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     exe = out_dir / name
-    subprocess.run([nvcc, "-O2", "-o", str(exe), str(CUDA_SRC / f"{name}.cu")], check=True)
+    subprocess.run([nvcc, "-O2", "-o", str(exe), str(CUDA_SRC / f"{name}.cu"),
+                    *(f"-l{lib}" for lib in libs)], check=True)
     return exe
 
 

@@ -1580,6 +1580,12 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
     assert a["launches"] == 300 and a["fences"] >= 300 * 100_000 // 250_000
     assert a["queue_waits"] > 0 and a["queue_us"] >= 20_000 > a["fence_us"]
     assert a["sleep_us"] == 0 and a["card_us"] == 0  # no card, no turns
+    # Host-bound (kernels of no length): each fence point finds the entries
+    # before it done (the poll asks the GPU's time from the last done entry,
+    # whose NOT_READY says not done), so it never waits for its queue; a
+    # poll that never saw one done would fill the ring and wait.
+    a = spent("100", 0, "launch", "kernel", "20000")
+    assert a["fences"] >= 4 and a["queue_waits"] == 0, a
     # Capped at 50, 60 ms of work past a 12 ms start credit sleeps for its cap.
     a = spent("50", 100_000, "launch", "kernel", "600")
     assert a["sleep_us"] > 20_000, a

@@ -826,6 +826,8 @@ def test_launch_host_cost_times_each_variant_through_the_fake_driver(tmp_path):
      "--ab /nonexistent/libgpuslice.so: no such file"),
     ("shim_training", ["--rounds", "0"], "--rounds 0: must be at least 1"),
     ("shim_training", ["--program", "bert"], "argument --program: invalid choice: 'bert'"),
+    ("fence_calls", ["--every", "0"], "--every 0: must be at least 1"),
+    ("fence_calls", ["--fences", "-3"], "--fences -3: must be at least 1"),
 ])
 def test_host_cost_benches_refuse_what_they_cannot_measure(bench, args, named):
     # Refused before anything is built or run (no GPU needed to get this far).

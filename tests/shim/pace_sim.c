@@ -164,7 +164,7 @@ static const struct program programs[] = {
 #define FORGE_EVERY_NS 0.5e6
 
 struct sim_event {
-    int recorded, done;
+    int recorded, done, waited;
     double t_done;
 };
 
@@ -293,7 +293,7 @@ static int ev_record(struct gs_pace_io *io, void *e, void *stream)
     struct proc *p = of(io);
     struct sim_event *ev = e;
     ev->recorded = 1;
-    ev->done = 0;
+    ev->done = ev->waited = 0;
     push(p, (struct item){EVENT_ITEM, 0, ev, 0});
     spend(RECORD_NS);
     return 0;
@@ -321,14 +321,21 @@ static int ev_wait(struct gs_pace_io *io, void *e)
         current->waiting = ev;
         yield();
     }
+    ev->waited = 1;
     return 0;
 }
 
-static unsigned long long ev_gap(struct gs_pace_io *io, void *a, void *b)
+/* As long as the query it stands for (QUERY_NS); after a wait for `to`,
+ * where the pacer made no query, free as the time alone was. */
+static int ev_gap(struct gs_pace_io *io, void *a, void *b, unsigned long long *ns)
 {
-    (void)io;
-    double d = ((struct sim_event *)b)->t_done - ((struct sim_event *)a)->t_done;
-    return d > 0 ? (unsigned long long)d : 0;
+    struct sim_event *from = a, *to = b;
+    *ns = 0;
+    if (!(to->waited ? to->done : ev_done(io, b)) || !from->done)
+        return 0;
+    double d = to->t_done - from->t_done;
+    *ns = d > 0 ? (unsigned long long)d : 0;
+    return 1;
 }
 
 static unsigned long long io_now(struct gs_pace_io *io)
@@ -695,7 +702,7 @@ static void simulate(double seconds)
         gs_pace_reset(&p->pacer);
         p->io = (struct gs_pace_io){
             .event_take = ev_take, .event_give = ev_give, .event_record = ev_record,
-            .capturing = not_capturing, .event_done = ev_done, .event_wait = ev_wait, .event_gap_ns = ev_gap,
+            .capturing = not_capturing, .event_done = ev_done, .event_wait = ev_wait, .event_gap = ev_gap,
             .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
             .cap = io_cap, .card = &card, .seat = -1, .token = (unsigned long long)i + 1,
             .turns = turns, .prio = p->prio, .wait_word = io_wait_word,

@@ -214,12 +214,21 @@ static unsigned competitors(struct gs_pace_io *io, unsigned long long now)
     return io->card && !io->turns ? gs_card_competitors(io->card, io->seat, now) : 0;
 }
 
-static void complete_oldest(struct gs_pacer *p, struct gs_pace_io *io, unsigned others)
+/* The oldest entry, if it is complete: 1, and the GPU's time since the
+ * last one completed in *ns (a marker, or the first entry after one, has
+ * none: what is before a marker is no work of ours). */
+static int oldest_done(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long *ns)
 {
     const struct gs_fence *f = gs_pace_oldest(p);
-    unsigned long long ns = 0;
+    *ns = 0;
     if (!f->marker && p->ref)
-        ns = io->event_gap_ns(io, p->ref, f->ev);
+        return io->event_gap(io, p->ref, f->ev, ns);
+    return io->event_done(io, f->ev);
+}
+
+static void complete_oldest(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long ns,
+                            unsigned others)
+{
     void *old = gs_pace_done(p, ns, others);
     if (old)
         io->event_give(io, old);
@@ -228,9 +237,9 @@ static void complete_oldest(struct gs_pacer *p, struct gs_pace_io *io, unsigned 
 void gs_pace_poll(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
     unsigned others = competitors(io, now);
-    const struct gs_fence *f;
-    while ((f = gs_pace_oldest(p)) && io->event_done(io, f->ev))
-        complete_oldest(p, io, others);
+    unsigned long long ns;
+    while (gs_pace_oldest(p) && oldest_done(p, io, &ns))
+        complete_oldest(p, io, ns, others);
 }
 
 /* GPU work we have queued: the launches in flight at the learned time each. */
@@ -271,7 +280,10 @@ static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
     p->blocked_ns = took > decayed ? took : decayed;
     p->spent_queue_ns += took;
     p->spent_queue_waits++;
-    complete_oldest(p, io, competitors(io, now));
+    unsigned long long ns = 0;
+    if (!f->marker && p->ref)
+        io->event_gap(io, p->ref, f->ev, &ns); /* done: for its time */
+    complete_oldest(p, io, ns, competitors(io, now));
 }
 
 /* Let our queue run dry (fencing our last launches first), say so in the
