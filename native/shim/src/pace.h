@@ -214,7 +214,7 @@ struct gs_pace_io {
     /* 1: `to` is complete (`from`, recorded before it, too), and *ns the GPU's
      * time between them (0 if the driver cannot tell); 0: `to` is not. One
      * driver call where a query and then the time were two: on an H100 a
-     * query that found its event done cost 1.5-2.2 us (bench/fence_calls). */
+     * query that found its event done cost 1.4-2.2 us (bench/fence_calls). */
     int (*event_gap)(struct gs_pace_io *io, void *from, void *to, unsigned long long *ns);
     unsigned long long (*now)(struct gs_pace_io *io);
     void (*sleep)(struct gs_pace_io *io, unsigned long long ns);
