@@ -6,6 +6,7 @@ or load hits both alike, and prints medians and their ratio.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -20,6 +21,21 @@ from typing import Callable, Dict, List, Optional, Tuple, Sequence
 REPO = Path(__file__).resolve().parent.parent
 SHIM = REPO / "native" / "shim" / "build" / "libgpuslice.so"
 CUDA_SRC = Path(__file__).resolve().parent / "cuda"
+
+
+def refuse_missing_libs(ap: argparse.ArgumentParser, libs: Sequence[Optional[Path]]) -> None:
+    """An --ab LIB that is no file: one line naming it and how to build one, exit 2."""
+    for lib in libs:
+        if lib is not None and not lib.is_file():
+            ap.error(f"--ab {lib}: no such file; give the libgpuslice.so of the build to "
+                     "compare with (make -C <tree>/native/shim)")
+
+
+def refuse_below_one(ap: argparse.ArgumentParser, **counts: int) -> None:
+    """A count option (given as its dest name) under 1: one line naming it, exit 2."""
+    for dest, value in counts.items():
+        if value < 1:
+            ap.error(f"--{dest.replace('_', '-')} {value}: must be at least 1")
 
 
 def build_shim() -> None:
