@@ -214,16 +214,18 @@ static unsigned competitors(struct gs_pace_io *io, unsigned long long now)
     return io->card && !io->turns ? gs_card_competitors(io->card, io->seat, now) : 0;
 }
 
-/* The oldest entry, if it is complete: 1, and the GPU's time since the
- * last one completed in *ns (a marker, or the first entry after one, has
- * none: what is before a marker is no work of ours). */
-static int oldest_done(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long *ns)
+/* The oldest entry, if it is complete (`waited`: known to be, a wait for it
+ * returned): 1, and the GPU's time since the last one completed in *ns (a
+ * marker, or the first entry after one, has none: what is before a marker
+ * is no work of ours). */
+static int oldest_done(struct gs_pacer *p, struct gs_pace_io *io, int waited,
+                       unsigned long long *ns)
 {
     const struct gs_fence *f = gs_pace_oldest(p);
     *ns = 0;
     if (!f->marker && p->ref)
-        return io->event_gap(io, p->ref, f->ev, ns);
-    return io->event_done(io, f->ev);
+        return io->event_gap(io, p->ref, f->ev, ns) || waited;
+    return waited || io->event_done(io, f->ev);
 }
 
 static void complete_oldest(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long ns,
@@ -238,7 +240,7 @@ void gs_pace_poll(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long 
 {
     unsigned others = competitors(io, now);
     unsigned long long ns;
-    while (gs_pace_oldest(p) && oldest_done(p, io, &ns))
+    while (gs_pace_oldest(p) && oldest_done(p, io, 0, &ns))
         complete_oldest(p, io, ns, others);
 }
 
@@ -280,9 +282,8 @@ static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
     p->blocked_ns = took > decayed ? took : decayed;
     p->spent_queue_ns += took;
     p->spent_queue_waits++;
-    unsigned long long ns = 0;
-    if (!f->marker && p->ref)
-        io->event_gap(io, p->ref, f->ev, &ns); /* done: for its time */
+    unsigned long long ns;
+    oldest_done(p, io, 1, &ns); /* for its time */
     complete_oldest(p, io, ns, competitors(io, now));
 }
 
