@@ -144,6 +144,13 @@ static void load(const char *via)
 }
 
 #define MAXP 4096
+static long long mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000ll + t.tv_nsec;
+}
+
 static CUdeviceptr ptrs[MAXP];
 static int nptrs;
 static CUmemGenericAllocationHandle vmms[64];
@@ -665,26 +672,19 @@ int main(int argc, char **argv)
         } else if (!strcmp(op, "launchfor")) {
             /* launchfor MS: kernel launches on the default stream for MS
              * milliseconds (past a new process's first service, say). */
-            long long ms = atoll(ARG());
-            struct timespec t0, t;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+            long long until = mono_ns() + atoll(ARG()) * 1000000ll;
             do {
                 for (int k = 0; k < 100 && r == CUDA_SUCCESS; k++)
                     r = api.cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
-                clock_gettime(CLOCK_MONOTONIC, &t);
-            } while (r == CUDA_SUCCESS &&
-                     (t.tv_sec - t0.tv_sec) * 1000ll + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+            } while (r == CUDA_SUCCESS && mono_ns() < until);
         } else if (!strcmp(op, "launchtimed")) {
             /* launchtimed N: N kernel launches on the default stream, and
              * the time they took on the host: "launchtimed RC NS". */
             int n = atoi(ARG());
-            struct timespec t0, t;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+            long long t0 = mono_ns();
             for (int k = 0; k < n && r == CUDA_SUCCESS; k++)
                 r = api.cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            printf("%s %d %lld\n", op, r,
-                   (long long)(t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec));
+            printf("%s %d %lld\n", op, r, mono_ns() - t0);
             continue;
         } else if (!strcmp(op, "tlaunch")) {
             /* tlaunch T N: T threads, each N launches into a stream of its own. */
