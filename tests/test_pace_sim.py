@@ -781,11 +781,26 @@ def test_a_host_bound_loop_of_uneven_kernels_beside_requests_holds_its_cap(
     # 50 got 37-47 beside requests). Its fences show it host-bound, and it
     # keeps the queue it keeps alone; what it has in flight is short, so the
     # requests beside it lose nothing to it: p99 at most plain time slicing's.
-    # 2.5 points: one window of Poisson graph replays at 30 reads 27.8.
     run = simulate(sim, 6, f"a:trainv:{cap}:0", f"r:{requests}")
-    assert within(run["a"].share, cap, 2.5), run.procs
+    assert within(run["a"].share, cap), run.procs
     plain = simulate(sim, 6, "a:trainv:0:0:noshim", f"r:{requests}:noshim")["r"].latency[1]
     assert run["r"].latency[1] <= plain, (run["r"].latency, plain)
+
+
+@pytest.mark.parametrize("program", ["trainh", "eagerloop"])
+@pytest.mark.parametrize("cap", [30, 50])
+def test_a_host_bound_loop_is_not_charged_for_the_requests_it_stands_aside_for(
+        sim: Path, program: str, cap: int) -> None:
+    # Goal 4 beside requests. A host-bound loop's queue runs dry between its
+    # launches, the GPU goes to a request there, and the request's work ran
+    # inside the intervals the loop's drain timed before it stood aside: it
+    # was charged for them and got 45.9-48.7 % of its uncapped passes or
+    # steps at 50, 27.5-30.0 at 30 (the H100's training loop at 50 beside
+    # requests did 37.5-47.6 while charged 49.2-50.8). What the drain took
+    # beyond its own queue is no longer charged to it.
+    for requests in ("graphreq:0:1", "graphreq:0:1:poisson", "request:0:1"):
+        run = simulate(sim, 6, f"a:{program}:{cap}:0", f"r:{requests}")
+        assert within(run["a"].share, cap), (requests, run.procs)
 
 
 def test_a_cost_per_wake_up_as_a_what_if_gives_the_h200s_figures(sim: Path) -> None:
