@@ -151,3 +151,20 @@ def pacer_spent(stderr: str) -> Optional[Dict[str, int]]:
     """The first such account on a process's stderr (device 0's), or None."""
     found = PACER_SPENT.findall(stderr)
     return dict(zip(SPENT_FIELDS, map(int, found[0]))) if found else None
+
+
+# Its account of what it was charged, the line after (pace.h, charged_*): the
+# parts sum to what it moved into its container's bucket, less what its
+# drains before standing aside took that was others' work.
+PACER_CHARGED = re.compile(r"pacing's charges: (\d+) us in (\d+) first intervals of busy "
+                           r"periods \((\d+) launches\), (\d+) us in later ones \((\d+) "
+                           r"launches\), (\d+) us at the estimate; (\d+) stand-asides, (\d+) us "
+                           r"of others' work")
+CHARGED_FIELDS = ("first_us", "firsts", "first_launches", "later_us", "later_launches",
+                  "estimated_us", "asides", "others_us")
+
+
+def pacer_charged(stderr: str) -> Optional[Dict[str, int]]:
+    """The first such account on a process's stderr (device 0's), or None."""
+    found = PACER_CHARGED.findall(stderr)
+    return dict(zip(CHARGED_FIELDS, map(int, found[0]))) if found else None

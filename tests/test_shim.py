@@ -1551,12 +1551,18 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
     # With GPUSLICE_LOG=debug a capped process says at exit what pacing cost
     # its host, in parts that do not overlap: launches (those on tickets),
     # fences, time at fence points of their own, waiting for its queue,
-    # asleep for its cap, at the card before launches.
-    # bench/shim_training reads it (bench/shimbench.py, pacer_spent).
+    # asleep for its cap, at the card before launches; and what it was
+    # charged, in parts that add up to its container's charge: busy
+    # periods' first intervals, later ones, launches at the estimate, less
+    # others' work in drains before standing aside.
+    # bench/shim_training reads both (bench/shimbench.py, pacer_spent and
+    # pacer_charged).
     import importlib.util
     spec = importlib.util.spec_from_file_location("shimbench", REPO / "bench" / "shimbench.py")
     shimbench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(shimbench)
+
+    charges: Dict[str, int] = {}
 
     def spent(cap: str, kernel_ns: int, *ops: str, cards: bool = False) -> Dict[str, int]:
         # A state of its own: the region's maker sets the cap.
@@ -1564,6 +1570,12 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
                    GPUSLICE_STATE_DIR=str(tmp_path / f"state-{cap}-{int(cards)}"),
                    FAKECUDA_KERNEL_NS=str(kernel_ns),
                    GPUSLICE_CARD_DIR=str(tmp_path / ("cards" if cards else "no-cards")))
+        path = Path(env["GPUSLICE_STATE_DIR"]) / "region"
+
+        def charged_us() -> float:  # the container's, over every process in it so far
+            return region.read(str(path)).devices[0].compute_charged_ns / 1000 if path.exists() else 0
+
+        before_us = charged_us()
         t0 = time.monotonic()
         res = shim.with_env(**env).run("gpa", "init", "pctx", "0", *ops)
         wall_us = (time.monotonic() - t0) * 1e6
@@ -1571,6 +1583,13 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
         assert account is not None, res.stderr
         parts = ("fence_us", "queue_us", "sleep_us", "card_us")
         assert sum(account[k] for k in parts) <= wall_us, (account, wall_us)
+        c = shimbench.pacer_charged(res.stderr)
+        assert c is not None, res.stderr
+        parts_us = c["first_us"] + c["later_us"] + c["estimated_us"] - c["others_us"]
+        # Each part rounded down to 1 us.
+        assert abs(parts_us - (charged_us() - before_us)) <= 4, (c, charged_us(), before_us)
+        assert c["first_launches"] + c["later_launches"] <= account["launches"], (c, account)
+        charges.update(c)
         return account
 
     # GPU-bound: 300 launches of 100 us kernels queued at once wait for
@@ -1589,6 +1608,11 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
     # Capped at 50, 60 ms of work past a 12 ms start credit sleeps for its cap.
     a = spent("50", 100_000, "launch", "kernel", "600")
     assert a["sleep_us"] > 20_000, a
+    assert charges["firsts"] >= 2, charges  # a busy period after each sleep
+    # Launches after the last fence, then a gap: charged at the estimate
+    # (10 us kernels: a fence every 25 launches, 10 left unfenced).
+    spent("100", 10_000, "launch", "kernel", "310", "usleep", "20000", "launch", "kernel", "1")
+    assert charges["estimated_us"] > 0, charges
     # On a card with turns a capped process alone, past its first service
     # (half a second of launching), holds the turn and nobody waits for it:
     # between fence points it launches on tickets (a guest never does), and

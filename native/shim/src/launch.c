@@ -787,6 +787,13 @@ __attribute__((destructor)) static void flush_at_exit(void)
                q->spent_launches, q->spent_ticketed, q->fences,
                q->spent_fence_ns / 1000, q->spent_queue_ns / 1000, q->spent_queue_waits,
                q->spent_sleep_ns / 1000, q->spent_card_ns / 1000);
+        /* What it was charged, and where (pace.h, charged_*). */
+        GS_LOG(GS_LOG_DEBUG, "device %d: pacing's charges: %llu us in %llu first intervals of "
+               "busy periods (%llu launches), %llu us in later ones (%llu launches), %llu us at "
+               "the estimate; %llu stand-asides, %llu us of others' work in their drains not "
+               "charged", i, q->charged_first_ns / 1000, q->charged_firsts,
+               q->charged_first_launches, q->charged_later_ns / 1000, q->charged_later_launches,
+               q->charged_estimated_ns / 1000, q->asides, q->aside_others_ns / 1000);
         gs_pace_leave(&pd->p, &pd->io);
         pthread_mutex_unlock(&pd->mu);
     }

@@ -62,6 +62,7 @@ int gs_pace_gap(struct gs_pacer *p)
     /* Launches after the newest fence ran before the gap, unfenced: charge
      * them at the estimate rather than the gap at its length. */
     p->charge_ns += (unsigned long long)p->since_fence * p->per_launch_ns;
+    p->charged_estimated_ns += (unsigned long long)p->since_fence * p->per_launch_ns;
     p->since_fence = 0;
     p->need_mark = 1;
     return GS_PACE_MARK;
@@ -133,10 +134,19 @@ void *gs_pace_done(struct gs_pacer *p, unsigned long long elapsed_ns, unsigned c
         unsigned long long ns = elapsed_ns / (f.behind ? 1ull + competitors : 1ull);
         p->charge_ns += ns;
         p->turn_card_ns += ns;
+        if (p->ref_marker) {
+            p->charged_firsts++;
+            p->charged_first_ns += ns;
+            p->charged_first_launches += f.launches;
+        } else {
+            p->charged_later_ns += ns;
+            p->charged_later_launches += f.launches;
+        }
         learn(p, elapsed_ns, f.launches);
     }
     void *old = p->ref;
     p->ref = f.ev;
+    p->ref_marker = f.marker;
     return old;
 }
 
@@ -649,6 +659,7 @@ void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long 
      * interval it measures: charged at the learned estimate, as a gap
      * charges its unfenced launches. */
     p->charge_ns += unseen * p->per_launch_ns;
+    p->charged_estimated_ns += unseen * p->per_launch_ns;
 }
 
 /* A stand-aside stamp (gs_pace_announce) lasts GS_PACE_ASIDE_NS past our

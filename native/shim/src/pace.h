@@ -147,6 +147,18 @@ struct gs_pacer {
     unsigned long long spent_launches, spent_ticketed, spent_fence_ns, spent_queue_ns;
     unsigned long long spent_queue_waits;
     unsigned long long spent_sleep_ns, spent_card_ns;
+    /* What it was charged, ever (launch.c's second debug line at exit), in
+     * parts that do not overlap: the first interval of each busy period
+     * (from its marker: the card just handed back to it, its host just
+     * woken) and the launches in them; every later interval and its
+     * launches; launches charged at the learned estimate (a gap's
+     * unfenced ones, those that ran while it was held back). And its
+     * stand-asides, and what their drains took that was others' work
+     * (drain_own: not charged). */
+    unsigned long long charged_firsts, charged_first_ns, charged_first_launches;
+    unsigned long long charged_later_ns, charged_later_launches, charged_estimated_ns;
+    unsigned long long asides, aside_others_ns;
+    int ref_marker;                /* ref is a marker: the next interval is a period's first */
     struct gs_allowance patience;  /* for others' turns */
     struct gs_allowance courtesy;  /* for guests and higher priorities */
     /* The gate (io->gate_close): read and written by the gate's watcher too,

@@ -395,7 +395,11 @@ static void drain_own(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     if (!gs_pace_host_bound(p) || took <= queued || p->charge_ns <= before)
         return; /* (a broken context resets the pacer: nothing charged) */
     unsigned long long others = took - queued, got = p->charge_ns - before;
-    p->charge_ns -= others < got ? others : got;
+    others = others < got ? others : got;
+    p->charge_ns -= others;
+    p->aside_others_ns += others;
+    /* Its intervals' parts (charged_first_ns, charged_later_ns) keep what
+     * they were timed at: the debug line says what was taken off. */
 }
 
 /* Stand aside (our queue empty) while a guest or higher-priority work runs,
@@ -403,6 +407,7 @@ static void drain_own(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
  * patience) goes. */
 static void stand_aside(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
 {
+    p->asides++;
     drain_own(p, io, stream);
     for (;;) {
         /* On the card's seq: a stamp let go at a wait's return (gs_pace_waited) bumps it. */
