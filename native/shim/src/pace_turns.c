@@ -380,9 +380,11 @@ static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
  * drain took beyond what we had queued (counted at our learned time a
  * launch, which holds our host's gaps: more than our kernels run) was
  * others' work. Charged for it, a host-bound loop capped at 50 did 46-48 %
- * of its uncapped steps beside graph replays, an eager loop 46-49; without
- * it 48.5-50.5 (simulated; the H100's training loop at 50 beside requests
- * did 37.5-47.6 while charged 49.2-50.8). Not a GPU-bound process: its
+ * of its uncapped steps beside graph replays, an eager loop 46-49; not
+ * charged, 48.3-50.5 (simulated). On an H100 the suite's training loop at
+ * 50 beside requests did the same either way (43.5 and 44.0 % by its
+ * steps, charged its cap): its shortfall there has another cause
+ * (docs/compute-limit.md, What is left). Not a GPU-bound process: its
  * context keeps the GPU while it has work queued (the time slice is 2 ms),
  * so the guest runs after its drain, and what its drain took beyond its
  * estimate is its own longer kernels. */
