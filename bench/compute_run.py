@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import shimbench
 import suite
 
 HERE = Path(__file__).resolve().parent
@@ -114,6 +115,8 @@ def tenant_env(t: Tenant, state_dir: Path, card_dir: Path) -> Dict[str, str]:
             env["GPUSLICE_CORE_LIMIT"] = str(t.cap)
         if t.priority:
             env["GPUSLICE_PRIORITY"] = t.priority
+        # Its account at exit (pacer_account), unless the caller chose a level.
+        env.setdefault("GPUSLICE_LOG", "debug")
     env.update(t.env)
     return env
 
@@ -176,8 +179,18 @@ def log_tail(path: Path, chars: int = 2000) -> str:
 
 
 def last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    """The last line of a tenant's output that is not the shim's debug log (its account
+    at exit comes after a Python error)."""
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not (ln.startswith("gpuslice[") and ": debug: " in ln)]
     return lines[-1][:160] if lines else "no output"
+
+
+def pacer_account(log: str) -> Dict[str, Any]:
+    """A shim tenant's account at exit (GPUSLICE_LOG=debug, which tenant_env sets): its
+    charges' parts and what its queue's bound rested on; those of them it printed."""
+    got = {"charged": shimbench.pacer_charged(log), "bound": shimbench.pacer_bound(log)}
+    return {k: v for k, v in got.items() if v}
 
 
 CPU_BLOCK = 4  # CPUs a scenario may pin (its tenants); more than any scenario has
@@ -387,6 +400,8 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
         else:
             t.data = json.loads(out.read_text())
             t.data["charges"] = charges.get(t.key, [])
+            if t.shim:
+                t.data["pacer"] = pacer_account(log_tail(root / t.key / "log", 4000))
 
 
 class Clocks:

@@ -160,6 +160,25 @@ def charged_note(data: dict, seconds: int, windows: Sequence[int]) -> str:
     return f"charged {rng(judged)}" if judged else ""
 
 
+def pacer_note(data: dict) -> str:
+    """'host-bound (14 of 64 behind); a launch charged 9.8 us in 230 busy periods' first
+    intervals, 28.4 in later ones; 120 stand-asides, 8.2 ms of others' work off': the shim's
+    account of a whole run at exit (run_all's "pacer"), '' without one. A launch charged
+    more in first intervals than in later ones is what a hand-over or a wake-up costs it."""
+    acct = data.get("pacer") or {}
+    parts = []
+    b = acct.get("bound")
+    if b:
+        parts.append(f"{b['bound']}-bound ({b['behind']} of {b['of']} behind)")
+    c = acct.get("charged")
+    if c:
+        parts.append(f"a launch charged {c['first_us'] / max(c['first_launches'], 1):.1f} us in "
+                     f"{c['firsts']} busy periods' first intervals, "
+                     f"{c['later_us'] / max(c['later_launches'], 1):.1f} in later ones; "
+                     f"{c['asides']} stand-asides, {c['others_us'] / 1000:.1f} ms of others' work off")
+    return "; ".join(parts)
+
+
 def spread(busy: List[float], lo: float, hi: float) -> None:
     """Add the seconds of [lo, hi] to the 1 s windows they fall in (none before 0 or past the last)."""
     while lo < hi:

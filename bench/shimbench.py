@@ -168,3 +168,17 @@ def pacer_charged(stderr: str) -> Optional[Dict[str, int]]:
     """The first such account on a process's stderr (device 0's), or None."""
     found = PACER_CHARGED.findall(stderr)
     return dict(zip(CHARGED_FIELDS, map(int, found[0]))) if found else None
+
+
+# What its queue's bound rested on at exit (pace.h, gs_pace_host_bound): how many of its
+# last fence points found the GPU behind it.
+PACER_BOUND = re.compile(r"at exit (host|GPU)-bound: (\d+) of (\d+) at its last fence points")
+
+
+def pacer_bound(stderr: str) -> Optional[Dict[str, object]]:
+    """{'bound': 'host' or 'GPU', 'behind': n, 'of': m} from a process's stderr, or None."""
+    found = PACER_BOUND.findall(stderr)
+    if not found:
+        return None
+    bound, behind, of = found[0]
+    return {"bound": bound, "behind": int(behind), "of": int(of)}

@@ -1563,6 +1563,7 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
     spec.loader.exec_module(shimbench)
 
     charges: Dict[str, int] = {}
+    bounds: List[Dict[str, object]] = []
 
     def spent(cap: str, kernel_ns: int, *ops: str, cards: bool = False) -> Dict[str, int]:
         # A state of its own: the region's maker sets the cap.
@@ -1590,6 +1591,9 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
         assert abs(parts_us - (charged_us() - before_us)) <= 4, (c, charged_us(), before_us)
         assert c["first_launches"] + c["later_launches"] <= account["launches"], (c, account)
         charges.update(c)
+        bound = shimbench.pacer_bound(res.stderr)  # what its queue's bound rested on
+        assert bound is not None and bound["of"] == 64, res.stderr
+        bounds.append(bound)
         return account
 
     # GPU-bound: 300 launches of 100 us kernels queued at once wait for
@@ -1597,6 +1601,7 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
     # points' own event calls take.
     a = spent("100", 100_000, "launch", "kernel", "300")
     assert a["launches"] == 300 and a["fences"] >= 300 * 100_000 // 250_000
+    assert bounds[-1]["bound"] == "GPU", bounds  # 30 ms queued at once
     assert a["queue_waits"] > 0 and a["queue_us"] >= 20_000 > a["fence_us"]
     assert a["sleep_us"] == 0 and a["card_us"] == 0  # no card, no turns
     # Host-bound (kernels of no length): each fence point finds the entries
@@ -1605,6 +1610,7 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
     # poll that never saw one done would fill the ring and wait.
     a = spent("100", 0, "launch", "kernel", "20000")
     assert a["fences"] >= 4 and a["queue_waits"] == 0, a
+    assert bounds[-1]["bound"] == "host", bounds  # its fences found the GPU behind it seldom
     # Capped at 50, 60 ms of work past a 12 ms start credit sleeps for its cap.
     a = spent("50", 100_000, "launch", "kernel", "600")
     assert a["sleep_us"] > 20_000, a

@@ -461,6 +461,66 @@ def test_run_all_samples_the_charges_of_the_running_scenarios_shim_tenants(tmp_p
     assert abs(samples["00-a"][0][0] - now) < 5
 
 
+# The shim's account at exit as a tenant's log holds it (native/shim/src/launch.c; the
+# lines' form is checked against the real shim in tests/test_shim.py).
+EXIT_LOG = """Traceback (most recent call last):
+RuntimeError: CUDA error: out of memory
+gpuslice[41]: debug: device 0: at exit host-bound: 14 of 64 at its last fence points found \
+the GPU behind it; 28000 ns a launch, learned
+gpuslice[41]: debug: device 0: pacing's host time: 9 launches (0 on tickets), 1 fences; \
+0 us at fence points, 0 us waiting for its queue (0 waits), 0 us asleep for its cap, 0 us \
+at the card before launches
+gpuslice[41]: debug: device 0: pacing's charges: 2254 us in 230 first intervals of busy \
+periods (230 launches), 3000000 us in later ones (105000 launches), 12 us at the estimate; \
+120 stand-asides, 8200 us of others' work in their drains not charged
+"""  # (a backslash at a line's end joins it to the next: one line each)
+
+
+def test_a_shim_tenants_account_at_exit_is_read_from_its_log_and_noted():
+    acct = cr.pacer_account(EXIT_LOG)
+    assert acct["bound"] == {"bound": "host", "behind": 14, "of": 64}
+    assert acct["charged"]["firsts"] == 230 and acct["charged"]["others_us"] == 8200
+    assert cr.pacer_account("no shim here") == {}
+    # A failed tenant's error is its own last line, not the shim's account after it.
+    assert cr.last_line(EXIT_LOG) == "RuntimeError: CUDA error: out of memory"
+    note = ct.pacer_note({"pacer": acct})
+    assert note == ("host-bound (14 of 64 behind); a launch charged 9.8 us in 230 busy periods' "
+                    "first intervals, 28.6 in later ones; 120 stand-asides, 8.2 ms of others' "
+                    "work off")
+    assert ct.pacer_note({}) == "" and ct.pacer_note({"pacer": {}}) == ""
+
+
+def test_shim_tenants_log_their_account_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("GPUSLICE_LOG", raising=False)
+    capped, plain = cr.Tenant("00-a", "train", 50), cr.Tenant("00-b", "matmul", None, shim=False)
+    assert cr.tenant_env(capped, Path("/s"), Path("/c"))["GPUSLICE_LOG"] == "debug"
+    assert "GPUSLICE_LOG" not in cr.tenant_env(plain, Path("/s"), Path("/c"))
+    monkeypatch.setenv("GPUSLICE_LOG", "warn")
+    assert cr.tenant_env(capped, Path("/s"), Path("/c"))["GPUSLICE_LOG"] == "warn"
+
+
+def test_the_benches_show_a_capped_tenants_account(monkeypatch):
+    # compute_latency: one line per capped neighbour after the table.
+    plan = synthetic()
+    fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0})
+    acct = cr.pacer_account(EXIT_LOG)
+    for sc in plan:
+        for t in sc.tenants:
+            if t.shim and t.program != "requests":
+                t.data["pacer"] = acct
+    lines = cl.pacer_lines(plan)
+    assert lines[0].startswith("the pacer's account at exit")
+    assert "  beside train 50: train 50: host-bound (14 of 64 behind)" in "\n".join(lines)
+    assert all("none:" not in ln for ln in lines)  # capped ones only
+    fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0})
+    assert cl.pacer_lines(plan) == []  # no account: no section
+    # compute_share: in a capped row's note.
+    rows = judged_suite(monkeypatch, {}, [0.6, 0.6, 0.6, 0.6], account=acct)
+    capped = [r for (_, _, cap), r in rows.items() if cap != "none"]
+    assert capped and all("host-bound (14 of 64 behind)" in r.note for r in capped), capped[0].note
+    assert all("host-bound" not in r.note for (_, _, cap), r in rows.items() if cap == "none")
+
+
 def test_a_failed_tenant_is_an_error_and_unanswered_requests_count():
     plan = synthetic()
     fill(plan, {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0}, unanswered=1)
@@ -490,12 +550,13 @@ SUITE_SECONDS = 4
 
 
 def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float],
-                 charged: Optional[float] = None) -> Dict:
+                 charged: Optional[float] = None, account: Optional[dict] = None) -> Dict:
     """compute_share --suite's plan (caps 30) on synthetic runs: eagerloop at the
     given share of its rate in each pair, at refs[k] in the k-th plain time
     slicing run (its uncapped matmul at 0.4), every other program at its cap
     or whole; with `charged`, the capped tenants' regions sampled at that
-    share of each second; its rows, by (scenario, program, cap)."""
+    share of each second; with `account`, every shim tenant's account at exit
+    (run_all's "pacer"); its rows, by (scenario, program, cap)."""
     plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True)
     ref_shares = iter(refs)
     at = 1000.0
@@ -515,6 +576,8 @@ def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float],
             if charged is not None and t.cap is not None:
                 t.data["charges"] = [(at - 0.05 + i / 10, int(charged * 1e8 * i))
                                      for i in range(10 * (SUITE_SECONDS + 1))]
+            if account is not None and t.shim:
+                t.data["pacer"] = account
         at += SUITE_SECONDS + 5
     monkeypatch.setattr(cs, "clocks", cr.Clocks([]), raising=False)
     rows, _ = cs.analyse(plan, SUITE_SECONDS)
