@@ -399,6 +399,8 @@ static void drain_own(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     unsigned long long others = took - queued, got = p->charge_ns - before;
     others = others < got ? others : got;
     p->charge_ns -= others;
+    /* Nor is it card time of its turn (should_yield's share). */
+    p->turn_card_ns -= others < p->turn_card_ns ? others : p->turn_card_ns;
     p->aside_others_ns += others;
     /* Its intervals' parts (charged_first_ns, charged_later_ns) keep what
      * they were timed at: the debug line says what was taken off. */
