@@ -147,10 +147,16 @@ SPENT_FIELDS = ("launches", "ticketed", "fences", "fence_us", "queue_us", "queue
                 "sleep_us", "card_us")
 
 
+def first_account(pattern: "re.Pattern[str]", fields: Sequence[str],
+                  stderr: str) -> Optional[Dict[str, int]]:
+    """The first line of a process's stderr (device 0's) that `pattern` matches, its
+    numbers by `fields`; or None."""
+    found = pattern.findall(stderr)
+    return dict(zip(fields, map(int, found[0]))) if found else None
+
+
 def pacer_spent(stderr: str) -> Optional[Dict[str, int]]:
-    """The first such account on a process's stderr (device 0's), or None."""
-    found = PACER_SPENT.findall(stderr)
-    return dict(zip(SPENT_FIELDS, map(int, found[0]))) if found else None
+    return first_account(PACER_SPENT, SPENT_FIELDS, stderr)
 
 
 # Its account of what it was charged, the line after (pace.h, charged_*): the
@@ -165,9 +171,7 @@ CHARGED_FIELDS = ("first_us", "firsts", "first_launches", "later_us", "later_lau
 
 
 def pacer_charged(stderr: str) -> Optional[Dict[str, int]]:
-    """The first such account on a process's stderr (device 0's), or None."""
-    found = PACER_CHARGED.findall(stderr)
-    return dict(zip(CHARGED_FIELDS, map(int, found[0]))) if found else None
+    return first_account(PACER_CHARGED, CHARGED_FIELDS, stderr)
 
 
 # What its queue's bound rested on at exit (pace.h, gs_pace_host_bound): how many of its

@@ -1555,8 +1555,8 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
     # charged, in parts that add up to its container's charge: busy
     # periods' first intervals, later ones, launches at the estimate, less
     # others' work in drains before standing aside.
-    # bench/shim_training reads both (bench/shimbench.py, pacer_spent and
-    # pacer_charged).
+    # bench/shim_training and the suite's benches read them (bench/shimbench.py,
+    # pacer_spent, pacer_charged and pacer_bound).
     import importlib.util
     spec = importlib.util.spec_from_file_location("shimbench", REPO / "bench" / "shimbench.py")
     shimbench = importlib.util.module_from_spec(spec)

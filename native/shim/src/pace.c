@@ -55,14 +55,20 @@ int gs_pace_before(struct gs_pacer *p, unsigned long long now)
     return 0;
 }
 
+/* Launches charged at the learned estimate, not at a measured interval. */
+static void charge_estimate(struct gs_pacer *p, unsigned long long launches)
+{
+    p->charge_ns += launches * p->per_launch_ns;
+    p->charged_estimated_ns += launches * p->per_launch_ns;
+}
+
 int gs_pace_gap(struct gs_pacer *p)
 {
     if (p->count != 0)
         return 0; /* the GPU is still busy with our work: the period goes on */
     /* Launches after the newest fence ran before the gap, unfenced: charge
      * them at the estimate rather than the gap at its length. */
-    p->charge_ns += (unsigned long long)p->since_fence * p->per_launch_ns;
-    p->charged_estimated_ns += (unsigned long long)p->since_fence * p->per_launch_ns;
+    charge_estimate(p, p->since_fence);
     p->since_fence = 0;
     p->need_mark = 1;
     return GS_PACE_MARK;
@@ -658,8 +664,7 @@ void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long 
      * (throttled, standing aside, waiting for a turn) ran outside every
      * interval it measures: charged at the learned estimate, as a gap
      * charges its unfenced launches. */
-    p->charge_ns += unseen * p->per_launch_ns;
-    p->charged_estimated_ns += unseen * p->per_launch_ns;
+    charge_estimate(p, unseen);
 }
 
 /* A stand-aside stamp (gs_pace_announce) lasts GS_PACE_ASIDE_NS past our
