@@ -147,7 +147,7 @@ struct gs_pacer {
     unsigned long long spent_launches, spent_ticketed, spent_fence_ns, spent_queue_ns;
     unsigned long long spent_queue_waits;
     unsigned long long spent_sleep_ns, spent_card_ns;
-    /* What it was charged, ever (launch.c's second debug line at exit), in
+    /* What it was charged, ever (launch.c's debug line "pacing's charges" at exit), in
      * parts that do not overlap: the first interval of each busy period
      * (from its marker: the card just handed back to it, its host just
      * woken) and the launches in them; every later interval and its
