@@ -111,6 +111,7 @@ struct gs_pacer {
     unsigned long long turn_card_ns; /* card time it was charged in its current turn */
     unsigned long long lost_ns;    /* when it last gave the turn up for others; 0: it did not */
     int gated_window;              /* the window it left was for gated processes: it waits awake */
+    unsigned long long window_ns;  /* uncapped: the window (its end) it last launched in */
     int gate_refused;              /* its last gate_close failed: its windows are not cut short */
     unsigned long long wants_since_ns; /* capped: waiting for the card since (a window, then turns); 0: not */
     unsigned long long guest_since_ns; /* when its current guest stretch began; 0: not a guest */
