@@ -306,6 +306,36 @@ def test_two_30s_beside_long_kernels_hold_their_cap_whoever_starts_first(
     assert within(run["a"].cardtime, 30) and within(run["b"].cardtime, 30), run.procs
 
 
+UNEVEN_LOOPS = (
+    "loop,k=3000,k2=40,every=10,l=20,n=50,h=500",  # a 3 ms kernel in ten
+    "loop,k=5000,k2=40,every=10,l=20,n=50,h=500",  # a 5 ms kernel in ten
+    "loop,k=8000,k2=100,every=4,l=15,n=20,h=300",  # an 8 ms kernel in four
+)
+
+
+@pytest.mark.parametrize("loop", UNEVEN_LOOPS)
+def test_a_capped_tenant_beside_a_loop_of_uneven_kernels_gets_its_cap(sim: Path, loop: str) -> None:
+    # The loop's learned time a launch is its short kernels': it launches a
+    # long one late in its window and waits for it, and its seat's stamp
+    # shows no queue. The holder took the card back at once and shared its
+    # turn with that kernel in time slices, charged for them (its lease
+    # lapsed too as it waited behind them, and the loop launched on): a 30
+    # got 18-19 beside the 5 ms kernels, a 50 34-35 and 43-44 beside the
+    # 3 ms ones, a 70 64 beside the 8 ms ones. A process waiting for its
+    # own queue now counts as launching until the wait returns, and the
+    # holder drains it first (pace_card.c). The loop gets the
+    # rest, or what plain time slicing gives it, less the hand-overs and
+    # the window's tail where its long kernel did not fit (25.7-27.4 beside
+    # the 70).
+    plain = simulate(sim, 6, "a:matmul:0:0:noshim", f"b:{loop}:0:1:noshim")
+    floor = min(settled(plain["b"].cardtime))
+    for cap in (30, 50, 70):
+        run = simulate(sim, 6, f"a:matmul:{cap}:0", f"b:{loop}:0:1")
+        assert within(run["a"].cardtime, cap), (cap, run.procs)
+        assert all(s >= min(floor, 100 - cap) - 3 * TOLERANCE
+                   for s in settled(run["b"].cardtime)), (cap, floor, run.procs)
+
+
 def test_three_capped_tenants_beside_a_busy_uncapped_one(sim: Path) -> None:
     # Short by a little more than the bar where three share, or the caps
     # leave the uncapped one little (named in docs/compute-limit.md, What is

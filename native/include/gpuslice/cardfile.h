@@ -5,7 +5,7 @@
  * seat here (its random token as the owner), where it says how long its
  * queue lasts and whether it waits for the turn. The file says whose turn the card
  * is, who waits for it, and whose work others stand aside for
- * (docs/compute-limit.md). Fields are written with relaxed atomic stores,
+ * (docs/compute-limit.md). Fields are written with relaxed atomics,
  * never under a lock: any tenant can write here, so a reader trusts nothing
  * it reads. Plain C declarations and integer #defines only, as region.h.
  */
@@ -17,9 +17,11 @@
 #define GPUSLICE_CARDFILE_SEATS 256
 
 /* A seat's flags while its process waits: it takes the turn when given (capped);
- * its work waits on the GPU behind its gate, so it cannot launch into another's turn. */
+ * its work waits on the GPU behind its gate, so it cannot launch into another's turn;
+ * it waits for its own queue, so its work is on the card now (a long kernel may be). */
 #define GPUSLICE_CARDFILE_WAITS_CAPPED 1
 #define GPUSLICE_CARDFILE_GATED 2
+#define GPUSLICE_CARDFILE_BLOCKED 4
 
 struct gpuslice_cardfile_seat {
     unsigned long long owner;         /* a process's random token; 0 = free */
@@ -27,7 +29,7 @@ struct gpuslice_cardfile_seat {
     unsigned long long drained_ns;    /* when it last let its queue run dry */
     unsigned long long want_ns;       /* last time it said it waits for the turn (renewed while it does) */
     unsigned long long want_since_ns; /* since when it has waited */
-    unsigned int flags;               /* GPUSLICE_CARDFILE_WAITS_CAPPED, _GATED */
+    unsigned int flags;               /* GPUSLICE_CARDFILE_WAITS_CAPPED, _GATED, _BLOCKED */
     unsigned int reserved;
 };
 

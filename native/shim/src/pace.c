@@ -288,7 +288,10 @@ static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
     const struct gs_fence *f = gs_pace_oldest(p);
     unsigned long long t0 = io->now(io);
     stamp(p, io, GS_CARD_BACKLOG, t0);
-    if (io->event_wait(io, f->ev) != 0) {
+    gs_card_blocked(io->card, io->seat, io->token, 1);
+    int broken = io->event_wait(io, f->ev) != 0;
+    gs_card_blocked(io->card, io->seat, io->token, 0);
+    if (broken) {
         /* The context is broken: forget the ring, its events are lost. */
         gs_pace_reset(p);
         return;

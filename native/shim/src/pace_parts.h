@@ -59,6 +59,8 @@ unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, i
                                             unsigned long long believed);
 /* Whether another process has used the card within GS_PACE_STALE_NS. */
 int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now);
+/* Say in our seat that we wait for our own queue (on), or no longer. */
+void gs_card_blocked(struct gpuslice_cardfile *c, int seat, unsigned long long token, int on);
 /* Whether another process may still launch into a turn taken at `since`. */
 int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
                              unsigned long long since, unsigned long long now);
