@@ -336,6 +336,19 @@ def test_a_capped_tenant_beside_a_loop_of_uneven_kernels_gets_its_cap(sim: Path,
                    for s in settled(run["b"].cardtime)), (cap, floor, run.procs)
 
 
+def test_a_capped_tenant_beside_kernels_longer_than_a_drain(sim: Path) -> None:
+    # 40 ms kernels, longer than GS_PACE_DRAIN_NS: a holder gave up waiting
+    # for one after 16 ms and shared its turn with it in time slices,
+    # charged for them (a 30 got 14-15, a 50 30, a 70 49-50). It now waits
+    # while the loop waits for its own queue (its turn grows by as much). A
+    # 50 and a 70 still fall short (44.6-47.4, 63.6-65.0: What is left).
+    run = simulate(sim, 6, "a:matmul:30:0", "b:long:0:1")
+    assert within(run["a"].cardtime, 30), run.procs
+    for cap in (50, 70):
+        run = simulate(sim, 6, f"a:matmul:{cap}:0", "b:long:0:1")
+        assert all(cap - 7 <= s <= cap + TOLERANCE for s in settled(run["a"].cardtime)), run.procs
+
+
 def test_three_capped_tenants_beside_a_busy_uncapped_one(sim: Path) -> None:
     # Short by a little more than the bar where three share, or the caps
     # leave the uncapped one little (named in docs/compute-limit.md, What is
