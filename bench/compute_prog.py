@@ -8,7 +8,9 @@ of a 256-element add per unit), graph (one replay of a captured CUDA graph
 of 20 x (mul_, 2048x2048 fp16 mm) per unit), triton (one launch of a kernel
 written in Triton, bench/triton_unit.py), bigmm (one fp16 16384x16384
 torch.mm per unit: kernels of ten-odd milliseconds, a neighbour that is slow
-to drain), train (a training step of a small transformer: forward, backward,
+to drain), uneven (nine fp16 1024x1024 torch.mm and one 12288x12288 per
+unit: one kernel of several milliseconds in ten short ones, whose learned
+time a launch is the short ones'), train (a training step of a small transformer: forward, backward,
 AdamW, a sync per step), eagerloop (an eager transformer forward, the
 suite's eager-s, a sync per pass: a busy tenant of many kernels), latency (a
 request every 10 ms: two fp16 2048x2048 torch.mm, then it waits for them;
@@ -56,19 +58,19 @@ T_IMPORTED = time.monotonic()
 import suite  # noqa: E402  (bench/ is on sys.path: this file's folder)
 import workloads  # noqa: E402
 
-PROGRAMS = ("matmul", "tiny", "graph", "triton", "bigmm", "train", "eagerloop", "latency",
+PROGRAMS = ("matmul", "tiny", "graph", "triton", "bigmm", "uneven", "train", "eagerloop", "latency",
             "idle", "requests")
 # Generous guesses of uncapped units/s on an H200, to size the event pool.
-RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "triton": 8000, "bigmm": 300,
+RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "triton": 8000, "bigmm": 300, "uneven": 400,
               "train": 1500, "eagerloop": 2000, "latency": 120, "idle": 1}
 # Units the CPU may queue ahead of the GPU: keeps the GPU fed, yet bounds the
 # queue so the GPU stops soon after the loop does (the next run is scheduled).
 # 0: a sync after every unit, as a training loop (loss.item()) or a loop of
 # forward passes that uses each result does.
-AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "train": 0,
+AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "uneven": 4, "train": 0,
          "eagerloop": 0, "latency": 1, "idle": 0}
 # Units between two clock reads; one tiny or graph unit is long enough alone.
-CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "train": 1,
+CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "uneven": 1, "train": 1,
                "eagerloop": 1, "latency": 1, "idle": 1}
 # Busy programs whose weights bench/workloads.py builds (workloads.Models).
 SUITE_BUSY = ("train", "eagerloop")
@@ -100,6 +102,17 @@ def make_unit(program: str, models: Optional["workloads.Models"]) -> Callable[[]
         def matmul() -> None:
             torch.mm(a, b, out=c)
         return matmul
+    if program == "uneven":
+        small = [torch.randn(1024, 1024, device=dev, dtype=torch.float16) for _ in range(2)]
+        big = [torch.randn(12288, 12288, device=dev, dtype=torch.float16) for _ in range(2)]
+        out_s = torch.empty(1024, 1024, device=dev, dtype=torch.float16)
+        out_b = torch.empty(12288, 12288, device=dev, dtype=torch.float16)
+
+        def uneven() -> None:
+            for _ in range(9):
+                torch.mm(small[0], small[1], out=out_s)
+            torch.mm(big[0], big[1], out=out_b)
+        return uneven
     if program == "triton":
         import triton_unit
         return triton_unit.make_unit(dev)
