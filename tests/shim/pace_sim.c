@@ -41,7 +41,8 @@
  *   a second), cnn (60 launches of a batch-1 convnet, host-bound, 50 a second); forge (a
  *   hostile tenant without GPU work: every 0.5 ms it renews
  *   a turn for a process that does not exist), forgehigh (the same, saying
- *   high-priority work is queued), forgegap (forge, letting go for 5 ms of
+ *   high-priority work is queued), forgeblocked (every 0.5 ms it says its process waits for its own
+ *   queue, a seat a holder waits for), forgegap (forge, letting go for 5 ms of
  *   every 100: no wait outlasts the grace); cap 0 = uncapped; processes with the same
  *   container share one bucket (one cap).
  *   options: high, low (priority; default normal), noshim (no limiter at all:
@@ -105,7 +106,7 @@
  * a remainder below it would stop the clock. */
 #define EPS 1e-3
 
-enum { LOOP, REQUEST, FORGE, FORGE_HIGH, FORGE_GAP };
+enum { LOOP, REQUEST, FORGE, FORGE_HIGH, FORGE_GAP, FORGE_BLOCKED };
 /* A program: steps of `per_step` launches, each launch costing the host
  * launch_ns and its kernel kernel_ns of GPU time (every other one kernel2_ns,
  * if set: a model's big and small kernels); with `sync` each step ends with
@@ -160,6 +161,7 @@ static const struct program programs[] = {
     {"forge", 0, 0, FORGE, 0, 0, 0, 0, 0, 0, 0, 0},
     {"forgehigh", 0, 0, FORGE_HIGH, 0, 0, 0, 0, 0, 0, 0, 0},
     {"forgegap", 0, 0, FORGE_GAP, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"forgeblocked", 0, 0, FORGE_BLOCKED, 0, 0, 0, 0, 0, 0, 0, 0},
 };
 #define FORGE_EVERY_NS 0.5e6
 
@@ -526,6 +528,15 @@ static void forge(struct proc *p)
         __atomic_store_n(&card.turn_owner, 0ull, __ATOMIC_RELAXED);
     } else if (p->prog->kind == FORGE_HIGH) {
         __atomic_store_n(&card.high_until_ns, now + 4000000ull, __ATOMIC_RELAXED);
+    } else if (p->prog->kind == FORGE_BLOCKED) {
+        /* A seat whose process, it says, waits for its own queue: a holder
+         * taking the card waits for it (100 ms at most). */
+        int i = gs_card_seat(&card, p->io.token, now);
+        if (i >= 0) {
+            __atomic_store_n(&card.seats[i].backlog_ns, now, __ATOMIC_RELAXED);
+            __atomic_store_n(&card.seats[i].drained_ns, 0ull, __ATOMIC_RELAXED);
+            __atomic_store_n(&card.seats[i].flags, (unsigned)GPUSLICE_CARDFILE_BLOCKED, __ATOMIC_RELAXED);
+        }
     } else {
         __atomic_store_n(&card.turn_owner, 12345ull, __ATOMIC_RELAXED);
         __atomic_store_n(&card.turn_until_ns, now + 4000000ull, __ATOMIC_RELAXED);
@@ -576,6 +587,7 @@ static void run_proc(void)
         case FORGE:
         case FORGE_HIGH:
         case FORGE_GAP:
+        case FORGE_BLOCKED:
             forge(p);
             break;
         case REQUEST: {
@@ -1043,7 +1055,7 @@ int main(int argc, char **argv)
         if (parse_proc(argv[a], &procs[nprocs]) != 0) {
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
                     "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|trainv|eagerloop|request|eager|"
-                    "eagerl|graphreq|decode|cnn|forge|forgehigh|forgegap|req,...|loop,..., cap 0-100, container 0-%d, "
+                    "eagerl|graphreq|decode|cnn|forge|forgehigh|forgegap|forgeblocked|req,...|loop,..., cap 0-100, container 0-%d, "
                     "options high|low|normal|noshim|unseensync|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;

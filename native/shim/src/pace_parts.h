@@ -61,9 +61,9 @@ unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, i
 int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now);
 /* Say in our seat that we wait for our own queue (on), or no longer. */
 void gs_card_blocked(struct gpuslice_cardfile *c, int seat, unsigned long long token, int on);
-/* How long a holder that took the card at `since` waits for the others at most. */
-unsigned long long gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
-                                            unsigned long long since, unsigned long long now);
+/* Whether another process may still launch into a turn taken at `since`. */
+int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
+                             unsigned long long since, unsigned long long now);
 /* Until when others should stand aside for our work, said in the card. */
 void gs_pace_announce(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
 /* Until when a process of priority prio should stand aside for what the

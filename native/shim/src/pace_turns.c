@@ -362,13 +362,9 @@ static int take_turn(struct gs_pacer *p, struct gs_pace_io *io)
      * theirs: our marker completes when the GPU gets to us, so the charge
      * stays ours, and the GPU need not idle while we hand over. */
     unsigned long long t0 = now;
-    for (;;) {
-        unsigned long long most = gs_card_others_launching(c, io->seat, t0, now);
-        if (most < GS_PACE_DRAIN_NS &&
-            gs_card_others_queued_ns(c, io->seat, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS)
-            most = GS_PACE_DRAIN_NS;
-        if (now - t0 >= most)
-            break;
+    while (now - t0 < GS_PACE_DRAIN_NS &&
+           (gs_card_others_queued_ns(c, io->seat, now, GS_PACE_AHEAD_NS) > GS_PACE_QUEUE_NS ||
+            gs_card_others_launching(c, io->seat, t0, now))) {
         io->sleep(io, GS_PACE_POLL_NS / 5);
         gs_pace_renew(p, io, now = io->now(io));
     }
