@@ -10,8 +10,8 @@ written in Triton, bench/triton_unit.py), bigmm (one fp16 16384x16384
 torch.mm per unit: kernels of ten-odd milliseconds, a neighbour that is slow
 to drain), uneven (nine fp16 1024x1024 torch.mm and one 12288x12288 per
 unit: one kernel of several milliseconds in ten short ones, whose learned
-time a launch is the short ones'), train (a training step of a small transformer: forward, backward,
-AdamW, a sync per step), eagerloop (an eager transformer forward, the
+time a launch is the short ones'), train (a training step of a small
+transformer: forward, backward, AdamW, a sync per step), eagerloop (an eager transformer forward, the
 suite's eager-s, a sync per pass: a busy tenant of many kernels), latency (a
 request every 10 ms: two fp16 2048x2048 torch.mm, then it waits for them;
 the latency of each, from before its first launch to after the wait, on the
@@ -58,20 +58,20 @@ T_IMPORTED = time.monotonic()
 import suite  # noqa: E402  (bench/ is on sys.path: this file's folder)
 import workloads  # noqa: E402
 
-PROGRAMS = ("matmul", "tiny", "graph", "triton", "bigmm", "uneven", "train", "eagerloop", "latency",
-            "idle", "requests")
+PROGRAMS = ("matmul", "tiny", "graph", "triton", "bigmm", "uneven", "train", "eagerloop",
+            "latency", "idle", "requests")
 # Generous guesses of uncapped units/s on an H200, to size the event pool.
-RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "triton": 8000, "bigmm": 300, "uneven": 400,
-              "train": 1500, "eagerloop": 2000, "latency": 120, "idle": 1}
+RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "triton": 8000, "bigmm": 300,
+              "uneven": 400, "train": 1500, "eagerloop": 2000, "latency": 120, "idle": 1}
 # Units the CPU may queue ahead of the GPU: keeps the GPU fed, yet bounds the
 # queue so the GPU stops soon after the loop does (the next run is scheduled).
 # 0: a sync after every unit, as a training loop (loss.item()) or a loop of
 # forward passes that uses each result does.
-AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "uneven": 4, "train": 0,
-         "eagerloop": 0, "latency": 1, "idle": 0}
+AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "uneven": 4,
+         "train": 0, "eagerloop": 0, "latency": 1, "idle": 0}
 # Units between two clock reads; one tiny or graph unit is long enough alone.
-CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "uneven": 1, "train": 1,
-               "eagerloop": 1, "latency": 1, "idle": 1}
+CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "uneven": 1,
+               "train": 1, "eagerloop": 1, "latency": 1, "idle": 1}
 # Busy programs whose weights bench/workloads.py builds (workloads.Models).
 SUITE_BUSY = ("train", "eagerloop")
 REQUEST_EVERY_S = 0.010  # the latency tenant's period

@@ -315,7 +315,8 @@ UNEVEN_LOOPS = (
 
 
 @pytest.mark.parametrize("loop", UNEVEN_LOOPS)
-def test_a_capped_tenant_beside_a_loop_of_uneven_kernels_gets_its_cap(sim: Path, loop: str) -> None:
+def test_a_capped_tenant_beside_a_loop_of_uneven_kernels_gets_its_cap(sim: Path,
+                                                                      loop: str) -> None:
     # The loop's learned time a launch is its short kernels': it launches a
     # long one late in its window and waits for it, and its seat's stamp
     # shows no queue. The holder took the card back at once and shared its
@@ -324,10 +325,9 @@ def test_a_capped_tenant_beside_a_loop_of_uneven_kernels_gets_its_cap(sim: Path,
     # got 18-19 beside the 5 ms kernels, a 50 34-35 and 43-44 beside the
     # 3 ms ones, a 70 64 beside the 8 ms ones. A process waiting for its
     # own queue now counts as launching until the wait returns, and the
-    # holder drains it first (pace_card.c). The loop gets the
-    # rest, or what plain time slicing gives it, less the hand-overs and
-    # the window's tail where its long kernel did not fit (25.7-27.4 beside
-    # the 70).
+    # holder drains it first (pace_card.c). The loop gets the rest, or what
+    # plain time slicing gives it, less the hand-overs and the window's tail
+    # where its long kernel did not fit (25.7-27.4 beside the 70).
     plain = simulate(sim, 6, "a:matmul:0:0:noshim", f"b:{loop}:0:1:noshim")
     floor = min(settled(plain["b"].cardtime))
     for cap in (30, 50, 70):
@@ -436,7 +436,8 @@ def test_a_seat_that_says_it_waits_for_its_queue_holds_a_holder_16_ms(sim: Path)
     # 30-35 and a 30 among three tenants to 2.6-3.8.
     run = simulate(sim, 6, "a:matmul:50:0", "f:forgeblocked:0:1")
     assert within(run["a"].cardtime, 50), run.procs
-    run = simulate(sim, 6, "a:matmul:30:0", "b:matmul:30:2", "e:matmul:0:3", "f:forgeblocked:0:1")
+    run = simulate(sim, 6, "a:matmul:30:0", "b:matmul:30:2", "e:matmul:0:3",
+                   "f:forgeblocked:0:1")
     assert within(run["a"].cardtime, 30) and within(run["b"].cardtime, 30), run.procs
 
 

@@ -41,9 +41,10 @@
  *   a second), cnn (60 launches of a batch-1 convnet, host-bound, 50 a second); forge (a
  *   hostile tenant without GPU work: every 0.5 ms it renews
  *   a turn for a process that does not exist), forgehigh (the same, saying
- *   high-priority work is queued), forgeblocked (every 0.5 ms it says its process waits for its own
- *   queue, a seat a holder waits for), forgegap (forge, letting go for 5 ms of
- *   every 100: no wait outlasts the grace); cap 0 = uncapped; processes with the same
+ *   high-priority work is queued), forgeblocked (every 0.5 ms it says its
+ *   process waits for its own queue, a seat a holder waits for), forgegap
+ *   (forge, letting go for 5 ms of every 100: no wait outlasts the grace);
+ *   cap 0 = uncapped; processes with the same
  *   container share one bucket (one cap).
  *   options: high, low (priority; default normal), noshim (no limiter at all:
  *   plain time slicing), unseensync (its waits are none the shim's wrappers
@@ -530,7 +531,7 @@ static void forge(struct proc *p)
         __atomic_store_n(&card.high_until_ns, now + 4000000ull, __ATOMIC_RELAXED);
     } else if (p->prog->kind == FORGE_BLOCKED) {
         /* A seat whose process, it says, waits for its own queue: a holder
-         * taking the card waits for it (100 ms at most). */
+         * taking the card waits for it, as for any stamp (16 ms at most). */
         int i = gs_card_seat(&card, p->io.token, now);
         if (i >= 0) {
             __atomic_store_n(&card.seats[i].backlog_ns, now, __ATOMIC_RELAXED);
