@@ -368,11 +368,13 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
             while pending and time.monotonic() >= pending[0][0]:
                 pending.pop(0)[1]()
             if nothing_works(launched):
+                failed = [t for t in launched if t.proc.poll() is not None]
                 for t in launched:
                     if t.proc.poll() is None:
                         t.proc.kill()
-                for t in launched[:4]:
-                    print(f"--- {t.key}:\n{log_tail(root / t.key / 'log')}", file=sys.stderr)
+                for t in failed[:4]:
+                    print(f"--- {t.key} (exit {t.proc.returncode}):\n"
+                          f"{log_tail(root / t.key / 'log')}", file=sys.stderr)
                 sys.exit(f"{bench}: every tenant so far failed; stopped")
             if read_region and time.monotonic() - sampled >= CHARGE_EVERY_S:
                 sampled = time.monotonic()

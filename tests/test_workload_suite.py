@@ -461,6 +461,32 @@ def test_run_all_samples_the_charges_of_the_running_scenarios_shim_tenants(tmp_p
     assert abs(samples["00-a"][0][0] - now) < 5
 
 
+
+class ShellTenants(cr.Launcher):
+    """Starts each tenant as a shell line of its program's name, not compute_prog.py."""
+
+    def start(self, t, cmd, env, folder, log):
+        return subprocess.Popen(["sh", "-c", t.program], stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_run_all_stops_when_every_finished_tenant_failed_and_shows_the_failed_ones(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cr, "PROCESSES", ShellTenants())
+    fail = "echo 'RuntimeError: CUDA error: out of memory'; exit 3"
+    now = time.monotonic()
+    # The first scenario's tenants still run when the later ones have failed: their
+    # logs, not the first ones launched, say why the bench stopped.
+    plan = [cr.Scenario("single", [cr.Tenant("00-a", "sleep 30", None)], start_at=now + 0.2),
+            cr.Scenario("single", [cr.Tenant("01-b", fail, 30)], start_at=now + 5),
+            cr.Scenario("single", [cr.Tenant("02-c", fail, None)], start_at=now + 10)]
+    with pytest.raises(SystemExit) as stopped:
+        cr.run_all(plan, tmp_path, 4, 0.1, "bench")
+    assert "every tenant so far failed" in str(stopped.value)
+    err = capsys.readouterr().err
+    assert "--- 01-b (exit 3):" in err and "--- 02-c (exit 3):" in err, err
+    assert "out of memory" in err and "--- 00-a" not in err, err
+    assert plan[0].tenants[0].proc.poll() is not None  # the one still running was killed
+
 # The shim's account at exit as a tenant's log holds it (native/shim/src/launch.c; the
 # lines' form is checked against the real shim in tests/test_shim.py).
 EXIT_LOG = """Traceback (most recent call last):
