@@ -188,8 +188,10 @@ def last_line(text: str) -> str:
 
 def pacer_account(log: str) -> Dict[str, Any]:
     """A shim tenant's account at exit (GPUSLICE_LOG=debug, which tenant_env sets): its
-    charges' parts and what its queue's bound rested on; those of them it printed."""
-    got = {"charged": shimbench.pacer_charged(log), "bound": shimbench.pacer_bound(log)}
+    charges' parts, the credit its bucket did not keep, and what its queue's bound rested on;
+    those of them it printed."""
+    got = {"charged": shimbench.pacer_charged(log), "cut": shimbench.pacer_cut(log),
+           "bound": shimbench.pacer_bound(log)}
     return {k: v for k, v in got.items() if v}
 
 

@@ -162,9 +162,11 @@ def charged_note(data: dict, seconds: int, windows: Sequence[int]) -> str:
 
 def pacer_note(data: dict) -> str:
     """'host-bound (14 of 64 behind); a launch charged 9.8 us in 230 busy periods' first
-    intervals, 28.4 in later ones; 120 stand-asides, 8.2 ms of others' work off': the shim's
-    account of a whole run at exit (run_all's "pacer"), '' without one. A launch charged
-    more in first intervals than in later ones is what a hand-over or a wake-up costs it."""
+    intervals, 28.4 in later ones; 120 stand-asides, 8.2 ms of others' work off; 41.7 ms of
+    credit not kept in 90 refills': the shim's account of a whole run at exit (run_all's
+    "pacer"), '' without one. A launch charged more in first intervals than in later ones
+    is what a hand-over or a wake-up costs it; credit not kept, for a GPU-bound tenant, what
+    others' turns cost its cap."""
     acct = data.get("pacer") or {}
     parts = []
     b = acct.get("bound")
@@ -176,6 +178,9 @@ def pacer_note(data: dict) -> str:
                      f"{c['firsts']} busy periods' first intervals, "
                      f"{c['later_us'] / max(c['later_launches'], 1):.1f} in later ones; "
                      f"{c['asides']} stand-asides, {c['others_us'] / 1000:.1f} ms of others' work off")
+    cut = acct.get("cut")
+    if cut and cut["cuts"]:
+        parts.append(f"{cut['cut_us'] / 1000:.1f} ms of credit not kept in {cut['cuts']} refills")
     return "; ".join(parts)
 
 

@@ -174,6 +174,18 @@ def pacer_charged(stderr: str) -> Optional[Dict[str, int]]:
     return first_account(PACER_CHARGED, CHARGED_FIELDS, stderr)
 
 
+# What its container's bucket earned at its settles and did not keep, over the burst (pace.h,
+# credit_cut_ns): what an idle or host-bound tenant did not use, or what others' turns kept
+# from a GPU-bound one, short of its cap though its bucket had credit.
+PACER_CUT = re.compile(r"its bucket: (\d+) us of credit earned and not kept \(over its burst\) "
+                       r"in (\d+) refills")
+CUT_FIELDS = ("cut_us", "cuts")
+
+
+def pacer_cut(stderr: str) -> Optional[Dict[str, int]]:
+    return first_account(PACER_CUT, CUT_FIELDS, stderr)
+
+
 # What its queue's bound rested on at exit (pace.h, gs_pace_host_bound): how many of its
 # last fence points found the GPU behind it.
 PACER_BOUND = re.compile(r"at exit (host|GPU)-bound: (\d+) of (\d+) at its last fence points")

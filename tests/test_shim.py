@@ -1564,6 +1564,7 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
 
     charges: Dict[str, int] = {}
     bounds: List[Dict[str, object]] = []
+    cuts: List[Dict[str, int]] = []
 
     def spent(cap: str, kernel_ns: int, *ops: str, cards: bool = False) -> Dict[str, int]:
         # A state of its own: the region's maker sets the cap.
@@ -1594,6 +1595,9 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
         bound = shimbench.pacer_bound(res.stderr)  # what its queue's bound rested on
         assert bound is not None and bound["of"] == 64, res.stderr
         bounds.append(bound)
+        cut = shimbench.pacer_cut(res.stderr)  # credit its bucket did not keep
+        assert cut is not None, res.stderr
+        cuts.append(cut)
         return account
 
     # GPU-bound: 300 launches of 100 us kernels queued at once wait for
@@ -1619,6 +1623,19 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
     # (10 us kernels: a fence every 25 launches, 10 left unfenced).
     spent("100", 10_000, "launch", "kernel", "310", "usleep", "20000", "launch", "kernel", "1")
     assert charges["estimated_us"] > 0, charges
+    # GPU-bound, never idle: every credit it earned it kept (and spent).
+    assert cuts[0] == {"cut_us": 0, "cuts": 0}, cuts
+    # The same, then idle for 80 ms: it earned 80 ms and keeps the burst, 20;
+    # the rest is not kept, and the account says so (with what its start and
+    # its exit earned past the burst on a loaded host).
+    spent("100", 100_000, "launch", "kernel", "300", "usleep", "80000", "launch", "kernel", "300")
+    assert 40_000 <= cuts[-1]["cut_us"] <= 140_000 and cuts[-1]["cuts"] >= 1, cuts
+    # Idle for more than a second (a bench tenant between its setup and its
+    # start): the 1080 ms it did not keep are not counted (what the turns
+    # cost is what the figure is for), only what its launching did not use
+    # (tens of ms under a sanitizer on a loaded host).
+    spent("100", 100_000, "launch", "kernel", "300", "usleep", "1100000", "launch", "kernel", "300")
+    assert cuts[-1]["cut_us"] < 500_000, cuts
     # On a card with turns a capped process alone, past its first service
     # (half a second of launching), holds the turn and nobody waits for it:
     # between fence points it launches on tickets (a guest never does), and

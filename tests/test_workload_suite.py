@@ -485,7 +485,7 @@ def test_run_all_stops_when_every_finished_tenant_failed_and_shows_the_failed_on
     err = capsys.readouterr().err
     assert "--- 01-b (exit 3):" in err and "--- 02-c (exit 3):" in err, err
     assert "out of memory" in err and "--- 00-a" not in err, err
-    assert plan[0].tenants[0].proc.poll() is not None  # the one still running was killed
+    assert plan[0].tenants[0].proc.wait(timeout=10) == -9  # the one still running was killed
 
 # The shim's account at exit as a tenant's log holds it (native/shim/src/launch.c; the
 # lines' form is checked against the real shim in tests/test_shim.py).
@@ -499,6 +499,8 @@ at the card before launches
 gpuslice[41]: debug: device 0: pacing's charges: 2254 us in 230 first intervals of busy \
 periods (230 launches), 3000000 us in later ones (105000 launches), 12 us at the estimate; \
 120 stand-asides, 8200 us of others' work in their drains not charged
+gpuslice[41]: debug: device 0: its bucket: 41734 us of credit earned and not kept (over its \
+burst) in 90 refills
 """  # (a backslash at a line's end joins it to the next: one line each)
 
 
@@ -506,13 +508,17 @@ def test_a_shim_tenants_account_at_exit_is_read_from_its_log_and_noted():
     acct = cr.pacer_account(EXIT_LOG)
     assert acct["bound"] == {"bound": "host", "behind": 14, "of": 64}
     assert acct["charged"]["firsts"] == 230 and acct["charged"]["others_us"] == 8200
+    assert acct["cut"] == {"cut_us": 41734, "cuts": 90}
     assert cr.pacer_account("no shim here") == {}
     # A failed tenant's error is its own last line, not the shim's account after it.
     assert cr.last_line(EXIT_LOG) == "RuntimeError: CUDA error: out of memory"
     note = ct.pacer_note({"pacer": acct})
     assert note == ("host-bound (14 of 64 behind); a launch charged 9.8 us in 230 busy periods' "
                     "first intervals, 28.6 in later ones; 120 stand-asides, 8.2 ms of others' "
-                    "work off")
+                    "work off; 41.7 ms of credit not kept in 90 refills")
+    # None kept back: nothing said.
+    acct["cut"] = {"cut_us": 0, "cuts": 0}
+    assert "credit" not in ct.pacer_note({"pacer": acct})
     assert ct.pacer_note({}) == "" and ct.pacer_note({"pacer": {}}) == ""
 
 

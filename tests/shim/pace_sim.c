@@ -75,7 +75,9 @@
  * second those that skipped the pacer on tickets (launch.c's, with turns:
  * between fence points, while the card is quiet); "maxwait <name> <ms>", the longest one launch was held back
  * by the limiter for others (after the first second; its own throttling is
- * not counted); for a request program "latency <name> <p50> <p99> <max>"
+ * not counted); "cut <name> <ms>", the credit its bucket's refills at its
+ * settles earned and did not keep, over the burst (after the first second);
+ * for a request program "latency <name> <p50> <p99> <max>"
  * (ms, from its first launch to its last kernel done, after the first
  * second); then "executing <percent>", the time the GPU executed kernels.
  */
@@ -217,6 +219,7 @@ struct proc {
     unsigned long long launches;
     double last_done, max_gap; /* longest time without a kernel done, after 1 s */
     double max_wait;           /* longest a launch was held back for others, after 1 s */
+    double credit_cut;         /* credit its settles' refills did not keep, after 1 s (ns) */
     double throttled_ns;       /* slept for its own cap during the current launch */
     double latency[MAX_REQUESTS];
     double open_ns[MAX_WINDOWS]; /* per window, the time it had a request open */
@@ -397,8 +400,9 @@ static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge,
     struct proc *p = of(io);
     struct gpuslice_bucket *b = &buckets[p->container];
     unsigned cap = bucket_cap[p->container];
-    if (cap)
-        gs_bucket_refill(b, cap, (unsigned long long)T, held);
+    unsigned long long cut = cap ? gs_bucket_refill(b, cap, (unsigned long long)T, held) : 0;
+    if (T >= NS)
+        p->credit_cut += (double)cut;
     gs_bucket_charge(b, charge);
     if (T < NS)
         early_charged[p->container] += charge;
@@ -1092,6 +1096,7 @@ int main(int argc, char **argv)
         printf("guests %s %llu\n", p->name, p->guests);
         printf("maxgap %s %.2f\n", p->name, p->max_gap / 1e6);
         printf("maxwait %s %.2f\n", p->name, p->max_wait / 1e6);
+        printf("cut %s %.2f\n", p->name, p->credit_cut / 1e6);
         if (p->requests) {
             qsort(p->latency, (size_t)p->requests, sizeof p->latency[0], by_value);
             /* Per window, the time it had a request open: what it claimed of the card. */

@@ -380,12 +380,15 @@ static unsigned io_settle(struct gs_pace_io *io, unsigned long long charge_ns,
         return 0;
     struct gpuslice_device *d = &r->devices[of(io)->dev];
     unsigned cap = d->core_limit > 100 ? 100 : d->core_limit;
-    if (cap)
-        gs_bucket_refill(&d->compute, cap, gs_now_ns(), held_ns);
+    unsigned long long cut = cap ? gs_bucket_refill(&d->compute, cap, gs_now_ns(), held_ns) : 0;
     gs_bucket_charge(&d->compute, charge_ns);
     d->compute.launches += launches;
     *wait = gs_bucket_wait_ns(&d->compute, cap);
     gs_region_unlock(r);
+    if (cut) {
+        of(io)->p.credit_cut_ns += cut;
+        of(io)->p.credit_cuts++;
+    }
     return cap;
 }
 
@@ -794,6 +797,8 @@ __attribute__((destructor)) static void flush_at_exit(void)
                "charged", i, q->charged_first_ns / 1000, q->charged_firsts,
                q->charged_first_launches, q->charged_later_ns / 1000, q->charged_later_launches,
                q->charged_estimated_ns / 1000, q->asides, q->aside_others_ns / 1000);
+        GS_LOG(GS_LOG_DEBUG, "device %d: its bucket: %llu us of credit earned and not kept "
+               "(over its burst) in %llu refills", i, q->credit_cut_ns / 1000, q->credit_cuts);
         gs_pace_leave(&pd->p, &pd->io);
         pthread_mutex_unlock(&pd->mu);
     }

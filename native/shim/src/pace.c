@@ -166,15 +166,15 @@ void *gs_pace_idle(struct gs_pacer *p)
 
 /* ------------------------------------------------------------------ bucket */
 
-void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now,
-                      unsigned long long held_ns)
+unsigned long long gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap,
+                                    unsigned long long now, unsigned long long held_ns)
 {
     if (b->stamp_ns == 0 || now < b->stamp_ns) {
         /* A new bucket (or a clock we cannot trust): start with a small
          * credit, so a fresh container starts at once but cannot burst. */
         b->credit_ns = (long long)GS_PACE_RESUME_NS;
         b->stamp_ns = now;
-        return;
+        return 0;
     }
     unsigned long long dt = now - b->stamp_ns;
     if (dt > 10ull * 1000000000ull)
@@ -183,10 +183,12 @@ void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long lon
     unsigned long long keep_ns = held_ns * cap / 100; /* what it earned while held back */
     long long most = (long long)GS_PACE_BURST_NS +
                      (long long)(keep_ns < GS_PACE_BURST_NS ? keep_ns : GS_PACE_BURST_NS);
+    long long kept = c;
     if (c > most)
-        c = b->credit_ns > most ? b->credit_ns : most;
-    b->credit_ns = c;
+        kept = b->credit_ns > most ? b->credit_ns : most;
+    b->credit_ns = kept;
     b->stamp_ns = now;
+    return dt < GS_PACE_STALE_NS ? (unsigned long long)(c - kept) : 0;
 }
 
 void gs_bucket_charge(struct gpuslice_bucket *b, unsigned long long ns)

@@ -159,6 +159,9 @@ struct gs_pacer {
     unsigned long long charged_firsts, charged_first_ns, charged_first_launches;
     unsigned long long charged_later_ns, charged_later_launches, charged_estimated_ns;
     unsigned long long asides, aside_others_ns;
+    /* Credit its bucket's refills, at its settles, earned and did not keep
+     * (gs_bucket_refill), and in how many (launch.c's "its bucket" line). */
+    unsigned long long credit_cut_ns, credit_cuts;
     int ref_marker;                /* ref is a marker: the next interval is a period's first */
     struct gs_allowance patience;  /* for others' turns */
     struct gs_allowance courtesy;  /* for guests and higher priorities */
@@ -318,8 +321,12 @@ void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io);
 /* Refill at cap % of the time since the last refill, up to GS_PACE_BURST_NS;
  * for a process that others held back for held_ns meanwhile, up to what it
  * earned while held back more (at most another GS_PACE_BURST_NS). Credit kept
- * above the burst is never cut, only spent. */
-void gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now,
+ * above the burst is never cut, only spent. Returns what it earned and did
+ * not keep (ns) if the last refill was less than GS_PACE_STALE_NS ago (an
+ * idle second or more, a container's start, is not counted): what an idle
+ * or host-bound container did not use, or what others' turns kept from a
+ * GPU-bound one, short of its cap though its bucket had credit. */
+unsigned long long gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now,
                       unsigned long long held_ns);
 void gs_bucket_charge(struct gpuslice_bucket *b, unsigned long long ns);
 /* 0 if the container may run; else how long to sleep (ns) for the credit
