@@ -908,7 +908,8 @@ def test_launch_host_cost_times_each_variant_through_the_fake_driver(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     rows = [line.split() for line in res.stdout.splitlines()[1:]]
     names = [" ".join(r[:r.index("ns") - 1]) for r in rows]
-    assert names == ["no shim", "shim, no cap", "cap 100, no card files", "cap 100, card files"]
+    assert names == ["no shim", "shim, no cap", "cap 100, no card files", "cap 100, card files",
+                     "no cap, beside idle high"]
     assert all(float(r[r.index("ns") - 1]) > 0 for r in rows)
     assert all("the shim adds" in line for line in res.stdout.splitlines()[2:])
 
