@@ -11,9 +11,10 @@ torch.mm per unit: kernels of ten-odd milliseconds, a neighbour that is slow
 to drain), uneven (nine fp16 1024x1024 torch.mm and one 12288x12288 per
 unit: one kernel of several milliseconds in ten short ones, whose learned
 time a launch is the short ones'), train (a training step of a small
-transformer: forward, backward, AdamW, a sync per step), eagerloop (an eager transformer forward, the
-suite's eager-s, a sync per pass: a busy tenant of many kernels), latency (a
-request every 10 ms: two fp16 2048x2048 torch.mm, then it waits for them;
+transformer: forward, backward, AdamW, a sync per step), eagerloop (an
+eager transformer forward, the suite's eager-s, a sync per pass: a busy
+tenant of many kernels), latency (a request every 10 ms: two fp16
+2048x2048 torch.mm, then it waits for them;
 the latency of each, from before its first launch to after the wait, on the
 host's clock), idle (one small launch in its warm-up, then nothing: run
 high-priority under the shim, a tenant that stays on the card while it

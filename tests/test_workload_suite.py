@@ -461,7 +461,6 @@ def test_run_all_samples_the_charges_of_the_running_scenarios_shim_tenants(tmp_p
     assert abs(samples["00-a"][0][0] - now) < 5
 
 
-
 class ShellTenants(cr.Launcher):
     """Starts each tenant as a shell line of its program's name, not compute_prog.py."""
 
@@ -486,6 +485,7 @@ def test_run_all_stops_when_every_finished_tenant_failed_and_shows_the_failed_on
     assert "--- 01-b (exit 3):" in err and "--- 02-c (exit 3):" in err, err
     assert "out of memory" in err and "--- 00-a" not in err, err
     assert plan[0].tenants[0].proc.wait(timeout=10) == -9  # the one still running was killed
+
 
 # The shim's account at exit as a tenant's log holds it (native/shim/src/launch.c; the
 # lines' form is checked against the real shim in tests/test_shim.py).

@@ -540,7 +540,8 @@ static void forge(struct proc *p)
         if (i >= 0) {
             __atomic_store_n(&card.seats[i].backlog_ns, now, __ATOMIC_RELAXED);
             __atomic_store_n(&card.seats[i].drained_ns, 0ull, __ATOMIC_RELAXED);
-            __atomic_store_n(&card.seats[i].flags, (unsigned)GPUSLICE_CARDFILE_BLOCKED, __ATOMIC_RELAXED);
+            __atomic_store_n(&card.seats[i].flags, (unsigned)GPUSLICE_CARDFILE_BLOCKED,
+                             __ATOMIC_RELAXED);
         }
     } else {
         __atomic_store_n(&card.turn_owner, 12345ull, __ATOMIC_RELAXED);

@@ -326,8 +326,8 @@ void gs_pace_leave(struct gs_pacer *p, struct gs_pace_io *io);
  * idle second or more, a container's start, is not counted): what an idle
  * or host-bound container did not use, or what others' turns kept from a
  * GPU-bound one, short of its cap though its bucket had credit. */
-unsigned long long gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap, unsigned long long now,
-                      unsigned long long held_ns);
+unsigned long long gs_bucket_refill(struct gpuslice_bucket *b, unsigned cap,
+                                    unsigned long long now, unsigned long long held_ns);
 void gs_bucket_charge(struct gpuslice_bucket *b, unsigned long long ns);
 /* 0 if the container may run; else how long to sleep (ns) for the credit
  * to reach GS_PACE_RESUME_NS. */

@@ -198,7 +198,8 @@ int gs_card_others_launching(const struct gpuslice_cardfile *c, int mine,
         const struct gpuslice_cardfile_seat *s = &c->seats[i];
         unsigned long long b = __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED);
         unsigned f = __atomic_load_n(&s->flags, __ATOMIC_RELAXED);
-        unsigned long long past = f & GPUSLICE_CARDFILE_BLOCKED ? GS_PACE_DRAIN_NS : GS_PACE_GAP_NS;
+        unsigned long long past =
+            f & GPUSLICE_CARDFILE_BLOCKED ? GS_PACE_DRAIN_NS : GS_PACE_GAP_NS;
         if (i != mine && __atomic_load_n(&s->owner, __ATOMIC_RELAXED) &&
             !(f & GPUSLICE_CARDFILE_GATED) &&
             __atomic_load_n(&s->drained_ns, __ATOMIC_RELAXED) < since &&
