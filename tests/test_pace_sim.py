@@ -240,6 +240,27 @@ def test_a_neighbour_with_long_kernels_is_drained_and_the_turn_grows(sim: Path, 
     assert 0.98 <= run["a"].charged <= 1.02, run.procs
 
 
+@pytest.mark.parametrize("program", ["matmul", "graph"])
+def test_a_90_beside_kernels_of_13_ms_gets_its_cap(sim: Path, program: str) -> None:
+    # Each window left to the neighbour holds one of its 13.7 ms kernels: a
+    # 90's turn must last nine times that (and the hand-overs), past the 100
+    # ms longest turn (it got 87.3-88.7 when its turns stopped there). The
+    # neighbour, whose launches are that long, waits so long within its
+    # grace: it keeps its tenth, and no more than one such turn at a stretch.
+    run = simulate(sim, 6, f"m:{program}:90:0", "h:huge:0:1")
+    assert within(run["m"].cardtime, 90), run.procs
+    assert all(s >= 8 for s in settled(run["h"].share)), run.procs
+    assert run["h"].maxwait <= 200, run.procs
+    # Beside a third, a neighbour of short kernels, that one waits one such
+    # turn, not more (200 ms, the longest turn and the most grace); the 90
+    # is short of its cap by up to 3.2 points there (a shortfall of three
+    # tenants, docs/compute-limit.md), 4.6 when its turns stopped at 100 ms.
+    run = simulate(sim, 6, f"m:{program}:90:0", "h:huge:0:1", "e:eagerloop:0:2")
+    assert statistics.mean(settled(run["m"].cardtime)) >= 87.5, run.procs
+    assert min(settled(run["m"].cardtime)) >= 86.0, run.procs
+    assert run["e"].maxwait <= 200, run.procs
+
+
 # ------------------------------------------------------------------- waiting
 
 ROUND_MS = 20.0  # GS_PACE_ROUND_NS: a round of turns beside uncapped tenants
@@ -727,12 +748,10 @@ def test_a_gated_busy_tenant_beside_a_capped_one(sim: Path, program: str, cap: i
 @pytest.mark.parametrize("program", ["matmul", "graph", "huge", "eagerloop", "trainh"])
 def test_a_gated_tenant_leaves_a_90_its_cap(sim: Path, program: str) -> None:
     # A gated batch runs whole once its gate opens: kernels of 2 ms or more
-    # are not gated (they wait on the host, as before: a 90 beside 13.7 ms
-    # kernels gets 87-89, a shortfall named in docs/compute-limit.md), and
-    # behind the gate a process keeps no deeper queue than the batch it had.
+    # are not gated (they wait on the host, as before), and behind the gate
+    # a process keeps no deeper queue than the batch it had.
     run = simulate(sim, 6, "m:matmul:90:0", f"e:{program}:0:1:gates")
-    floor = 87 if program == "huge" else 88
-    assert all(floor <= s <= 92 for s in settled(run["m"].cardtime)), run.procs
+    assert within(run["m"].cardtime, 90), run.procs
     for cap in (30, 50):
         run = simulate(sim, 6, f"m:matmul:{cap}:0", f"e:{program}:0:1:gates")
         assert within(run["m"].cardtime, cap), (cap, run.procs)

@@ -31,6 +31,13 @@ static inline void store(unsigned long long *w, unsigned long long v)
     __atomic_store_n(w, v, __ATOMIC_RELAXED);
 }
 
+/* v, at least lo and at most hi. */
+static inline unsigned long long clamp_ns(unsigned long long v, unsigned long long lo,
+                                          unsigned long long hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
 /* A stamp that says "until t": still in force, and not garbage. */
 static inline int lasts(unsigned long long t, unsigned long long now)
 {

@@ -217,9 +217,13 @@ static int should_yield(struct gs_pacer *p, struct gs_pace_io *io, unsigned long
 /* Our turn begins. How long we hold it while uncapped processes wait: a
  * quarter more than cap / (100 - cap) times as long as we were away from the
  * card since we last gave it up (should_yield), at least GS_PACE_TURN_MIN_NS,
- * at most GS_PACE_LONG_TURN_NS; `drained_ns`, our wait for the others'
- * queues, counts as away too (a neighbour whose single kernel runs for
- * milliseconds cannot be drained sooner). */
+ * at most GS_PACE_LONG_TURN_NS or, after a long time away,
+ * GS_PACE_LONG_TURN_AWAY times it (up to twice the longest turn); `drained_ns`,
+ * our wait for the others' queues, counts as away too (a neighbour whose
+ * single kernel runs for milliseconds cannot be drained sooner). A window
+ * holds at least one of the waiter's launches: beside 13.7 ms kernels a 90
+ * whose turns stopped at 100 ms held 87.3-88.7 % (simulated), and a waiter
+ * whose launches are that long waits so long within its grace (grace_ns). */
 static void got_turn(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now,
                      unsigned long long drained_ns)
 {
@@ -231,9 +235,9 @@ static void got_turn(struct gs_pacer *p, struct gs_pace_io *io, unsigned long lo
      * is the uncapped ones' while it sleeps. */
     unsigned long long t = !cap || cap >= 100 ? GS_PACE_LONG_TURN_NS
                                               : away * cap * 5 / ((100 - cap) * 4);
-    p->turn_len_ns = t < GS_PACE_TURN_MIN_NS    ? GS_PACE_TURN_MIN_NS
-                     : t > GS_PACE_LONG_TURN_NS ? GS_PACE_LONG_TURN_NS
-                                                : t;
+    unsigned long long most = clamp_ns(away * GS_PACE_LONG_TURN_AWAY, GS_PACE_LONG_TURN_NS,
+                                       2 * GS_PACE_LONG_TURN_NS);
+    p->turn_len_ns = clamp_ns(t, GS_PACE_TURN_MIN_NS, most);
     p->lost_ns = 0;
     p->turn_card_ns = 0;
     p->wants_since_ns = 0;
@@ -256,6 +260,16 @@ static unsigned long long turn_due(struct gs_pace_io *io, unsigned long long sin
     return due;
 }
 
+/* How long an honest holder may keep the card from us: its longest turn
+ * (got_turn) after a window of ours, which holds one of our launches at
+ * least. A forged holder that lets go for a moment within each grace keeps
+ * us to one launch a grace, as an honest 90 leaves a tenth (Trust). */
+static unsigned long long grace_ns(const struct gs_pacer *p)
+{
+    return clamp_ns(p->per_launch_ns * GS_PACE_GRACE_LAUNCHES, GS_PACE_GRACE_NS,
+                    2 * GS_PACE_GRACE_NS);
+}
+
 /* Another's turn: say we wait, and wait (our queue empty) until it is over,
  * it is passed to us, or our patience runs out. Asleep until shortly before
  * the turn should end, then awake: a sleeper on a virtual machine wakes a
@@ -273,7 +287,7 @@ static void wait_for_turn(struct gs_pacer *p, struct gs_pace_io *io, void *strea
         return; /* no seat to say so in: nobody would pass us the card */
     struct gpuslice_cardfile_seat *s = &c->seats[io->seat];
     unsigned long long now = io->now(io), since = now;
-    unsigned long long grace_until = p->doubt ? now : now + GS_PACE_GRACE_NS;
+    unsigned long long grace_until = p->doubt ? now : now + grace_ns(p);
     /* Beside a gated process, since we found a window open, if we did: a
      * capped process that slept through a window would otherwise have waited
      * less than the gated one that closed it as it ended (its batch done),
@@ -473,7 +487,7 @@ static int close_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
     long long left = p->patience.left_ns > 0 ? p->patience.left_ns : 0;
     store(&p->gate_limit_ns,
           p->doubt ? (unsigned long long)left * 100 / (100 - GS_PACE_PATIENCE_PCT)
-                   : GS_PACE_GRACE_NS);
+                   : grace_ns(p));
     store(&p->gate_queued_ns, 0);
     p->gate_closed_ns = now;
     p->gated = 1;
@@ -495,7 +509,7 @@ static void gate_opened(struct gs_pacer *p, struct gs_pace_io *io)
     p->held_ns += waited;
     if (p->doubt)
         p->patience.left_ns -= (long long)waited;
-    if (waited >= GS_PACE_GRACE_NS)
+    if (waited >= grace_ns(p))
         p->doubt = 1;
     else if (!__atomic_load_n(&p->gate_forced, __ATOMIC_RELAXED))
         p->doubt = 0;
