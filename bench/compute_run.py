@@ -1,8 +1,9 @@
 """The tenants of the compute benches: each a process of bench/compute_prog.py.
 
 bench/compute_share and bench/compute_latency describe scenarios (tenants
-that run together), and this module runs them: every process is started at
-once and imports torch before the first run, each touches the GPU only
+that run together), and this module runs them: every process of a batch is
+started at once and imports torch before the batch's first run (the card
+holds one batch's processes at a time: run_batches), each touches the GPU only
 after the run before it is done, and each scenario's tenants get their own
 card folder (GPUSLICE_CARD_DIR) and each tenant its own state folder (its
 own container). A tenant that names a GPUSLICE device runs in a real
@@ -47,6 +48,12 @@ LATE_SETUP_LEAD_S = 2.5  # a scenario set up late: its tenants' lead, unless it 
 # The benches' lead: 43 processes' torch imports at once took 12.7-13.7 s on
 # the H200, a request tenant's setup 5-11 s alone (most of it loading kernels).
 LEAD_S = 45.0
+# Tenants started together (run_batches): each holds its CUDA context and its
+# program's data from its setup to its end, and 97 at once overran an H100's
+# 79 GiB (0.6-0.85 GiB each, its OOM report): 1.5 GiB each leaves room for
+# the largest. Three a CPU import torch within the lead (43 on 16 CPUs: above).
+TENANT_MIB = 1536
+TENANTS_PER_CPU = 3
 # --gates of compute_share and compute_latency: an uncapped tenant waits for
 # turns on the host, or behind its gate on the GPU (docs/compute-limit.md, Gates).
 GATES_ON = {"GPUSLICE_COMPUTE_GATES": "1"}
@@ -332,10 +339,72 @@ def schedule(plan: Sequence[Scenario], first_at: float, seconds: int,
     return at + gap
 
 
+def card_mib() -> Optional[int]:
+    """GPU 0's memory in MiB, from NVML; None without it."""
+    import ctypes
+
+    class Memory(ctypes.Structure):
+        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                    ("used", ctypes.c_ulonglong)]
+    try:
+        nv = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    dev, mem = ctypes.c_void_p(), Memory()
+    if (nv.nvmlInit_v2() or nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev))
+            or nv.nvmlDeviceGetMemoryInfo(dev, ctypes.byref(mem))):
+        return None
+    return mem.total >> 20
+
+
+def tenants_at_once(mib: Optional[int], cpus: int) -> int:
+    """How many tenants may set up together: TENANT_MIB of the card each, TENANTS_PER_CPU a CPU."""
+    most = TENANTS_PER_CPU * max(cpus, 1)
+    return max(1, min(most, mib // TENANT_MIB)) if mib else most
+
+
+def batches(plan: Sequence[Scenario], most: int) -> List[List[Scenario]]:
+    """The plan in consecutive runs of whole scenarios, each of at most `most` tenants (a
+    scenario of more runs alone)."""
+    out: List[List[Scenario]] = []
+    count = most
+    for sc in plan:
+        if count + len(sc.tenants) > most:
+            out.append([])
+            count = 0
+        out[-1].append(sc)
+        count += len(sc.tenants)
+    return out
+
+
+def run_batches(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: str,
+                most: int) -> None:
+    """run_all on each batch of the plan in turn (batches(plan, most)).
+
+    A batch's processes start once the batch before has exited, `lead` s
+    before its first run: the card holds one batch's tenants at a time.
+    """
+    done = 0
+    for batch in batches(plan, most):
+        schedule(batch, time.monotonic() + lead, seconds)
+        run_all(batch, root, seconds, lead, bench, first=done, count=len(plan))
+        done += len(batch)
+
+
+def batches_end(plan: List[Scenario], start: float, seconds: int, lead: float,
+                most: int) -> float:
+    """When run_batches, begun at `start`, will end: each batch scheduled on a dry clock."""
+    at = start
+    for batch in batches(plan, most):
+        at = schedule(batch, at + lead, seconds)
+    return at
+
+
 def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: str,
             events: Sequence[Tuple[float, Callable[[], None]]] = (),
             setup_lead: float = LATE_SETUP_LEAD_S,
-            containers: Optional[Launcher] = None) -> None:
+            containers: Optional[Launcher] = None, first: int = 0,
+            count: Optional[int] = None) -> None:
     """Launch every tenant at once, `lead` s before the first START_AT; wait for all, read results.
 
     All of them import torch before the first run starts, and set up then
@@ -345,7 +414,8 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
     takes 5-11 s, measured on the H200, most of it loading kernels).
     `events`: (monotonic time, action) to run meanwhile, in order (starting
     and stopping an MPS daemon between runs, say). `containers` starts the
-    tenants that name a device.
+    tenants that name a device. `first`: the plan's first scenario is the
+    bench's scenario number first + 1 of `count` (run_batches).
     """
     launched: List[Tenant] = []
     pending = sorted(events, key=lambda e: e[0])
@@ -356,14 +426,14 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
         launch_at = plan[0].start_at - lead
         while time.monotonic() < launch_at:
             time.sleep(min(0.5, max(0.0, launch_at - time.monotonic())))
-        for i, sc in enumerate(plan):
+        for i, sc in enumerate(plan, first):
             sc.card_dir = root / f"card-{i:02d}"
             sc.card_dir.mkdir()
             for t in sc.tenants:
                 launch(i, sc, t, root, seconds, setup_lead, containers)
                 launched.append(t)
             caps = ", ".join("none" if t.cap is None else str(t.cap) for t in sc.tenants)
-            print(f"[{i + 1}/{len(plan)}] {sc.name}: {sc.tenants[0].program} (cap {caps}) "
+            print(f"[{i + 1}/{count or len(plan)}] {sc.name}: {sc.tenants[0].program} (cap {caps}) "
                   f"starts in {sc.start_at - time.monotonic():.1f} s", file=sys.stderr, flush=True)
         deadline = plan[-1].start_at + plan[-1].windows(seconds) + 120
         while any(t.proc.poll() is None for t in launched) and time.monotonic() < deadline:

@@ -487,6 +487,46 @@ def test_run_all_stops_when_every_finished_tenant_failed_and_shows_the_failed_on
     assert plan[0].tenants[0].proc.wait(timeout=10) == -9  # the one still running was killed
 
 
+def test_batches_hold_whole_scenarios_in_order_and_at_most_their_tenants():
+    def sc(name: str, n: int) -> cr.Scenario:
+        return cr.Scenario(name, [cr.Tenant(f"{name}-{i}", "matmul", None) for i in range(n)])
+    plan = [sc("a", 1), sc("b", 2), sc("c", 2), sc("d", 5), sc("e", 1), sc("f", 3)]
+    got = [[s.name for s in batch] for batch in cr.batches(plan, 4)]
+    # d has more than 4: it runs alone; no scenario is cut.
+    assert got == [["a", "b"], ["c"], ["d"], ["e", "f"]]
+    assert [[s.name for s in b] for b in cr.batches(plan, 100)] == [list("abcdef")]
+    assert cr.batches([], 4) == []
+
+
+def test_tenants_at_once_follows_the_cards_memory_and_the_cpus():
+    per = cr.TENANT_MIB
+    assert cr.tenants_at_once(80 * 1024, 16) == min(80 * 1024 // per, 16 * cr.TENANTS_PER_CPU)
+    assert cr.tenants_at_once(10 * per, 64) == 10          # the memory bounds it
+    assert cr.tenants_at_once(1000 * per, 2) == 2 * cr.TENANTS_PER_CPU  # the CPUs do
+    assert cr.tenants_at_once(None, 4) == 4 * cr.TENANTS_PER_CPU        # no NVML: the CPUs
+    assert cr.tenants_at_once(per // 2, 4) == 1             # a small card: one at a time
+
+
+def test_run_batches_starts_a_batch_only_once_the_one_before_has_exited(tmp_path,
+                                                                        monkeypatch, capsys):
+    monkeypatch.setattr(cr, "PROCESSES", ShellTenants())
+    mark = tmp_path / "marks"
+    mark.mkdir()
+    # Batch one's tenants leave a mark as they end; batch two's look for both.
+    first = f"sleep 0.5; touch {mark}/$$"
+    second = f"ls {mark} | grep -cv seen > {mark}/seen-$$"
+    plan = [cr.Scenario("pair", [cr.Tenant("00-a", first, None), cr.Tenant("00-b", first, 30)]),
+            cr.Scenario("single", [cr.Tenant("01-c", second, 30)])]
+    cr.run_batches(plan, tmp_path, 1, 0.1, "bench", 2)
+    seen = sorted(mark.glob("seen-*"))
+    assert len(seen) == 1 and seen[0].read_text().strip() == "2"
+    # Each scenario its own card folder, numbered across the batches.
+    assert [sc.card_dir.name for sc in plan] == ["card-00", "card-01"]
+    err = capsys.readouterr().err
+    assert "[1/2] pair" in err and "[2/2] single" in err, err
+    assert plan[1].start_at > plan[0].start_at
+
+
 # The shim's account at exit as a tenant's log holds it (native/shim/src/launch.c; the
 # lines' form is checked against the real shim in tests/test_shim.py).
 EXIT_LOG = """Traceback (most recent call last):
