@@ -433,7 +433,8 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
                 launch(i, sc, t, root, seconds, setup_lead, containers)
                 launched.append(t)
             caps = ", ".join("none" if t.cap is None else str(t.cap) for t in sc.tenants)
-            print(f"[{i + 1}/{count or len(plan)}] {sc.name}: {sc.tenants[0].program} (cap {caps}) "
+            print(f"[{i + 1}/{count or len(plan)}] {sc.name}: {sc.tenants[0].program} "
+                  f"(cap {caps}) "
                   f"starts in {sc.start_at - time.monotonic():.1f} s", file=sys.stderr, flush=True)
         deadline = plan[-1].start_at + plan[-1].windows(seconds) + 120
         while any(t.proc.poll() is None for t in launched) and time.monotonic() < deadline:

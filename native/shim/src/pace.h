@@ -45,9 +45,9 @@
 #define GS_PACE_WAIT_NS 4000000ull      /* ... or once another capped one has waited this long */
 #define GS_PACE_CAPPED_TURN_NS 12000000ull /* both, when only capped processes wait */
 #define GS_PACE_LONG_TURN_NS 100000000ull /* most a turn grows after a long drain ... */
-#define GS_PACE_LONG_TURN_AWAY 10       /* ... or this many times the time away, twice that at most */
+#define GS_PACE_LONG_TURN_AWAY 10       /* ... or this many times the time away, 2x at most */
 #define GS_PACE_GRACE_NS 100000000ull   /* a wait for turns spends patience only after this: the longest turn */
-#define GS_PACE_GRACE_LAUNCHES 14       /* ... or after this many of our launches, twice that at most */
+#define GS_PACE_GRACE_LAUNCHES 14       /* ... or this many of our launches, 2x at most */
 #define GS_PACE_DRAIN_NS 16000000ull    /* most a holder drains others; most an uncapped one queues */
 #define GS_PACE_WANT_NS 1000000ull      /* a waiter renews its want this often: older is gone */
 #define GS_PACE_POLL_NS 250000ull       /* longest sleep of a waiter between two looks */
