@@ -339,6 +339,19 @@ def schedule(plan: Sequence[Scenario], first_at: float, seconds: int,
     return at + gap
 
 
+def nvml_gpu0() -> Optional[Tuple[Any, Any]]:
+    """NVML through ctypes, initialised, and GPU 0's handle; None without NVML."""
+    import ctypes
+    try:
+        nv = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    dev = ctypes.c_void_p()
+    if nv.nvmlInit_v2() or nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)):
+        return None
+    return nv, dev
+
+
 def card_mib() -> Optional[int]:
     """GPU 0's memory in MiB, from NVML; None without it."""
     import ctypes
@@ -346,13 +359,8 @@ def card_mib() -> Optional[int]:
     class Memory(ctypes.Structure):
         _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
                     ("used", ctypes.c_ulonglong)]
-    try:
-        nv = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    dev, mem = ctypes.c_void_p(), Memory()
-    if (nv.nvmlInit_v2() or nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev))
-            or nv.nvmlDeviceGetMemoryInfo(dev, ctypes.byref(mem))):
+    gpu, mem = nvml_gpu0(), Memory()
+    if gpu is None or gpu[0].nvmlDeviceGetMemoryInfo(gpu[1], ctypes.byref(mem)):
         return None
     return mem.total >> 20
 
@@ -361,6 +369,11 @@ def tenants_at_once(mib: Optional[int], cpus: int) -> int:
     """How many tenants may set up together: TENANT_MIB of the card each, TENANTS_PER_CPU a CPU."""
     most = TENANTS_PER_CPU * max(cpus, 1)
     return max(1, min(most, mib // TENANT_MIB)) if mib else most
+
+
+def tenants_here() -> int:
+    """tenants_at_once for this host's GPU 0 and the CPUs the bench may use."""
+    return tenants_at_once(card_mib(), len(os.sched_getaffinity(0)))
 
 
 def batches(plan: Sequence[Scenario], most: int) -> List[List[Scenario]]:
@@ -502,15 +515,11 @@ class Clocks:
             self.samples = [(float(t), int(c), int(p), int(u)) for t, c, p, u in samples]
             self.nv = None
             return
-        try:
-            self.nv = ctypes.CDLL("libnvidia-ml.so.1")
-            self.dev = ctypes.c_void_p()
-            if self.nv.nvmlInit_v2() or self.nv.nvmlDeviceGetHandleByIndex_v2(
-                    0, ctypes.byref(self.dev)):
-                raise OSError("nvml init")
-        except OSError:
+        gpu = nvml_gpu0()
+        if gpu is None:
             self.nv = None
             return
+        self.nv, self.dev = gpu
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 

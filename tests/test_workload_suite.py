@@ -507,6 +507,25 @@ def test_tenants_at_once_follows_the_cards_memory_and_the_cpus():
     assert cr.tenants_at_once(per // 2, 4) == 1             # a small card: one at a time
 
 
+def test_the_card_is_read_through_nvml_as_the_clocks_read_it(fake_env):
+    # The real path (ctypes, libnvidia-ml.so.1), on the fake NVML: the card's
+    # memory bounds the batches; no NVML, and only the CPUs do.
+    from fakehost import fake_gpu
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import compute_run as cr; "
+            "print(cr.card_mib(), cr.tenants_here(), cr.Clocks().nv is not None, "
+            "len(os.sched_getaffinity(0)))")
+    env = fake_env(gpus=[fake_gpu(0, memory_mib=81559)])
+    out = subprocess.run([sys.executable, "-c", code, str(BENCH)], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    cpus = int(out[3])
+    assert out[:3] == ["81559", str(cr.tenants_at_once(81559, cpus)), "True"], out
+    env["LD_LIBRARY_PATH"] = "/nonexistent"
+    out = subprocess.run([sys.executable, "-c", code, str(BENCH)], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    if out[0] == "None":  # a host with a real NVML answers for its own card
+        assert out[1:3] == [str(cpus * cr.TENANTS_PER_CPU), "False"], out
+
+
 def test_run_batches_starts_a_batch_only_once_the_one_before_has_exited(tmp_path,
                                                                         monkeypatch, capsys):
     monkeypatch.setattr(cr, "PROCESSES", ShellTenants())
