@@ -54,6 +54,10 @@ LEAD_S = 45.0
 # the largest. Three a CPU import torch within the lead (43 on 16 CPUs: above).
 TENANT_MIB = 1536
 TENANTS_PER_CPU = 3
+# A bench's own time around its runs (--plan's estimate): the shim's build, the
+# prewarm (torch, each program once) and the analysis, 25 s on the H200.
+STARTUP_S = 35.0
+BUDGET_S = 550.0  # one device command may run 600 s: the rest is margin
 # --gates of compute_share and compute_latency: an uncapped tenant waits for
 # turns on the host, or behind its gate on the GPU (docs/compute-limit.md, Gates).
 GATES_ON = {"GPUSLICE_COMPUTE_GATES": "1"}
@@ -76,6 +80,15 @@ class Tenant:
     proc: Optional[subprocess.Popen] = None
     data: Optional[dict] = None
     error: str = ""
+
+
+def describe(t: Tenant) -> str:
+    """A tenant as a plan prints it: its program, no shim, cap, priority, MPS share."""
+    mps = t.env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    return (f"{t.program}{'' if t.shim else ' (no shim)'}"
+            f"{'' if t.cap is None else f' cap {t.cap}'}"
+            f"{' high' if t.priority == 'high' else ''}"
+            f"{'' if mps is None else f' MPS {mps}%'}")
 
 
 @dataclass

@@ -114,7 +114,7 @@ def test_each_part_fits_the_device_budget(part):
     args = cl.parse(["--part", part])
     plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, True)
     total = cl.estimate(plain, under_mps, args.lead)
-    assert total <= cl.BUDGET_S
+    assert total <= cr.BUDGET_S
     names = [sc.name for sc in plain + under_mps]
     for must in ("alone", "ref 1 matmul", "ref 2 matmul", "beside matmul 30", "beside matmul 90",
                  "beside matmul 30+30", "L50 beside matmul 50", "high beside matmul 50",
@@ -163,7 +163,7 @@ def test_both_parts_cover_every_shape_and_all_is_over_budget():
     assert shapes == set(suite.SHAPES)
     args = cl.parse(["--part", "all"])
     plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, True)
-    assert cl.estimate(plain, under_mps, args.lead) > cl.BUDGET_S
+    assert cl.estimate(plain, under_mps, args.lead) > cr.BUDGET_S
 
 
 def test_subsets_shrink_the_plan():
@@ -949,6 +949,33 @@ def test_compute_share_only_an_unknown_scenario_exits_2_naming_it():
     assert "--only 'pair 30+big'" in res.stderr and "'pair 30+bigmm'" in res.stderr
 
 
+def test_compute_share_plan_prints_the_batches_and_the_estimate_and_runs_nothing():
+    args = ["--suite", "--gates", "--seconds", "4", "--lead", "25", "--at-once", "48"]
+    res = subprocess.run([sys.executable, str(BENCH / "compute_share"), *args, "--plan"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    plan = cs.scenarios(cs.CAPS, suite_rows=True, gates=True)
+    parts = cr.batches(plan, 48)
+    total = cr.STARTUP_S + cr.batches_end(plan, 0.0, 4, 25.0, 48)
+    assert lines[0].startswith(f"{len(plan)} runs of {sum(len(sc.tenants) for sc in plan)} "
+                               f"processes in {len(parts)} batches of at most 48; "
+                               f"estimated {total:.0f} s")
+    assert len(parts) > 1 and "EXCEEDED" not in lines[0]
+    # Every run once, under its batch, at its own start from that batch's lead.
+    assert [line for line in lines if line.startswith("batch ")] == [
+        f"batch {i + 1}:" for i in range(len(parts))]
+    runs = [line for line in lines if line.startswith("  at ")]
+    assert len(runs) == len(plan) and float(runs[0].split()[1]) == 25.0
+    assert any("eagerloop" in r and "matmul cap 50" in r for r in runs)
+    assert any("matmul (no shim)" in r for r in runs)
+    assert "build" not in res.stderr  # nothing built, nothing run
+    # More than one command holds, it says so and how to cut it.
+    res = subprocess.run([sys.executable, str(BENCH / "compute_share"), *args[:-2], "--at-once",
+                          "6", "--plan"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "EXCEEDED: use --only" in res.stdout.splitlines()[0]
+
+
 def test_shim_launch_ab_without_the_other_build_exits_2_naming_it(tmp_path):
     # Refused before anything is built or run (no GPU needed to get this far).
     missing = tmp_path / "old" / "libgpuslice.so"
@@ -1007,7 +1034,7 @@ def test_compute_latency_phase_seconds_in_the_plan_and_out_of_range():
                      "--no-mps", "--phase-seconds", "10"])
     plain, under_mps = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, False,
                                 args.phase_seconds)
-    assert cl.estimate(plain, under_mps, args.lead) <= cl.BUDGET_S
+    assert cl.estimate(plain, under_mps, args.lead) <= cr.BUDGET_S
     for sc in plain:
         assert all(p.seconds == 10.0 for p in sc.tenants[0].phases if p.judged)
         assert sc.windows(0) >= suite.length(sc.tenants[0].phases)
