@@ -18,7 +18,10 @@ tenant of many kernels), latency (a request every 10 ms: two fp16
 the latency of each, from before its first launch to after the wait, on the
 host's clock), idle (one small launch in its warm-up, then nothing: run
 high-priority under the shim, a tenant that stays on the card while it
-idles, docs/compute-limit.md, presence) or requests (the suite's request
+idles, docs/compute-limit.md, presence), spin (10 ms of busy host loop per
+unit, no GPU work but an event a unit: a neighbour's spinning CPU without
+its kernels), awake (a 256-element add, then 1 ms asleep: a card that never
+idles long enough to clock down, used about 1 %) or requests (the suite's request
 shapes, bench/suite.py: the
 phases in FILE one after another, each a shape at an arrival for some
 seconds; latency from each request's arrival to its answer on the host, so
@@ -60,22 +63,25 @@ import suite  # noqa: E402  (bench/ is on sys.path: this file's folder)
 import workloads  # noqa: E402
 
 PROGRAMS = ("matmul", "tiny", "graph", "triton", "bigmm", "uneven", "train", "eagerloop",
-            "latency", "idle", "requests")
+            "latency", "idle", "requests", "spin", "awake")
 # Generous guesses of uncapped units/s on an H200, to size the event pool.
 RATE_GUESS = {"matmul": 7000, "tiny": 4000, "graph": 3000, "triton": 8000, "bigmm": 300,
-              "uneven": 400, "train": 1500, "eagerloop": 2000, "latency": 120, "idle": 1}
+              "uneven": 400, "train": 1500, "eagerloop": 2000, "latency": 120, "idle": 1,
+              "spin": 100, "awake": 1000}
 # Units the CPU may queue ahead of the GPU: keeps the GPU fed, yet bounds the
 # queue so the GPU stops soon after the loop does (the next run is scheduled).
 # 0: a sync after every unit, as a training loop (loss.item()) or a loop of
 # forward passes that uses each result does.
 AHEAD = {"matmul": 64, "tiny": 16, "graph": 32, "triton": 64, "bigmm": 4, "uneven": 4,
-         "train": 0, "eagerloop": 0, "latency": 1, "idle": 0}
+         "train": 0, "eagerloop": 0, "latency": 1, "idle": 0, "spin": 64, "awake": 0}
 # Units between two clock reads; one tiny or graph unit is long enough alone.
 CHECK_EVERY = {"matmul": 8, "tiny": 1, "graph": 1, "triton": 8, "bigmm": 1, "uneven": 1,
-               "train": 1, "eagerloop": 1, "latency": 1, "idle": 1}
+               "train": 1, "eagerloop": 1, "latency": 1, "idle": 1, "spin": 1, "awake": 1}
 # Busy programs whose weights bench/workloads.py builds (workloads.Models).
 SUITE_BUSY = ("train", "eagerloop")
 REQUEST_EVERY_S = 0.010  # the latency tenant's period
+SPIN_UNIT_S = 0.010      # spin's unit of CPU work (an event each: 100 a second)
+AWAKE_SLEEP_S = 0.001    # awake's sleep between two kernels
 GROW = 2000          # events added at once if the pool runs out
 WARMUP_END_S = 0.1   # warm-up stops this long before START_AT, then synchronizes
 
@@ -125,6 +131,23 @@ def make_unit(program: str, models: Optional["workloads.Models"]) -> Callable[[]
             torch.mm(x, x, out=y)
             torch.mm(y, x, out=z)
         return request
+    if program == "spin":
+        # A CPU kept busy and the card left alone (an event a unit, nothing else):
+        # what a busy neighbour's spinning host does for a request, without its GPU work.
+        def spin() -> None:
+            until = time.perf_counter() + SPIN_UNIT_S
+            while time.perf_counter() < until:
+                pass
+        return spin
+    if program == "awake":
+        y = torch.zeros(256, device=dev, dtype=torch.float32)
+
+        # A kernel of microseconds every millisecond, the host asleep between:
+        # the card never idles long enough to clock down, and is used ~1 %.
+        def awake() -> None:
+            y.add_(1.0)
+            time.sleep(AWAKE_SLEEP_S)
+        return awake
     if program in ("tiny", "idle"):
         x = torch.zeros(256, device=dev, dtype=torch.float32)
 

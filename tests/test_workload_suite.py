@@ -398,6 +398,33 @@ def test_every_row_passes_when_capped_neighbours_keep_latency_below_plain_time_s
     assert "beside matmul 30+30" in cl.table(rows)
 
 
+def test_warm_rows_give_l_beside_a_spinning_cpu_and_an_awake_card_against_alone_and_ts():
+    # Not by default; with --rows warm, next to alone (the host drifts over a command).
+    assert not [sc for sc in synthetic() if sc.name.startswith("ref 1 spin")]
+    args = cl.parse(["--shapes", "cnn", "--neighbours", "matmul", "--rows", "beside,warm"])
+    plan = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, False)[0]
+    names = [sc.name for sc in plan]
+    assert names[names.index("alone") + 1:names.index("alone") + 3] == [
+        "ref 1 spin", "ref 1 awake"]
+    warm = [sc for sc in plan if sc.name in ("ref 1 spin", "ref 1 awake")]
+    assert all([(t.program, t.shim) for t in sc.tenants] == [
+        ("requests", False), (sc.name.split()[-1], False)] for sc in warm)
+    # Reported against plain time slicing (the ratio column) and alone (the note),
+    # never judged: L faster beside a spinning CPU than alone is the host's doing.
+    fill(plan, {"alone": 2.0, "ref 1 spin": 1.5, "ref 1 awake": 3.0, "ref 1 matmul": 2.5,
+                "ref 2 matmul": 5.0})
+    rows, meta = rows_of(plan)
+    spin = [r for r in rows if r[2] == "ref 1 spin"]
+    awake = [r for r in rows if r[2] == "ref 1 awake"]
+    assert spin and awake and len(spin) == len(awake) == sum(
+        p.judged for p in warm[0].tenants[0].phases)
+    assert all(r[-2] == "ref" and r[7] == "0.60" and "p99/alone 0.75" in r[-1] for r in spin)
+    assert all(r[-2] == "ref" and r[7] == "1.20" and "p99/alone 1.50" in r[-1] for r in awake)
+    assert not any("spin" in label for _, label in meta["goals"]["goal 1"])
+    assert "--rows warm" not in cl.plan_text(plan, [], 45.0)  # a plan names its runs
+    assert "ref 1 awake" in cl.plan_text(plan, [], 45.0)
+
+
 def test_rows_fail_on_latency_over_plain_time_slicing_or_a_cap_not_held():
     plan = synthetic()
     p99 = {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0,
