@@ -660,6 +660,23 @@ def test_replay_reads_a_raw_file_back(tmp_path, capsys):
     assert cl.main(["--replay", str(path)]) == 0
     out = capsys.readouterr().out
     assert "part 2" in out and "ALL PASS" in out and "decode" in out
+    # A file written since names what it covers, a part or the selection given.
+    raw["part"] = cl.parse(["--shapes", "decode", "--neighbours", "bigmm"]).covers
+    with gzip.open(path, "wt") as f:
+        json.dump(raw, f)
+    cl.main(["--replay", str(path)])
+    assert "; shapes decode; arrivals periodic,poisson; neighbours bigmm;" in \
+        capsys.readouterr().out
+
+
+def test_a_run_names_the_part_or_the_selection_it_covers():
+    assert cl.parse([]).covers == "part 1" and cl.parse(["--part", "all"]).covers == "part all"
+    assert cl.parse(["--quick"]).covers == "quick"
+    # The part's own lists given again are still the part.
+    assert cl.parse(["--part", "2", "--shapes", "eager-l,decode,cnn"]).covers == "part 2"
+    assert cl.parse(["--shapes", "cnn,eager-s", "--arrivals", "poisson", "--neighbours",
+                     "matmul"]).covers == (
+        "shapes cnn,eager-s; arrivals poisson; neighbours matmul")
 
 
 # --- compute_share --suite ---------------------------------------------------
