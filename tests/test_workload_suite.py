@@ -425,6 +425,33 @@ def test_warm_rows_give_l_beside_a_spinning_cpu_and_an_awake_card_against_alone_
     assert "ref 1 awake" in cl.plan_text(plan, [], 45.0)
 
 
+def test_ref_again_runs_each_reference_after_its_rows_and_judges_against_their_mean():
+    args = cl.parse(["--part", "1", "--no-mps", "--ref-again"])
+    plan = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, False,
+                    ref_again=args.ref_again)[0]
+    names = [sc.name for sc in plan]
+    refs = [n for n in names if n.startswith("ref ") and not n.endswith(" again")]
+    assert refs and [n for n in names if n.endswith(" again")] == [f"{n} again" for n in refs]
+    # Each again-run comes after every row it judges.
+    assert min(names.index(f"{n} again") for n in refs) > max(
+        i for i, n in enumerate(names) if n.startswith(("beside", "L50", "high")))
+    assert cl.parse(["--ref-again", "--plan"]).ref_again and not cl.parse([]).ref_again
+    # 5.5 ms beside a 50: over the first reference (5.0), under the two's mean (6.0).
+    p99 = {"ref 1 matmul": 5.0, "ref 1 matmul again": 7.0, "ref 2 matmul": 9.0,
+           "ref 2 matmul again": 9.0, "ref 1 train": 6.0, "ref 1 train again": 6.0,
+           "alone": 1.0, "beside matmul 50": 5.5}
+    p99.update({sc.name: 1.1 for sc in plan if sc.name.startswith("high")})
+    fill(plan, p99)
+    rows, _ = rows_of(plan)
+    beside = [r for r in rows if r[2] == "beside matmul 50"]
+    assert beside and all(r[-2] == ct.PASS and r[7] == f"{5.5 / 6.0:.2f}"
+                          and "refs 5.00/7.00" in r[-1] for r in beside)
+    once = [sc for sc in plan if not sc.name.endswith(" again")]
+    fill(once, p99)
+    assert all(r[-2] == ct.FAIL and r[7] == "1.10" and "refs" not in r[-1]
+               for r in rows_of(once)[0] if r[2] == "beside matmul 50")
+
+
 def test_rows_fail_on_latency_over_plain_time_slicing_or_a_cap_not_held():
     plan = synthetic()
     p99 = {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0,
