@@ -62,6 +62,10 @@ BUDGET_S = 550.0  # one device command may run 600 s: the rest is margin
 # turns on the host, or behind its gate on the GPU (docs/compute-limit.md, Gates).
 GATES_ON = {"GPUSLICE_COMPUTE_GATES": "1"}
 GATES_OFF = {"GPUSLICE_COMPUTE_GATES": "0"}
+# --side of compute_share: the uncapped tenant launches through capped
+# holders' turns while its own waits take little of its time
+# (docs/compute-limit.md, Side by side).
+SIDE_ON = {"GPUSLICE_COMPUTE_SIDE": "1"}
 
 
 @dataclass

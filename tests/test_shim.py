@@ -1396,20 +1396,59 @@ def test_without_pinned_memory_a_gated_tenant_waits_on_the_host(shim: Shim,
     assert s.region().devices[0].compute_launches == n
 
 
+def beside_a_forged_holder(shim: Shim, tmp_path: Path, ops: List[str],
+                           **env: str) -> Tuple[subprocess.CompletedProcess, Path]:
+    """An uncapped tenant of a card of its own, with `env`, running `ops` while
+    a LeaseForger holds the card's turn; its result and the card file."""
+    s, path = tenant_of_a_card(shim, tmp_path, None)
+    s = s.with_env(**env)
+    write_card(path, time.monotonic_ns())
+    with LeaseForger(path):
+        res = s.run("gpa", "init", "pctx", "0", *ops, timeout=60)
+    return res, path
+
+
 @pytest.mark.parametrize("value", ["yes", "2", "on"])
 def test_malformed_gates_setting_is_named_and_gates_stay_off(shim: Shim, tmp_path: Path,
                                                             value: str) -> None:
-    s, path = tenant_of_a_card(shim, tmp_path, None)
-    s = s.with_env(GPUSLICE_COMPUTE_GATES=value, FAKECUDA_KERNEL_NS="1000000")
-    write_card(path, time.monotonic_ns())
     ops, _ = GATED_LAUNCHES["default-stream"]
-    with LeaseForger(path):
-        res = s.run("gpa", "init", "pctx", "0", *ops, "waits", timeout=60)
+    res, _ = beside_a_forged_holder(shim, tmp_path, [*ops, "waits"], GPUSLICE_COMPUTE_GATES=value,
+                                    FAKECUDA_KERNEL_NS="1000000")
     warned = [line for line in res.stderr.splitlines() if "GPUSLICE_COMPUTE_GATES" in line]
     assert len(warned) == 1 and f'GPUSLICE_COMPUTE_GATES="{value}"' in warned[0], res.stderr
     assert "expected 1 or 0" in warned[0]
     rows = results(res)
     assert rc_of(rows, "launch") == 0 and value_of(rows, "waits")[1] == 0, rows
+
+
+@pytest.mark.parametrize("value", ["1", "0"])
+def test_side_by_side_a_host_bound_tenant_says_so_in_its_seat(shim: Shim, tmp_path: Path,
+                                                               value: str) -> None:
+    # GPUSLICE_COMPUTE_SIDE=1: an uncapped process whose own waits take little
+    # of its time (short kernels, the host idle between launches) launches
+    # through a holder's turns after its first epochs and says so in its seat
+    # (docs/compute-limit.md, Side by side); off, it never does.
+    res, path = beside_a_forged_holder(shim, tmp_path, ["launch", "kernel", "5", "usleep", "300"] * 1000,
+                                       GPUSLICE_COMPUTE_SIDE=value, FAKECUDA_KERNEL_NS="20000")
+    launches = [r for r in results(res) if r[0] == "launch"]
+    assert len(launches) == 1000 and all(r[1] == "0" for r in launches), res.stderr
+    ffi, lib = cheader.ffi(), cheader.ffi().dlopen(None)
+    c = ffi.cast("struct gpuslice_cardfile *", ffi.from_buffer(path.read_bytes()))
+    modes = [c.seats[i].mode for i in range(lib.GPUSLICE_CARDFILE_SEATS) if c.seats[i].owner]
+    assert modes, "no seat taken"
+    side = any(m & lib.GPUSLICE_CARDFILE_SIDE for m in modes)
+    assert side == (value == "1"), (value, modes)
+
+
+@pytest.mark.parametrize("value", ["yes", "2"])
+def test_malformed_side_setting_is_named_and_the_tenant_waits_for_turns(shim: Shim, tmp_path: Path,
+                                                                        value: str) -> None:
+    res, _ = beside_a_forged_holder(shim, tmp_path, ["launch", "kernel", "20"],
+                                    GPUSLICE_COMPUTE_SIDE=value, FAKECUDA_KERNEL_NS="1000000")
+    warned = [line for line in res.stderr.splitlines() if "GPUSLICE_COMPUTE_SIDE" in line]
+    assert len(warned) == 1 and f'GPUSLICE_COMPUTE_SIDE="{value}"' in warned[0], res.stderr
+    assert "expected 1 or 0" in warned[0] and "waits for capped holders' turns" in warned[0]
+    assert rc_of(results(res), "launch") == 0
 
 
 def test_placed_card_is_the_only_one_cuda_sees(shim: Shim) -> None:

@@ -712,14 +712,16 @@ SUITE_SECONDS = 4
 
 
 def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float],
-                 charged: Optional[float] = None, account: Optional[dict] = None) -> Dict:
+                 charged: Optional[float] = None, account: Optional[dict] = None,
+                 side: bool = False) -> Dict:
     """compute_share --suite's plan (caps 30) on synthetic runs: eagerloop at the
     given share of its rate in each pair, at refs[k] in the k-th plain time
     slicing run (its uncapped matmul at 0.4), every other program at its cap
     or whole; with `charged`, the capped tenants' regions sampled at that
     share of each second; with `account`, every shim tenant's account at exit
-    (run_all's "pacer"); its rows, by (scenario, program, cap)."""
-    plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True)
+    (run_all's "pacer"); with `side`, the pairs side by side too (--side); its
+    rows, by (scenario, program, cap)."""
+    plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True, side=side)
     ref_shares = iter(refs)
     at = 1000.0
     for sc in plan:
@@ -809,6 +811,34 @@ def test_goal_2_judges_the_training_loop_against_its_own_references(monkeypatch)
     # loop beside its uncapped matmul too: 1.0 against 1.0.
     assert "goal 2" in r30.note and "(1.00)" in r30.note, r30.note
     assert by[(cs.ts_ref("train"), "train", "none")].result == "ref"
+
+
+def test_compute_share_side_runs_each_goal_2_pair_side_by_side_too_and_judges_it(monkeypatch):
+    plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True, side=True)
+    names = [sc.name for sc in plan]
+    for busy in cs.SUITE_BUSY:
+        for cap in cs.SUITE_NEIGHBOUR_CAPS:
+            i = names.index(f"pair {busy}+{cap}")
+            # Right after the pair that waits for turns, the loop's drift aside.
+            assert names[i + 1] == f"pair {busy}+{cap} side"
+            assert all(t.env == cr.SIDE_ON for t in plan[i + 1].tenants)
+            assert not any(t.env for t in plan[i].tenants)
+    by = judged_suite(monkeypatch, {"pair eagerloop+30 side": 0.7, "pair eagerloop+50 side": 0.5},
+                      [0.6, 0.6, 0.6], side=True)
+    r30 = by[("pair eagerloop+30 side", "eagerloop", "none")]
+    assert r30.result == ct.PASS and "(1.17)" in r30.note, r30.note
+    r50 = by[("pair eagerloop+50 side", "eagerloop", "none")]
+    assert r50.result == ct.FAIL and "(0.83)" in r50.note, r50.note
+    # Without --side, no pair is run side by side.
+    plain = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True)
+    assert not any(sc.name.endswith(" side") for sc in plain)
+
+
+def test_compute_share_side_without_suite_exits_2_naming_it():
+    res = subprocess.run([sys.executable, str(BENCH / "compute_share"), "--side"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--side compares the suite's goal-2 pairs: give --suite too" in res.stderr
 
 
 def test_goal_2_judges_each_pair_against_the_time_slicing_runs_around_it(monkeypatch):

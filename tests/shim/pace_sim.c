@@ -59,7 +59,9 @@
  *   the watcher polls every GS_PACE_POLL_NS, waking late as a sleep does,
  *   and WAKE_NS after the card's seq changed), gatefail (its shim has
  *   gates, but the driver refuses every wait: each close fails, and it
- *   waits for turns on the host)
+ *   waits for turns on the host), side (GPUSLICE_COMPUTE_SIDE=1: uncapped,
+ *   it launches through capped holders' turns while its own waits take
+ *   little of its time)
  *   program may also be given by its figures, for shapes the suite does not
  *   have: req,KEY=V,... (a request tenant) or loop,KEY=V,... with k=US (a
  *   kernel), k2=US (every other kernel; with every=N all but one in N), l=US
@@ -198,6 +200,7 @@ struct proc {
     double wake_ns;  /* host time lost, at half speed, after a wait of the pacer's */
     double wake_due; /* that loss, still to be spent */
     int gates;       /* its shim closes a gate instead of waiting for turns; 2: every close fails */
+    int side;        /* GPUSLICE_COMPUTE_SIDE=1 */
     unsigned gate_epoch, gate_word; /* the closed period, and what its word opens */
     double watch_at; /* the watcher's next look; INFINITY while the gate is open */
     double slept_ns; /* asleep in the pacer (sleeps, futex waits) within this launch */
@@ -554,12 +557,13 @@ static void forge(struct proc *p)
  * wrappers (launch.c) tell the pacer when it returned. */
 static void sync_queue(struct proc *p)
 {
+    unsigned long long began = (unsigned long long)T;
     if (p->kernels_queued) {
         p->state = ON_IDLE;
         yield();
     }
     if (!p->noshim && !p->unseen_syncs)
-        gs_pace_waited(&p->pacer, (unsigned long long)T); /* the scheduler sees the seq's change */
+        gs_pace_waited(&p->pacer, began, (unsigned long long)T); /* the scheduler sees the seq's change */
 }
 
 static double uniform(struct proc *p)
@@ -723,7 +727,7 @@ static void simulate(double seconds)
             .capturing = not_capturing, .event_done = ev_done, .event_wait = ev_wait, .event_gap = ev_gap,
             .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
             .cap = io_cap, .card = &card, .seat = -1, .token = (unsigned long long)i + 1,
-            .turns = turns, .prio = p->prio, .wait_word = io_wait_word,
+            .turns = turns, .side = p->side, .prio = p->prio, .wait_word = io_wait_word,
             .wake_word = io_wake_word, .pause = io_pause,
         };
         if (p->gates) {
@@ -1005,6 +1009,7 @@ static int parse_proc(const char *arg, struct proc *p)
     p->every_ns = p->prog ? p->prog->every_ns : 0;
     p->wake_ns = p->wake_due = 0;
     p->gates = 0;
+    p->side = 0;
     for (char *opt; (opt = strtok_r(NULL, ":", &save));) {
         double from, to;
         char tail;
@@ -1024,6 +1029,8 @@ static int parse_proc(const char *arg, struct proc *p)
             p->gates = 1;
         else if (strcmp(opt, "gatefail") == 0)
             p->gates = 2;
+        else if (strcmp(opt, "side") == 0)
+            p->side = 1;
         else if (sscanf(opt, "rate=%lf%c", &from, &tail) == 1 && from > 0 && from <= 10000)
             p->every_ns = NS / from;
         else if (sscanf(opt, "wake=%lf%c", &from, &tail) == 1 && from >= 0 && from <= 100)
@@ -1062,7 +1069,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
                     "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|trainv|eagerloop|request|eager|"
                     "eagerl|graphreq|decode|cnn|forge|forgehigh|forgegap|forgeblocked|req,...|loop,..., cap 0-100, container 0-%d, "
-                    "options high|low|normal|noshim|unseensync|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail)\n",
+                    "options high|low|normal|noshim|unseensync|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail|side)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;
         }

@@ -23,6 +23,13 @@
 #define GPUSLICE_CARDFILE_GATED 2
 #define GPUSLICE_CARDFILE_BLOCKED 4
 
+/* A seat's mode (its own, kept while it lasts): its process launches through
+ * capped holders' turns, side by side, for it seldom waits for its own work
+ * (GPUSLICE_COMPUTE_SIDE=1); a capped process beside such a one gets less
+ * than its cap, so they take turns again. */
+#define GPUSLICE_CARDFILE_SIDE 1
+#define GPUSLICE_CARDFILE_SHORT 2
+
 struct gpuslice_cardfile_seat {
     unsigned long long owner;         /* a process's random token; 0 = free */
     unsigned long long backlog_ns;    /* CLOCK_MONOTONIC until which it has GPU work queued */
@@ -30,7 +37,7 @@ struct gpuslice_cardfile_seat {
     unsigned long long want_ns;       /* last time it said it waits for the turn (renewed while it does) */
     unsigned long long want_since_ns; /* since when it has waited */
     unsigned int flags;               /* GPUSLICE_CARDFILE_WAITS_CAPPED, _GATED, _BLOCKED */
-    unsigned int reserved;
+    unsigned int mode;                /* GPUSLICE_CARDFILE_SIDE, _SHORT */
 };
 
 struct gpuslice_cardfile {

@@ -409,6 +409,7 @@ static void io_init(struct pacer_dev *pd, int dev)
         .now = io_now, .sleep = io_sleep, .settle = io_settle, .throttled = io_throttled,
         .cap = io_cap, .card = pd->io.card, .seat = -1, .token = card_token,
         .turns = gs_cfg.compute_turns, .wait_word = io_wait_word, .wake_word = io_wake_word,
+        .side = gs_cfg.compute_side && !gs_cfg.compute_gates,
         .pause = io_pause,
         .prio = gs_cfg.priority,
     };
@@ -647,13 +648,13 @@ GS_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
  * neighbours standing aside are woken. The device is the calling thread's
  * context's; atomics, no lock. `what` names the route, once at debug level
  * (tests/gpu/check_shim.py asks). */
-static void synced(unsigned long long now, int *said, const char *what)
+static void synced(unsigned long long began, unsigned long long now, int *said, const char *what)
 {
     CUcontext ctx;
     int dev = current_dev(&ctx);
     if (dev < 0)
         return;
-    struct gpuslice_cardfile *card = gs_pace_waited(&pacers[dev].p, now);
+    struct gpuslice_cardfile *card = gs_pace_waited(&pacers[dev].p, began, now);
     if (card)
         gs_futex_wake(&card->seq, 1);
     if (!__atomic_exchange_n(said, 1, __ATOMIC_RELAXED))
@@ -662,27 +663,28 @@ static void synced(unsigned long long now, int *said, const char *what)
 
 static int said_syncs, said_copies, said_polls;
 
-/* The call returned: it waited for the GPU (a sync, a blocking copy). */
-static CUresult waited(CUresult r, int *said, const char *what)
+/* The call, begun at `began`, returned: it waited for the GPU (a sync, a blocking copy). */
+static CUresult waited(CUresult r, unsigned long long began, int *said, const char *what)
 {
-    synced(gs_now_ns(), said, what);
+    synced(began, gs_now_ns(), said, what);
     return r;
 }
 
 /* Unpaced (no cap, no capped or prioritised neighbour): the driver's, and
- * one load of the mode. `seen`: what a paced process tells its pacer, and
- * returns. */
+ * one load of the mode. `seen`: what a paced process tells its pacer (t0:
+ * when the call began, for side by side), and returns. */
 #define WAIT(name, args, seen)                                                                \
     do {                                                                                      \
         gs_cuda_ready();                                                                      \
         if (GS_UNLIKELY(!HAS_REAL(name)))                                                     \
             return CUDA_ERROR_NOT_FOUND;                                                      \
+        unsigned long long t0 = GS_UNLIKELY(gs_pace_wanted()) ? gs_now_ns() : 0;              \
         CUresult r = REAL(name) args;                                                         \
-        return GS_UNLIKELY(gs_pace_wanted()) ? (seen) : r;                                    \
+        return t0 ? (seen) : r;                                                               \
     } while (0)
-#define SYNCED(name, args) WAIT(name, args, waited(r, &said_syncs, "syncs"))
+#define SYNCED(name, args) WAIT(name, args, waited(r, t0, &said_syncs, "syncs"))
 /* A blocking copy from the device waits for the stream's work first. */
-#define COPIED(name, args) WAIT(name, args, waited(r, &said_copies, "blocking copies"))
+#define COPIED(name, args) WAIT(name, args, waited(r, t0, &said_copies, "blocking copies"))
 
 GS_API CUresult cuCtxSynchronize(void)
 {
@@ -737,7 +739,7 @@ static CUresult polled(CUresult r)
     } else if (t_not_ready_ns) {
         unsigned long long now = gs_now_ns();
         if (r == CUDA_SUCCESS && now - t_not_ready_ns <= GS_PACE_GAP_NS)
-            synced(now, &said_polls, "polls");
+            synced(t_not_ready_ns, now, &said_polls, "polls");
         t_not_ready_ns = 0;
     }
     return r;

@@ -27,6 +27,7 @@ void gs_pace_reset(struct gs_pacer *p)
     p->gate_closed_ns = 0;
     p->gated = 0;
     __atomic_store_n(&p->synced_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->app_wait_ns, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_lets_go, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_card, NULL, __ATOMIC_RELAXED);
     __atomic_store_n(&p->aside_stamp, NULL, __ATOMIC_RELAXED);
@@ -59,6 +60,7 @@ int gs_pace_before(struct gs_pacer *p, unsigned long long now)
 static void charge_estimate(struct gs_pacer *p, unsigned long long launches)
 {
     p->charge_ns += launches * p->per_launch_ns;
+    p->charged_ns += launches * p->per_launch_ns;
     p->charged_estimated_ns += launches * p->per_launch_ns;
 }
 
@@ -138,7 +140,9 @@ void *gs_pace_done(struct gs_pacer *p, unsigned long long elapsed_ns, unsigned c
     p->count--;
     if (!f.marker && p->ref) {
         unsigned long long ns = elapsed_ns / (f.behind ? 1ull + competitors : 1ull);
+        ns = gs_pace_side_charge(p, ns, f.launches);
         p->charge_ns += ns;
+        p->charged_ns += ns;
         p->turn_card_ns += ns;
         if (p->ref_marker) {
             p->charged_firsts++;
@@ -401,6 +405,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
 {
     record(p, io, stream, 0, now);
     gs_pace_poll(p, io, now);
+    gs_pace_side_epoch(p, io, now);
     unsigned cap = io->cap(io);
     struct gpuslice_cardfile *c = io->card;
     /* Over about the last eight fence points (gs_pace_host_bound). */
@@ -474,7 +479,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
                (p->count > 1 && io->prio != GPUSLICE_PRIORITY_HIGH &&
                 (long long)gs_pace_queued_ns(p) > p->guest_credit_ns))
             wait_oldest(p, io);
-    } else if ((cap || taking_turns) && p->count > 1) {
+    } else if ((cap || taking_turns) && p->count > 1 && !p->side) {
         /* With no one else on the card there is nobody to hand it to, and
          * a short queue costs a host-bound loop whose kernels are uneven:
          * at a fence behind a long kernel it waited for it, where it would
@@ -489,7 +494,10 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
          * whatever its estimate says. Not with gates: a gated batch already
          * runs past the bound (queue_bound), and deeper it ran into the
          * holder's turn (three 30s beside a gated host-bound step, one
-         * window of 27.7, simulated). */
+         * window of 27.7, simulated). Not side by side (pace_side.c): it
+         * queues as under plain time slicing; held to the short queue, a
+         * host-bound step waited at its fences for a capped neighbour's
+         * time slices, and its waits then took it for GPU-bound. */
         int short_queue = c && gs_card_others_seated(c, io->seat, now) &&
                           (!gs_pace_host_bound(p) || io->gate_close);
         unsigned long long bound =
@@ -684,9 +692,12 @@ void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long 
  * neighbour: so we let go while most waits lately at the same place in
  * a stretch (note_resume) ended our launching. Only our own stamp, as we
  * raised it: one raised further by another stays. */
-struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long now)
+struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long began,
+                                         unsigned long long now)
 {
     __atomic_store_n(&p->synced_ns, now, __ATOMIC_RELAXED);
+    if (began && began <= now)
+        __atomic_add_fetch(&p->app_wait_ns, now - began, __ATOMIC_RELAXED); /* side by side */
     if (!__atomic_load_n(&p->aside_lets_go, __ATOMIC_ACQUIRE))
         return NULL;
     struct gpuslice_cardfile *c = __atomic_load_n(&p->aside_card, __ATOMIC_RELAXED);

@@ -60,6 +60,12 @@
 #define GS_PACE_COURTESY_NS 100000000ull /* saved-up courtesy: a long request served first */
 #define GS_PACE_MAX_PER_FENCE 4096u
 #define GS_PACE_GATE_BATCH_NS 2000000ull /* a gated window lasts this long at least; longer kernels are not gated */
+#define GS_PACE_SIDE_EPOCH_NS 20000000ull /* side by side: how often a process looks at its own waits */
+#define GS_PACE_SIDE_ON_PM 400    /* ... goes side by side once below this per mille of its time waiting for its work */
+#define GS_PACE_SIDE_OFF_PM 600   /* ... and back to turns above this */
+#define GS_PACE_SHORT_PM 20       /* a capped one beside it short of its cap by more than this per mille */
+#define GS_PACE_SHORT_HOLD_NS 1000000000ull /* ... says so this long, twice, four times as long if again */
+#define GS_PACE_SHORT_SETTLE_NS 1000000000ull /* ... not in its first second */
 #define GS_PACE_WAIT_PLACES 8 /* a request's waits told apart by their place in it (gs_pace_waited) */
 #define GS_PACE_FOLLOWED 64   /* waits_resumed of waits all followed at once; below half, one lets go */
 #define GS_PACE_BEHIND 64     /* fences_behind of fence points that all found the GPU behind us; below half, host-bound */
@@ -98,6 +104,24 @@ struct gs_pacer {
     unsigned since_fence;          /* launches after the newest fence */
     unsigned per_fence;            /* launches between fences */
     unsigned long long per_launch_ns; /* GPU time one launch takes, smoothed; 0: unknown */
+    /* Side by side (pace_side.c): a capped process's time a launch with no
+     * side-by-side neighbour (the least since, while there is one), whether
+     * one is there, how far short of its cap it ran while awake (per mille of
+     * the card, smoothed), until when it says so and how often it did; an
+     * uncapped one's share of its time waiting for its own work (per mille,
+     * smoothed), and whether it goes side by side; the epoch they are
+     * reckoned over (GS_PACE_SIDE_EPOCH_NS), what the counters below said at
+     * its start, and when the first began. */
+    unsigned long long solo_ns;
+    int side_near;
+    long long owed_pm;
+    unsigned long long short_until_ns;
+    int short_holds;
+    int waiting_pm;
+    int side;
+    unsigned long long epoch_ns, epoch_sleep_ns, epoch_card_ns, epoch_queue_ns, epoch_charged_ns;
+    unsigned long long first_epoch_ns;
+    unsigned long long charged_ns;    /* charged, ever */
     unsigned long long last_launch_ns, last_fence_ns;
     unsigned long long launch_ns;  /* the clock when the current launch began */
     unsigned long long returned_ns; /* when the last launch returned to the application */
@@ -179,6 +203,9 @@ struct gs_pacer {
      * blocking copy, a poll): stored by any thread (launch.c) without the
      * pacer's lock, so atomics only. */
     unsigned long long synced_ns;
+    /* What the application's waits took since the side-by-side epoch
+     * began (pace_side.c): atomics too. */
+    unsigned long long app_wait_ns;
     /* The stand-aside stamp we last raised (gs_pace_announce): the card,
      * its word, until when, and whether a wait's return lets it go
      * (gs_pace_waited). Written under the pacer's lock, read by the thread
@@ -267,6 +294,9 @@ struct gs_pace_io {
     /* Tenants of a card take turns and stand aside for guests and higher
      * priorities (GPUSLICE_COMPUTE_TURNS, on unless 0); a turn is a process's. */
     int turns;
+    /* Uncapped, it launches through capped holders' turns while its own
+     * waits take little of its time (GPUSLICE_COMPUTE_SIDE=1, turns on, no gates). */
+    int side;
     unsigned prio; /* GPUSLICE_PRIORITY_* (limits.h): the container's own claim */
 };
 
@@ -301,13 +331,15 @@ void gs_card_quiet_words(const struct gpuslice_cardfile *c,
 int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
 
 /* The application's wait for the GPU (a sync, a blocking copy, a poll
- * that ended) returned at now, on any thread, without the pacer's lock:
+ * that ended), begun at `began` (0: not known), returned at now, on any
+ * thread, without the pacer's lock:
  * idling counts from here (first service), and a process whose waits at
  * this place in its requests were lately not followed by a launch within
  * GS_PACE_ASIDE_NS lets its stand-aside stamp go (its work is done).
  * Returns the card whose seq it then bumped (the caller wakes who waits
  * on it), or NULL. */
-struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long now);
+struct gpuslice_cardfile *gs_pace_waited(struct gs_pacer *p, unsigned long long began,
+                                         unsigned long long now);
 
 /* Whether the GPU is seldom behind us: most of our last fence points
  * (fences_behind) found the fence before done. Such a process keeps a deeper

@@ -52,6 +52,7 @@ int gs_card_seat(struct gpuslice_cardfile *c, unsigned long long token, unsigned
                 __atomic_store_n(&s->backlog_ns, 0, __ATOMIC_RELAXED);
                 __atomic_store_n(&s->drained_ns, 0, __ATOMIC_RELAXED);
                 __atomic_store_n(&s->want_ns, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&s->mode, 0u, __ATOMIC_RELAXED);
                 return i;
             }
         }

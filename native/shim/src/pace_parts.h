@@ -1,6 +1,7 @@
 /*
  * What the compute limiter's parts share among themselves: the pacer
- * (pace.c), the card file (pace_card.c) and the turns (pace_turns.c). Not
+ * (pace.c), the card file (pace_card.c), the turns (pace_turns.c) and side
+ * by side (pace_side.c). Not
  * for launch.c nor the simulator, which see pace.h only.
  */
 #ifndef GPUSLICE_PACE_PARTS_H
@@ -57,6 +58,14 @@ unsigned long long gs_pace_queued_ns(const struct gs_pacer *p);
 void gs_pace_poll(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
 /* Let our queue run dry, say so in the card, start a new busy period next. */
 void gs_pace_drain(struct gs_pacer *p, struct gs_pace_io *io, void *stream);
+
+/* ------------------------------------------------------------ pace_side.c */
+
+/* What a completed interval of ns over `launches` is charged (pace_side.c). */
+unsigned long long gs_pace_side_charge(struct gs_pacer *p, unsigned long long ns,
+                                       unsigned launches);
+/* At a fence point: a side-by-side epoch ends now, or not yet. */
+void gs_pace_side_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
 
 /* ------------------------------------------------------------ pace_card.c */
 

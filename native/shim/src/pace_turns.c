@@ -642,7 +642,8 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
         if (elsewhere)
             p->turn = 0;
         int yield = p->turn && should_yield(p, io, now);
-        int wait_turn = elsewhere && (!p->doubt || patient(p, now));
+        /* Side by side (pace_side.c): it launches through the holder's turn. */
+        int wait_turn = elsewhere && (!p->doubt || patient(p, now)) && (capped || !p->side);
         int late = !capped && !elsewhere && window_too_short(p, io, now);
         int done = !capped && !elsewhere && !late && !wait_aside && caught_up(p, io, now);
         if (!wait_aside && !yield && !wait_turn && !late && !done && (!capped || p->turn || elsewhere)) {
@@ -654,6 +655,7 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
              * (should_yield: a want renewed within GS_PACE_WANT_NS; a new
              * one changes the word). The holder's lease outlasts its tickets
              * (renewed at fence points, GS_PACE_LEASE_NS ahead at least).
+             * Uncapped side by side, whoever holds the turn (pace_side.c).
              * Without them a capped process on a card with turns took the
              * mutex and looked at the card at every launch: alone, a
              * host-bound eager loop at 100 did 0.92 of native passes on an
@@ -661,7 +663,7 @@ void gs_pace_gate(struct gs_pacer *p, struct gs_pace_io *io, void *stream)
             const unsigned long long *w = p->quiet_words;
             int mine = capped ? p->turn && w[GS_QUIET_OWNER] == io->token &&
                                     !within(w[GS_QUIET_WANT], now, GS_PACE_WANT_NS, GS_PACE_WANT_NS)
-                              : !p->turn && w[GS_QUIET_OWNER] == 0;
+                              : !p->turn && (w[GS_QUIET_OWNER] == 0 || p->side);
             p->quiet = !checked && mine && !p->gated && !until &&
                        io->prio == GPUSLICE_PRIORITY_NORMAL &&
                        !window_open(w[GS_QUIET_WINDOW], now) && !recent(w[GS_QUIET_LOW], now);

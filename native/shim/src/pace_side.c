@@ -1,0 +1,129 @@
+/*
+ * Side by side (opt-in: GPUSLICE_COMPUTE_SIDE=1 in the uncapped tenant). With
+ * turns, a busy uncapped process launches only in the windows capped holders
+ * leave it, (100 - cap) % of the time: a host-bound one (an eager model's
+ * passes, a training step whose host work outlasts its kernels) then gets
+ * less than plain time slicing gives it beside the same neighbour uncapped
+ * (goal 2; docs/compute-limit.md, Side by side). Such a process, whose own
+ * work seldom keeps it waiting, launches through the holders' turns instead,
+ * and says so in its seat. A capped process beside such a seat is charged,
+ * for its intervals, at most its launches at the time each took with no such
+ * neighbour (the GPU's time slices of the neighbour's kernels are not its
+ * card time); and once it runs short of its cap while awake (a 90 beside a
+ * neighbour that time slicing gives half the card), it says so, and the
+ * uncapped ones take turns again.
+ */
+#include "pace_parts.h"
+
+unsigned long long gs_pace_side_charge(struct gs_pacer *p, unsigned long long ns,
+                                       unsigned launches)
+{
+    if (!launches)
+        return ns;
+    unsigned long long per = ns / launches;
+    if (!p->side_near || !p->solo_ns) {
+        p->solo_ns = p->solo_ns ? (3 * p->solo_ns + per) / 4 : per;
+        return ns;
+    }
+    if (per < p->solo_ns) {
+        /* Beside a neighbour, a launch can take longer than alone, never
+         * less: the least since is the best estimate of its own. */
+        p->solo_ns = per;
+        return ns;
+    }
+    /* A host-bound process's learned time holds its host's gaps, which the
+     * neighbour's kernels fill: it keeps its elapsed charges, and says it is
+     * short if they hold it below its cap (gs_pace_side_epoch). */
+    return gs_pace_host_bound(p) ? ns : launches * p->solo_ns;
+}
+
+/* Another seat says `what` (GPUSLICE_CARDFILE_SIDE or _SHORT), and its
+ * process stamped it within `fresh`. */
+static int others_say(const struct gpuslice_cardfile *c, int mine, unsigned what,
+                      unsigned long long now, unsigned long long fresh)
+{
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
+        const struct gpuslice_cardfile_seat *s = &c->seats[i];
+        if (i == mine || !(__atomic_load_n(&s->mode, __ATOMIC_RELAXED) & what))
+            continue;
+        if (within(__atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED), now, GS_PACE_AHEAD_NS, fresh))
+            return 1;
+    }
+    return 0;
+}
+
+/* A capped process: how far short of its cap it ran while awake (not asleep
+ * for its cap; a wait for another capped one's turn counts, and so does a
+ * stand-aside for a request: left out, a 50 beside cnn requests and a
+ * host-bound step side by side took itself for whole at 43.6, simulated),
+ * and whether to say it is short. */
+static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap,
+                         unsigned long long now, unsigned long long wall,
+                         unsigned long long apart, unsigned long long charged)
+{
+    if (wall > apart + GS_PACE_SIDE_EPOCH_NS / 4) {
+        unsigned long long awake = wall - apart;
+        long long owed = ((long long)(awake * cap / 100) - (long long)charged) * 1000 / (long long)awake;
+        p->owed_pm += (owed - p->owed_pm) / 4;
+    }
+    /* A capped process's first second (a start's credit, a neighbour's
+     * first service) is no measure of what side by side gives it. */
+    if (p->side_near && p->owed_pm > GS_PACE_SHORT_PM &&
+        now - p->first_epoch_ns >= GS_PACE_SHORT_SETTLE_NS) {
+        /* Each time it is short again, for longer: one that side by side
+         * holds below its cap would otherwise lose a few epochs at every look. */
+        if (p->short_until_ns <= now && p->short_holds < 3)
+            p->short_holds++;
+        p->short_until_ns = now + (GS_PACE_SHORT_HOLD_NS << (p->short_holds - 1));
+    }
+    p->side_near = others_say(io->card, io->seat, GPUSLICE_CARDFILE_SIDE, now,
+                              GS_PACE_SIDE_EPOCH_NS + GS_PACE_BACKLOG_NS);
+}
+
+/* An uncapped process: how much of its time (not waiting for turns, not
+ * standing aside) it waited for its own work, at fence points and in the
+ * application's syncs, copies and polls; and whether it goes side by side. */
+static void uncapped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now,
+                           unsigned long long wall, unsigned long long apart,
+                           unsigned long long waited)
+{
+    if (wall > apart + GS_PACE_SIDE_EPOCH_NS / 20) {
+        unsigned long long pm = waited * 1000 / (wall - apart);
+        p->waiting_pm += ((int)(pm > 1000 ? 1000 : pm) - p->waiting_pm) / 2;
+    }
+    int shorted = others_say(io->card, io->seat, GPUSLICE_CARDFILE_SHORT, now, GS_PACE_STALE_NS);
+    p->side = !shorted && !io->gate_close &&
+              p->waiting_pm < (p->side ? GS_PACE_SIDE_OFF_PM : GS_PACE_SIDE_ON_PM);
+}
+
+void gs_pace_side_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
+{
+    unsigned cap = io->cap(io);
+    if (!io->card || !io->turns || io->seat < 0 || (!cap && !io->side))
+        return;
+    if (p->epoch_ns && now - p->epoch_ns < GS_PACE_SIDE_EPOCH_NS)
+        return;
+    unsigned long long wall = now - p->epoch_ns;
+    unsigned long long slept = p->spent_sleep_ns - p->epoch_sleep_ns;
+    unsigned long long held = p->spent_card_ns - p->epoch_card_ns;
+    unsigned long long queue = p->spent_queue_ns - p->epoch_queue_ns;
+    unsigned long long charged = p->charged_ns - p->epoch_charged_ns;
+    unsigned long long app = __atomic_exchange_n(&p->app_wait_ns, 0, __ATOMIC_RELAXED);
+    int first = !p->epoch_ns;
+    p->epoch_ns = now;
+    p->epoch_sleep_ns = p->spent_sleep_ns;
+    p->epoch_card_ns = p->spent_card_ns;
+    p->epoch_queue_ns = p->spent_queue_ns;
+    p->epoch_charged_ns = p->charged_ns;
+    if (first) {
+        p->first_epoch_ns = now;
+        return;
+    }
+    if (cap)
+        capped_epoch(p, io, cap, now, wall, slept, charged);
+    else
+        uncapped_epoch(p, io, now, wall, held + slept, queue + app);
+    unsigned mode = (p->side ? GPUSLICE_CARDFILE_SIDE : 0u) |
+                    (p->short_until_ns > now ? GPUSLICE_CARDFILE_SHORT : 0u);
+    __atomic_store_n(&io->card->seats[io->seat].mode, mode, __ATOMIC_RELAXED);
+}
