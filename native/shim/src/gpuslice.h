@@ -21,7 +21,8 @@
  *   rm_filter.c  the driver's process lists, whatever route asks for them
  *   pace.c       the compute limiter's pacer (no CUDA: simulated in tests),
  *   pace_card.c  ... the card file's seats and stamps,
- *   pace_turns.c ... the turns on a shared card
+ *   pace_turns.c ... the turns on a shared card,
+ *   pace_side.c  ... side by side beside host-bound neighbours
  *   launch.c     kernel launches: fences, the bucket, the card file
  *   gate.c       gates: a word streams wait at, and the thread that opens it
  *   presence.c   a capped or prioritised process's presence on its cards, kept by a thread

@@ -251,8 +251,10 @@ static int oldest_done(struct gs_pacer *p, struct gs_pace_io *io, int waited,
 }
 
 static void complete_oldest(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long ns,
-                            unsigned others)
+                            unsigned others, unsigned long long now)
 {
+    /* Side by side: only while it learns, for the look costs a pass over the seats. */
+    p->solo_clean = gs_pace_side_learning(p, io) && !gs_card_competitors(io->card, io->seat, now);
     void *old = gs_pace_done(p, ns, others);
     if (old)
         io->event_give(io, old);
@@ -263,7 +265,7 @@ void gs_pace_poll(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long 
     unsigned others = competitors(io, now);
     unsigned long long ns;
     while (gs_pace_oldest(p) && oldest_done(p, io, 0, &ns))
-        complete_oldest(p, io, ns, others);
+        complete_oldest(p, io, ns, others, now);
 }
 
 /* GPU work we have queued: the launches in flight at the learned time each. */
@@ -309,7 +311,7 @@ static void wait_oldest(struct gs_pacer *p, struct gs_pace_io *io)
     p->spent_queue_waits++;
     unsigned long long ns;
     oldest_done(p, io, 1, &ns); /* for its time */
-    complete_oldest(p, io, ns, competitors(io, now));
+    complete_oldest(p, io, ns, competitors(io, now), now);
 }
 
 /* Let our queue run dry (fencing our last launches first), say so in the

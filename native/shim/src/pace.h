@@ -63,9 +63,11 @@
 #define GS_PACE_SIDE_EPOCH_NS 20000000ull /* side by side: how often a process looks at its own waits */
 #define GS_PACE_SIDE_ON_PM 400    /* ... goes side by side once below this per mille of its time waiting for its work */
 #define GS_PACE_SIDE_OFF_PM 600   /* ... and back to turns above this */
-#define GS_PACE_SHORT_PM 20       /* a capped one beside it short of its cap by more than this per mille */
+#define GS_PACE_SHORT_PM 25       /* a capped one beside it short of its cap by more than this per mille */
 #define GS_PACE_SHORT_HOLD_NS 1000000000ull /* ... says so this long, twice, four times as long if again */
 #define GS_PACE_SHORT_SETTLE_NS 1000000000ull /* ... not in its first second */
+#define GS_PACE_SOLO_KNOWN_NS 50000000ull /* ... nor while it has timed less than this of its launches with no such neighbour */
+#define GS_PACE_SOLO_STALE_NS 4000000000ull /* ... within this long */
 #define GS_PACE_WAIT_PLACES 8 /* a request's waits told apart by their place in it (gs_pace_waited) */
 #define GS_PACE_FOLLOWED 64   /* waits_resumed of waits all followed at once; below half, one lets go */
 #define GS_PACE_BEHIND 64     /* fences_behind of fence points that all found the GPU behind us; below half, host-bound */
@@ -104,15 +106,19 @@ struct gs_pacer {
     unsigned since_fence;          /* launches after the newest fence */
     unsigned per_fence;            /* launches between fences */
     unsigned long long per_launch_ns; /* GPU time one launch takes, smoothed; 0: unknown */
-    /* Side by side (pace_side.c): a capped process's time a launch with no
-     * side-by-side neighbour (the least since, while there is one), whether
-     * one is there, how far short of its cap it ran while awake (per mille of
+    /* Side by side (pace_side.c): a capped process's own time a launch, how
+     * much of its intervals it was learned from since it began to learn it
+     * (again) and when that began, whether it was ever known, and whether
+     * the intervals completing now may teach it (no one else's work on the
+     * card);
+     * whether such a neighbour is there, how far short of its cap it ran while awake (per mille of
      * the card, smoothed), until when it says so and how often it did; an
      * uncapped one's share of its time waiting for its own work (per mille,
      * smoothed), and whether it goes side by side; the epoch they are
      * reckoned over (GS_PACE_SIDE_EPOCH_NS), what the counters below said at
      * its start, and when the first began. */
-    unsigned long long solo_ns;
+    unsigned long long solo_ns, solo_known_ns, solo_at_ns;
+    int solo_ok, solo_clean;
     int side_near;
     long long owed_pm;
     unsigned long long short_until_ns;

@@ -64,6 +64,9 @@ void gs_pace_drain(struct gs_pacer *p, struct gs_pace_io *io, void *stream);
 /* What a completed interval of ns over `launches` is charged (pace_side.c). */
 unsigned long long gs_pace_side_charge(struct gs_pacer *p, unsigned long long ns,
                                        unsigned launches);
+/* Whether a capped process learns its own time a launch now (then the
+ * caller says, in p->solo_clean, whether anyone else's work is on the card). */
+int gs_pace_side_learning(const struct gs_pacer *p, struct gs_pace_io *io);
 /* At a fence point: a side-by-side epoch ends now, or not yet. */
 void gs_pace_side_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now);
 

@@ -20,21 +20,31 @@ unsigned long long gs_pace_side_charge(struct gs_pacer *p, unsigned long long ns
 {
     if (!launches)
         return ns;
-    unsigned long long per = ns / launches;
-    if (!p->side_near || !p->solo_ns) {
+    /* Learned only from intervals with no other process's work on the card
+     * (solo_clean), and not from a busy period's first (it holds the
+     * hand-over): a 30 that learned beside a neighbour's first service took
+     * 577 us a launch for its own 230 and got 24-27 for seconds, a loop of
+     * 13.7 ms kernels 21 ms (simulated); nor its least beside one: on an
+     * H100 that was below a matmul's own time, and a 30 charged at it read
+     * up to 32.0 by its units. */
+    if (p->solo_clean && !p->ref_marker) {
+        unsigned long long per = ns / launches;
         p->solo_ns = p->solo_ns ? (3 * p->solo_ns + per) / 4 : per;
-        return ns;
-    }
-    if (per < p->solo_ns) {
-        /* Beside a neighbour, a launch can take longer than alone, never
-         * less: the least since is the best estimate of its own. */
-        p->solo_ns = per;
-        return ns;
+        p->solo_known_ns += ns;
+        if (p->solo_known_ns >= GS_PACE_SOLO_KNOWN_NS)
+            p->solo_ok = 1;
     }
     /* A host-bound process's learned time holds its host's gaps, which the
      * neighbour's kernels fill: it keeps its elapsed charges, and says it is
-     * short if they hold it below its cap (gs_pace_side_epoch). */
-    return gs_pace_host_bound(p) ? ns : launches * p->solo_ns;
+     * short if they hold it below its cap (capped_epoch). */
+    if (!p->side_near || !p->solo_ok || gs_pace_host_bound(p) || launches * p->solo_ns >= ns)
+        return ns;
+    return launches * p->solo_ns;
+}
+
+int gs_pace_side_learning(const struct gs_pacer *p, struct gs_pace_io *io)
+{
+    return io->card && io->turns && p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS && io->cap(io);
 }
 
 /* Another seat says `what` (GPUSLICE_CARDFILE_SIDE or _SHORT), and its
@@ -68,16 +78,31 @@ static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap
     }
     /* A capped process's first second (a start's credit, a neighbour's
      * first service) is no measure of what side by side gives it. */
-    if (p->side_near && p->owed_pm > GS_PACE_SHORT_PM &&
-        now - p->first_epoch_ns >= GS_PACE_SHORT_SETTLE_NS) {
+    p->side_near = others_say(io->card, io->seat, GPUSLICE_CARDFILE_SIDE, now,
+                              GS_PACE_SIDE_EPOCH_NS + GS_PACE_BACKLOG_NS);
+    /* Its time a launch learned again every few seconds (a kernel that
+     * grew), charged as it was meanwhile. */
+    if (p->solo_ok && p->solo_known_ns >= GS_PACE_SOLO_KNOWN_NS &&
+        now - p->solo_at_ns > GS_PACE_SOLO_STALE_NS) {
+        p->solo_known_ns = 0;
+        p->solo_at_ns = now;
+    }
+    if (p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS || p->per_launch_ns >= GS_PACE_GATE_BATCH_NS) {
+        /* Turns while it learns its own time a launch, and for kernels of
+         * a time slice or more, into every one of which the GPU lets a
+         * neighbour's work (a loop of 13.7 ms kernels beside a host-bound
+         * step side by side got 20 % at a cap of 50, simulated): said
+         * again at every epoch while so. */
+        if (p->short_until_ns < now + 2 * GS_PACE_SIDE_EPOCH_NS)
+            p->short_until_ns = now + 2 * GS_PACE_SIDE_EPOCH_NS;
+    } else if (p->side_near && p->owed_pm > GS_PACE_SHORT_PM &&
+               now - p->first_epoch_ns >= GS_PACE_SHORT_SETTLE_NS) {
         /* Each time it is short again, for longer: one that side by side
          * holds below its cap would otherwise lose a few epochs at every look. */
         if (p->short_until_ns <= now && p->short_holds < 3)
             p->short_holds++;
         p->short_until_ns = now + (GS_PACE_SHORT_HOLD_NS << (p->short_holds - 1));
     }
-    p->side_near = others_say(io->card, io->seat, GPUSLICE_CARDFILE_SIDE, now,
-                              GS_PACE_SIDE_EPOCH_NS + GS_PACE_BACKLOG_NS);
 }
 
 /* An uncapped process: how much of its time (not waiting for turns, not
@@ -115,13 +140,11 @@ void gs_pace_side_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long
     p->epoch_card_ns = p->spent_card_ns;
     p->epoch_queue_ns = p->spent_queue_ns;
     p->epoch_charged_ns = p->charged_ns;
-    if (first) {
-        p->first_epoch_ns = now;
-        return;
-    }
+    if (first)
+        p->first_epoch_ns = now; /* nothing reckoned yet, but a capped one says it is short */
     if (cap)
-        capped_epoch(p, io, cap, now, wall, slept, charged);
-    else
+        capped_epoch(p, io, cap, now, first ? 0 : wall, slept, charged);
+    else if (!first)
         uncapped_epoch(p, io, now, wall, held + slept, queue + app);
     unsigned mode = (p->side ? GPUSLICE_CARDFILE_SIDE : 0u) |
                     (p->short_until_ns > now ? GPUSLICE_CARDFILE_SHORT : 0u);
