@@ -212,10 +212,10 @@ def last_line(text: str) -> str:
 
 def pacer_account(log: str) -> Dict[str, Any]:
     """A shim tenant's account at exit (GPUSLICE_LOG=debug, which tenant_env sets): its
-    charges' parts, the credit its bucket did not keep, and what its queue's bound rested on;
-    those of them it printed."""
+    charges' parts, the credit its bucket did not keep, what its queue's bound rested on, and
+    side by side (where it reckoned any epoch); those of them it printed."""
     got = {"charged": shimbench.pacer_charged(log), "cut": shimbench.pacer_cut(log),
-           "bound": shimbench.pacer_bound(log)}
+           "bound": shimbench.pacer_bound(log), "side": shimbench.pacer_side(log)}
     return {k: v for k, v in got.items() if v}
 
 

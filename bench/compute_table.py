@@ -163,8 +163,8 @@ def charged_note(data: dict, seconds: int, windows: Sequence[int]) -> str:
 def pacer_note(data: dict) -> str:
     """'host-bound (14 of 64 behind); a launch charged 9.8 us in 230 busy periods' first
     intervals, 28.4 in later ones; 120 stand-asides, 8.2 ms of others' work off; 41.7 ms of
-    credit not kept in 90 refills': the shim's account of a whole run at exit (run_all's
-    "pacer"), '' without one. A launch charged more in first intervals than in later ones
+    credit not kept in 90 refills', and side by side where it reckoned any epoch: the shim's
+    account of a whole run at exit (run_all's "pacer"), '' without one. A launch charged more in first intervals than in later ones
     is what a hand-over or a wake-up costs it; credit not kept, for a GPU-bound tenant, what
     others' turns cost its cap."""
     acct = data.get("pacer") or {}
@@ -181,6 +181,16 @@ def pacer_note(data: dict) -> str:
     cut = acct.get("cut")
     if cut and cut["cuts"]:
         parts.append(f"{cut['cut_us'] / 1000:.1f} ms of credit not kept in {cut['cuts']} refills")
+    # Side by side: an uncapped tenant's epochs (a capped one reckons its waits as 0),
+    # and a capped one's where it held its neighbours in turns for more than its learning.
+    side = acct.get("side")
+    if side and (side["side"] or side["waiting_pm"]):
+        parts.append(f"side by side in {side['side']} of {side['epochs']} epochs, its own waits "
+                     f"{side['waiting_pm'] / 10:.0f} % of its time")
+    if side and (side["long"] or side["owed"]):
+        parts.append(f"said it was short in {side['learning']} epochs learning its time a launch, "
+                     f"{side['long']} for long kernels, {side['owed']} short of its cap (of "
+                     f"{side['epochs']})")
     return "; ".join(parts)
 
 

@@ -186,6 +186,19 @@ def pacer_cut(stderr: str) -> Optional[Dict[str, int]]:
     return first_account(PACER_CUT, CUT_FIELDS, stderr)
 
 
+# Side by side at exit (pace.h, epochs*; docs/compute-limit.md, Side by side): its epochs,
+# those it went side by side in (uncapped), and those it said it was short in (capped), why.
+PACER_SIDE = re.compile(r"side by side: (\d+) of (\d+) epochs side by side, its own waits "
+                        r"(\d+) per mille of its time; said it was short in (\d+) while it "
+                        r"learned its time a launch, (\d+) for long kernels, (\d+) short of its "
+                        r"cap \((-?\d+) per mille at exit\)")
+SIDE_FIELDS = ("side", "epochs", "waiting_pm", "learning", "long", "owed", "owed_pm")
+
+
+def pacer_side(stderr: str) -> Optional[Dict[str, int]]:
+    return first_account(PACER_SIDE, SIDE_FIELDS, stderr)
+
+
 # What its queue's bound rested on at exit (pace.h, gs_pace_host_bound): how many of its
 # last fence points found the GPU behind it.
 PACER_BOUND = re.compile(r"at exit (host|GPU)-bound: (\d+) of (\d+) at its last fence points")

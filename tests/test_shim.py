@@ -1396,6 +1396,15 @@ def test_without_pinned_memory_a_gated_tenant_waits_on_the_host(shim: Shim,
     assert s.region().devices[0].compute_launches == n
 
 
+def bench_module(name: str):
+    """bench/NAME.py, imported (bench/ is no package): how a bench reads the shim's log."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def beside_a_forged_holder(shim: Shim, tmp_path: Path, ops: List[str],
                            **env: str) -> Tuple[subprocess.CompletedProcess, Path]:
     """An uncapped tenant of a card of its own, with `env`, running `ops` while
@@ -1429,7 +1438,8 @@ def test_side_by_side_a_host_bound_tenant_says_so_in_its_seat(shim: Shim, tmp_pa
     # through a holder's turns after its first epochs and says so in its seat
     # (docs/compute-limit.md, Side by side); off, it never does.
     res, path = beside_a_forged_holder(shim, tmp_path, ["launch", "kernel", "5", "usleep", "300"] * 1000,
-                                       GPUSLICE_COMPUTE_SIDE=value, FAKECUDA_KERNEL_NS="20000")
+                                       GPUSLICE_COMPUTE_SIDE=value, FAKECUDA_KERNEL_NS="20000",
+                                       GPUSLICE_LOG="debug")
     launches = [r for r in results(res) if r[0] == "launch"]
     assert len(launches) == 1000 and all(r[1] == "0" for r in launches), res.stderr
     ffi, lib = cheader.ffi(), cheader.ffi().dlopen(None)
@@ -1438,6 +1448,14 @@ def test_side_by_side_a_host_bound_tenant_says_so_in_its_seat(shim: Shim, tmp_pa
     assert modes, "no seat taken"
     side = any(m & lib.GPUSLICE_CARDFILE_SIDE for m in modes)
     assert side == (value == "1"), (value, modes)
+    # Its account at exit says how many of its epochs it went side by side
+    # in (bench/compute_share prints it); off, it reckons none.
+    account = bench_module("shimbench").pacer_side(res.stderr)
+    if value == "1":
+        assert account is not None and 0 < account["side"] <= account["epochs"], res.stderr
+        assert account["waiting_pm"] < 400 and account["learning"] == account["owed"] == 0
+    else:
+        assert account is None, res.stderr
 
 
 @pytest.mark.parametrize("value", ["yes", "2"])
@@ -1596,10 +1614,7 @@ def test_the_pacer_accounts_for_what_it_cost_the_host_at_exit(shim: Shim, tmp_pa
     # others' work in drains before standing aside.
     # bench/shim_training and the suite's benches read them (bench/shimbench.py,
     # pacer_spent, pacer_charged and pacer_bound).
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("shimbench", REPO / "bench" / "shimbench.py")
-    shimbench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(shimbench)
+    shimbench = bench_module("shimbench")
 
     charges: Dict[str, int] = {}
     bounds: List[Dict[str, object]] = []

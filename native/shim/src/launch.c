@@ -801,6 +801,13 @@ __attribute__((destructor)) static void flush_at_exit(void)
                q->charged_estimated_ns / 1000, q->asides, q->aside_others_ns / 1000);
         GS_LOG(GS_LOG_DEBUG, "device %d: its bucket: %llu us of credit earned and not kept "
                "(over its burst) in %llu refills", i, q->credit_cut_ns / 1000, q->credit_cuts);
+        /* Side by side (pace_side.c): what kept it, or its neighbours, in turns. */
+        if (q->epochs)
+            GS_LOG(GS_LOG_DEBUG, "device %d: side by side: %llu of %llu epochs side by side, "
+                   "its own waits %d per mille of its time; said it was short in %llu while "
+                   "it learned its time a launch, %llu for long kernels, %llu short of its "
+                   "cap (%lld per mille at exit)", i, q->epochs_side, q->epochs, q->waiting_pm,
+                   q->epochs_learning, q->epochs_long, q->epochs_owed, q->owed_pm);
         gs_pace_leave(&pd->p, &pd->io);
         pthread_mutex_unlock(&pd->mu);
     }

@@ -128,6 +128,11 @@ struct gs_pacer {
     unsigned long long epoch_ns, epoch_sleep_ns, epoch_card_ns, epoch_queue_ns, epoch_charged_ns;
     unsigned long long first_epoch_ns;
     unsigned long long charged_ns;    /* charged, ever */
+    /* Its epochs, ever (launch.c's "side by side" line at exit): reckoned;
+     * uncapped, those it went side by side in; capped, those it said it was
+     * short in, while it learned its time a launch, for kernels of a time
+     * slice or more, and for running short of its cap. */
+    unsigned long long epochs, epochs_side, epochs_learning, epochs_long, epochs_owed;
     unsigned long long last_launch_ns, last_fence_ns;
     unsigned long long launch_ns;  /* the clock when the current launch began */
     unsigned long long returned_ns; /* when the last launch returned to the application */

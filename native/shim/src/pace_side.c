@@ -95,8 +95,13 @@ static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap
          * again at every epoch while so. */
         if (p->short_until_ns < now + 2 * GS_PACE_SIDE_EPOCH_NS)
             p->short_until_ns = now + 2 * GS_PACE_SIDE_EPOCH_NS;
+        if (p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS)
+            p->epochs_learning++;
+        else
+            p->epochs_long++;
     } else if (p->side_near && p->owed_pm > GS_PACE_SHORT_PM &&
                now - p->first_epoch_ns >= GS_PACE_SHORT_SETTLE_NS) {
+        p->epochs_owed++;
         /* Each time it is short again, for longer: one that side by side
          * holds below its cap would otherwise lose a few epochs at every look. */
         if (p->short_until_ns <= now && p->short_holds < 3)
@@ -142,10 +147,12 @@ void gs_pace_side_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long
     p->epoch_charged_ns = p->charged_ns;
     if (first)
         p->first_epoch_ns = now; /* nothing reckoned yet, but a capped one says it is short */
+    p->epochs += !first;
     if (cap)
         capped_epoch(p, io, cap, now, first ? 0 : wall, slept, charged);
     else if (!first)
         uncapped_epoch(p, io, now, wall, held + slept, queue + app);
+    p->epochs_side += !first && p->side;
     unsigned mode = (p->side ? GPUSLICE_CARDFILE_SIDE : 0u) |
                     (p->short_until_ns > now ? GPUSLICE_CARDFILE_SHORT : 0u);
     __atomic_store_n(&io->card->seats[io->seat].mode, mode, __ATOMIC_RELAXED);
