@@ -108,7 +108,7 @@ struct gs_pacer {
     unsigned long long per_launch_ns; /* GPU time one launch takes, smoothed; 0: unknown */
     /* Side by side (pace_side.c): a capped process's own time a launch, how
      * much of its intervals it was learned from since it began to learn it
-     * (again) and when that began, whether it was ever known, and whether
+     * (again) and when it last learned, whether it was ever known, and whether
      * the intervals completing now may teach it (no one else's work on the
      * card);
      * whether such a neighbour is there, how far short of its cap it ran while awake (per mille of

@@ -76,17 +76,14 @@ static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap
         long long owed = ((long long)(awake * cap / 100) - (long long)charged) * 1000 / (long long)awake;
         p->owed_pm += (owed - p->owed_pm) / 4;
     }
-    /* A capped process's first second (a start's credit, a neighbour's
-     * first service) is no measure of what side by side gives it. */
     p->side_near = others_say(io->card, io->seat, GPUSLICE_CARDFILE_SIDE, now,
                               GS_PACE_SIDE_EPOCH_NS + GS_PACE_BACKLOG_NS);
-    /* Its time a launch learned again every few seconds (a kernel that
-     * grew), charged as it was meanwhile. */
-    if (p->solo_ok && p->solo_known_ns >= GS_PACE_SOLO_KNOWN_NS &&
-        now - p->solo_at_ns > GS_PACE_SOLO_STALE_NS) {
-        p->solo_known_ns = 0;
+    /* Its time a launch learned again every few seconds after it was last
+     * (a kernel that grew), charged as it was meanwhile. */
+    if (p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS)
         p->solo_at_ns = now;
-    }
+    else if (now - p->solo_at_ns > GS_PACE_SOLO_STALE_NS)
+        p->solo_known_ns = 0;
     if (p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS || p->per_launch_ns >= GS_PACE_GATE_BATCH_NS) {
         /* Turns while it learns its own time a launch, and for kernels of
          * a time slice or more, into every one of which the GPU lets a
@@ -101,6 +98,8 @@ static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap
             p->epochs_long++;
     } else if (p->side_near && p->owed_pm > GS_PACE_SHORT_PM &&
                now - p->first_epoch_ns >= GS_PACE_SHORT_SETTLE_NS) {
+        /* (Not in its first second: a start's credit, a neighbour's first
+         * service, are no measure of what side by side gives it.) */
         p->epochs_owed++;
         /* Each time it is short again, for longer: one that side by side
          * holds below its cap would otherwise lose a few epochs at every look. */
