@@ -757,6 +757,20 @@ def test_a_gated_tenant_leaves_a_90_its_cap(sim: Path, program: str) -> None:
         assert within(run["m"].cardtime, cap), (cap, run.procs)
 
 
+def test_two_busy_uncapped_tenants_share_the_window_a_capped_one_leaves(sim: Path) -> None:
+    # Each held to the short queue in the window, their queues ran dry at
+    # every kernel and the GPU moved between their contexts every 0.27 ms,
+    # each move an idle switch: beside a 50 the host-bound step and the
+    # eager loop did 11 and 15 % of their steps alone (each alone beside it
+    # 46; plain time slicing 72 and 36). Beside another uncapped process's
+    # queue, a window's queue is half the window left, a time slice at most.
+    for cap, floors in ((50, (25, 20)), (30, (38, 30))):
+        run = simulate(sim, 6, f"a:matmul:{cap}:0", "e:trainh:0:1", "f:eagerloop:0:2")
+        assert within(run["a"].cardtime, cap), (cap, run.procs)
+        assert min(settled(run["e"].share)) >= floors[0], (cap, run.procs)
+        assert min(settled(run["f"].share)) >= floors[1], (cap, run.procs)
+
+
 # ------------------------------------------------------------- side by side
 
 @pytest.mark.parametrize("cap", [30, 50])
