@@ -845,6 +845,27 @@ def test_a_capped_tenant_of_long_kernels_keeps_its_neighbours_in_turns(sim: Path
         assert side.procs == turns.procs, (cap, turns.procs, side.procs)
 
 
+# Busy loops the suite does not have (outside checks): 100 launches of 20 us
+# kernels, 50 us apart, then 2 ms of host work after the step's sync; 40
+# launches of 20 us kernels with a 300 us one in five, 60 us apart, 0.8 ms
+# of host work.
+OUTSIDE_LOOPS = ("loop,k=20,l=50,n=100,h=2000", "loop,k=300,k2=20,every=5,l=60,n=40,h=800")
+
+
+@pytest.mark.parametrize("loop", OUTSIDE_LOOPS)
+def test_outside_busy_loops_side_by_side_beside_a_40(sim: Path, loop: str) -> None:
+    # With turns 55 and 52 % of their steps alone beside a 40, plain time
+    # slicing 82 and 47; side by side 82 and 61, the 40 within its band.
+    plain = statistics.mean(settled(
+        simulate(sim, 8, "a:matmul:0:0:noshim", f"b:{loop}:0:1:noshim")["b"].share))
+    turns = simulate(sim, 8, "a:matmul:40:0", f"b:{loop}:0:1")
+    side = simulate(sim, 8, "a:matmul:40:0", f"b:{loop}:0:1:side")
+    assert within(side["a"].cardtime, 40), side.procs
+    got = statistics.mean(settled(side["b"].share))
+    assert got >= 0.97 * plain and got > statistics.mean(settled(turns["b"].share)) + 5, \
+        (plain, turns.procs, side.procs)
+
+
 def test_two_capped_tenants_beside_a_side_by_side_one_each_get_their_cap(sim: Path) -> None:
     # Each capped process counts a wait for the other's turn as time it was
     # owed: beside two 30s the eager loop side by side left them 28.9-31.1.
