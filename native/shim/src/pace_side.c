@@ -146,7 +146,7 @@ void gs_pace_side_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long
     p->epoch_charged_ns = p->charged_ns;
     if (first)
         p->first_epoch_ns = now; /* nothing reckoned yet, but a capped one says it is short */
-    p->epochs += !first;
+    p->epochs++;
     if (cap)
         capped_epoch(p, io, cap, now, first ? 0 : wall, slept, charged);
     else if (!first)
