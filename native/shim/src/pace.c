@@ -60,7 +60,6 @@ int gs_pace_before(struct gs_pacer *p, unsigned long long now)
 static void charge_estimate(struct gs_pacer *p, unsigned long long launches)
 {
     p->charge_ns += launches * p->per_launch_ns;
-    p->charged_ns += launches * p->per_launch_ns;
     p->charged_estimated_ns += launches * p->per_launch_ns;
 }
 
@@ -142,7 +141,6 @@ void *gs_pace_done(struct gs_pacer *p, unsigned long long elapsed_ns, unsigned c
         unsigned long long ns = elapsed_ns / (f.behind ? 1ull + competitors : 1ull);
         ns = gs_pace_side_charge(p, ns, f.launches);
         p->charge_ns += ns;
-        p->charged_ns += ns;
         p->turn_card_ns += ns;
         if (p->ref_marker) {
             p->charged_firsts++;
@@ -389,12 +387,11 @@ static unsigned long long queue_bound(const struct gs_pacer *p, unsigned long lo
  * 50 as before (simulated). Not beside no other: a loop whose learned time
  * hides one 5 ms kernel in ten ran it into the holder's turn (a 50 got
  * 47.3). */
-static unsigned long long window_queue(const struct gpuslice_cardfile *c, int seat,
+static unsigned long long window_queue(struct gpuslice_cardfile *c, int seat,
                                        unsigned long long now, unsigned long long bound)
 {
-    unsigned long long w = __atomic_load_n(&c->free_until_ns, __ATOMIC_RELAXED);
-    if (w <= now || w - now > GS_PACE_ROUND_NS + GS_PACE_DRAIN_NS ||
-        !gs_card_others_queued_ns(c, seat, now, GS_PACE_AHEAD_NS))
+    unsigned long long w = load(&c->free_until_ns);
+    if (!window_open(w, now) || !gs_card_others_queued_ns(c, seat, now, GS_PACE_AHEAD_NS))
         return bound;
     unsigned long long most = (w - now) / 2;
     most = most < GS_PACE_GATE_BATCH_NS ? most : GS_PACE_GATE_BATCH_NS;

@@ -108,15 +108,15 @@ struct gs_pacer {
     unsigned long long per_launch_ns; /* GPU time one launch takes, smoothed; 0: unknown */
     /* Side by side (pace_side.c): a capped process's own time a launch, how
      * much of its intervals it was learned from since it began to learn it
-     * (again) and when it last learned, whether it was ever known, and whether
-     * the intervals completing now may teach it (no one else's work on the
-     * card);
-     * whether such a neighbour is there, how far short of its cap it ran while awake (per mille of
-     * the card, smoothed), until when it says so and how often it did; an
-     * uncapped one's share of its time waiting for its own work (per mille,
-     * smoothed), and whether it goes side by side; the epoch they are
-     * reckoned over (GS_PACE_SIDE_EPOCH_NS), what the counters below said at
-     * its start, and when the first began. */
+     * (again) and when it last learned, whether it was ever known, and
+     * whether the intervals completing now may teach it (no one else's work
+     * on the card); whether a side-by-side neighbour is there, how far short
+     * of its cap it ran while awake (per mille of the card, smoothed), until
+     * when it says so and how often it did; an uncapped one's share of its
+     * time waiting for its own work (per mille, smoothed), and whether it
+     * goes side by side; the epoch they are reckoned over
+     * (GS_PACE_SIDE_EPOCH_NS), what the counters below (and its charges,
+     * charged_*) said at its start, and when the first began. */
     unsigned long long solo_ns, solo_known_ns, solo_at_ns;
     int solo_ok, solo_clean;
     int side_near;
@@ -127,7 +127,6 @@ struct gs_pacer {
     int side;
     unsigned long long epoch_ns, epoch_sleep_ns, epoch_card_ns, epoch_queue_ns, epoch_charged_ns;
     unsigned long long first_epoch_ns;
-    unsigned long long charged_ns;    /* charged, ever */
     /* Its epochs, ever (launch.c's "side by side" line at exit): reckoned;
      * uncapped, those it went side by side in; capped, those it said it was
      * short in, while it learned its time a launch, for kernels of a time

@@ -166,6 +166,18 @@ unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, i
     return most;
 }
 
+int gs_card_others_say(const struct gpuslice_cardfile *c, int mine, unsigned what,
+                       unsigned long long now, unsigned long long fresh)
+{
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
+        const struct gpuslice_cardfile_seat *s = &c->seats[i];
+        if (i != mine && (__atomic_load_n(&s->mode, __ATOMIC_RELAXED) & what) &&
+            within(__atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED), now, GS_PACE_AHEAD_NS, fresh))
+            return 1;
+    }
+    return 0;
+}
+
 /* Whether another process has used the card within GS_PACE_STALE_NS (its
  * seat says so, drained or not). */
 int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now)

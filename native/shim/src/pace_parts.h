@@ -50,6 +50,13 @@ static inline int recent(unsigned long long t, unsigned long long now)
     return t && within(t, now, GS_PACE_STALE_NS, GS_PACE_STALE_NS);
 }
 
+/* A window a holder left uncapped waiters (their turn): it ends after the
+ * holder's queue and uncapped_turn(), no further ahead than a round. */
+static inline int window_open(unsigned long long until, unsigned long long now)
+{
+    return until > now && until - now <= GS_PACE_ROUND_NS + GS_PACE_DRAIN_NS;
+}
+
 /* ----------------------------------------------------------------- pace.c */
 
 /* GPU work we have queued: the launches in flight at the learned time each. */
@@ -76,6 +83,10 @@ void gs_pace_side_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long
 unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, int mine,
                                             unsigned long long now,
                                             unsigned long long believed);
+/* Whether another seat's mode says `what` (GPUSLICE_CARDFILE_SIDE or
+ * _SHORT) and its process stamped it within `fresh`. */
+int gs_card_others_say(const struct gpuslice_cardfile *c, int mine, unsigned what,
+                       unsigned long long now, unsigned long long fresh);
 /* Whether another process has used the card within GS_PACE_STALE_NS. */
 int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now);
 /* Say in our seat that we wait for our own queue (on), or no longer. */

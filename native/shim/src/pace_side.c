@@ -42,24 +42,16 @@ unsigned long long gs_pace_side_charge(struct gs_pacer *p, unsigned long long ns
     return launches * p->solo_ns;
 }
 
+/* What it was charged, ever: its charges' parts (pace.h, charged_*), before
+ * a drain's others' work was taken off. */
+static unsigned long long charged_ever(const struct gs_pacer *p)
+{
+    return p->charged_first_ns + p->charged_later_ns + p->charged_estimated_ns;
+}
+
 int gs_pace_side_learning(const struct gs_pacer *p, struct gs_pace_io *io)
 {
     return io->card && io->turns && p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS && io->cap(io);
-}
-
-/* Another seat says `what` (GPUSLICE_CARDFILE_SIDE or _SHORT), and its
- * process stamped it within `fresh`. */
-static int others_say(const struct gpuslice_cardfile *c, int mine, unsigned what,
-                      unsigned long long now, unsigned long long fresh)
-{
-    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
-        const struct gpuslice_cardfile_seat *s = &c->seats[i];
-        if (i == mine || !(__atomic_load_n(&s->mode, __ATOMIC_RELAXED) & what))
-            continue;
-        if (within(__atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED), now, GS_PACE_AHEAD_NS, fresh))
-            return 1;
-    }
-    return 0;
 }
 
 /* A capped process: how far short of its cap it ran while awake (not asleep
@@ -76,7 +68,7 @@ static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap
         long long owed = ((long long)(awake * cap / 100) - (long long)charged) * 1000 / (long long)awake;
         p->owed_pm += (owed - p->owed_pm) / 4;
     }
-    p->side_near = others_say(io->card, io->seat, GPUSLICE_CARDFILE_SIDE, now,
+    p->side_near = gs_card_others_say(io->card, io->seat, GPUSLICE_CARDFILE_SIDE, now,
                               GS_PACE_SIDE_EPOCH_NS + GS_PACE_BACKLOG_NS);
     /* Its time a launch learned again every few seconds after it was last
      * (a kernel that grew), charged as it was meanwhile. */
@@ -120,7 +112,8 @@ static void uncapped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned l
         unsigned long long pm = waited * 1000 / (wall - apart);
         p->waiting_pm += ((int)(pm > 1000 ? 1000 : pm) - p->waiting_pm) / 2;
     }
-    int shorted = others_say(io->card, io->seat, GPUSLICE_CARDFILE_SHORT, now, GS_PACE_STALE_NS);
+    int shorted =
+        gs_card_others_say(io->card, io->seat, GPUSLICE_CARDFILE_SHORT, now, GS_PACE_STALE_NS);
     p->side = !shorted && !io->gate_close &&
               p->waiting_pm < (p->side ? GS_PACE_SIDE_OFF_PM : GS_PACE_SIDE_ON_PM);
 }
@@ -136,14 +129,14 @@ void gs_pace_side_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long
     unsigned long long slept = p->spent_sleep_ns - p->epoch_sleep_ns;
     unsigned long long held = p->spent_card_ns - p->epoch_card_ns;
     unsigned long long queue = p->spent_queue_ns - p->epoch_queue_ns;
-    unsigned long long charged = p->charged_ns - p->epoch_charged_ns;
+    unsigned long long charged = charged_ever(p) - p->epoch_charged_ns;
     unsigned long long app = __atomic_exchange_n(&p->app_wait_ns, 0, __ATOMIC_RELAXED);
     int first = !p->epoch_ns;
     p->epoch_ns = now;
     p->epoch_sleep_ns = p->spent_sleep_ns;
     p->epoch_card_ns = p->spent_card_ns;
     p->epoch_queue_ns = p->spent_queue_ns;
-    p->epoch_charged_ns = p->charged_ns;
+    p->epoch_charged_ns = charged_ever(p);
     if (first)
         p->first_epoch_ns = now; /* nothing reckoned yet, but a capped one says it is short */
     p->epochs++;

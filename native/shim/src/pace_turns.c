@@ -62,13 +62,6 @@ static unsigned long long wait_spending(struct gs_pace_io *io, struct gs_allowan
 
 /* ------------------------------------------------------------------ turns */
 
-/* A window a holder left uncapped waiters (their turn): it ends after the
- * holder's queue and uncapped_turn(), no further ahead than a round. */
-static int window_open(unsigned long long until, unsigned long long now)
-{
-    return until > now && until - now <= GS_PACE_ROUND_NS + GS_PACE_DRAIN_NS;
-}
-
 /* Whose turn it is, if it is someone else's and still running. */
 static int turn_elsewhere(struct gs_pace_io *io, unsigned long long now)
 {
