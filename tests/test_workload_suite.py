@@ -862,6 +862,20 @@ def test_compute_share_side_runs_each_goal_2_pair_side_by_side_too_and_judges_it
     assert not any(sc.name.endswith(" side") for sc in plain)
 
 
+def test_compute_share_crowds_with_suite_runs_two_busy_tenants_beside_a_50_between_references():
+    plan = cs.scenarios((30,), pairs_only=True, crowds=True, suite_rows=True)
+    names = [sc.name for sc in plan]
+    i = names.index("trio eagerloop+train+50")
+    ts3 = "ts eagerloop+train+none"
+    assert names[i - 1] == names[i + 1] == ts3
+    assert [(t.program, t.cap, t.shim) for t in plan[i].tenants] == [
+        ("eagerloop", None, True), ("train", None, True), ("matmul", 50, True)]
+    assert all(not t.shim for t in plan[i - 1].tenants + plan[i + 1].tenants)
+    # Neither without the suite nor without --crowds.
+    for kw in ({"crowds": True, "suite_rows": False}, {"crowds": False, "suite_rows": True}):
+        assert ts3 not in [sc.name for sc in cs.scenarios((30,), pairs_only=True, **kw)]
+
+
 def test_compute_share_side_without_suite_exits_2_naming_it():
     res = subprocess.run([sys.executable, str(BENCH / "compute_share"), "--side"],
                          capture_output=True, text=True, timeout=60)
