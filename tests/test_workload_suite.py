@@ -741,21 +741,28 @@ SUITE_SECONDS = 4
 
 def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float],
                  charged: Optional[float] = None, account: Optional[dict] = None,
-                 side: bool = False) -> Dict:
+                 side: bool = False, trio: Optional[List[float]] = None) -> Dict:
     """compute_share --suite's plan (caps 30) on synthetic runs: eagerloop at the
     given share of its rate in each pair, at refs[k] in the k-th plain time
     slicing run (its uncapped matmul at 0.4), every other program at its cap
     or whole; with `charged`, the capped tenants' regions sampled at that
     share of each second; with `account`, every shim tenant's account at exit
-    (run_all's "pacer"); with `side`, the pairs side by side too (--side); its
-    rows, by (scenario, program, cap)."""
-    plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True, side=side)
+    (run_all's "pacer"); with `side`, the pairs side by side too (--side);
+    with `trio`, --crowds too, eagerloop at trio[k] in the k-th run of the
+    trio and its references, in plan order; its rows, by (scenario,
+    program, cap)."""
+    plan = cs.scenarios((30,), pairs_only=True, crowds=trio is not None, suite_rows=True,
+                        side=side)
     ref_shares = iter(refs)
+    trio_shares = iter(trio or [])
     at = 1000.0
     for sc in plan:
         ref = next(ref_shares) if sc.name == cs.ts_ref("eagerloop") else None
+        in_trio = next(trio_shares) if sc.name in (cs.TRIO, cs.TRIO_TS) else None
         for t in sc.tenants:
-            if t.program == "eagerloop":
+            if t.program == "eagerloop" and in_trio is not None:
+                s = in_trio
+            elif t.program == "eagerloop":
                 s = ref if ref is not None else eagerloop.get(sc.name, 1.0)
             elif ref is not None:
                 s = 0.4
@@ -862,15 +869,21 @@ def test_compute_share_side_runs_each_goal_2_pair_side_by_side_too_and_judges_it
     assert not any(sc.name.endswith(" side") for sc in plain)
 
 
-def test_compute_share_crowds_with_suite_runs_two_busy_tenants_beside_a_50_between_references():
+def test_compute_share_crowds_with_suite_runs_two_busy_tenants_beside_a_50_between_references(
+        monkeypatch):
     plan = cs.scenarios((30,), pairs_only=True, crowds=True, suite_rows=True)
     names = [sc.name for sc in plan]
-    i = names.index("trio eagerloop+train+50")
-    ts3 = "ts eagerloop+train+none"
+    i = names.index(cs.TRIO)
+    ts3 = cs.TRIO_TS
     assert names[i - 1] == names[i + 1] == ts3
     assert [(t.program, t.cap, t.shim) for t in plan[i].tenants] == [
         ("eagerloop", None, True), ("train", None, True), ("matmul", 50, True)]
     assert all(not t.shim for t in plan[i - 1].tenants + plan[i + 1].tenants)
+    # Reported against the mean of the two: 0.3 against (0.5 + 0.7) / 2.
+    by = judged_suite(monkeypatch, {}, [0.6, 0.6, 0.6], trio=[0.5, 0.3, 0.7])
+    row = by[(cs.TRIO, "eagerloop", "none")]
+    assert row.result == "report" and row.note.startswith("0.50 x plain time slicing"), row.note
+    assert by[(cs.TRIO, "matmul", "50")].result == ct.PASS
     # Neither without the suite nor without --crowds.
     for kw in ({"crowds": True, "suite_rows": False}, {"crowds": False, "suite_rows": True}):
         assert ts3 not in [sc.name for sc in cs.scenarios((30,), pairs_only=True, **kw)]
