@@ -886,11 +886,34 @@ def test_outside_busy_loops_side_by_side_beside_a_40(sim: Path, loop: str) -> No
         (plain, turns.procs, side.procs)
 
 
-def test_two_capped_tenants_beside_a_side_by_side_one_each_get_their_cap(sim: Path) -> None:
-    # Each capped process counts a wait for the other's turn as time it was
-    # owed: beside two 30s the eager loop side by side left them 28.9-31.1.
-    run = simulate(sim, 8, "a:matmul:30:0", "b:matmul:30:1", "c:eagerloop:0:2:side")
-    assert within(run["a"].cardtime, 30) and within(run["b"].cardtime, 30), run.procs
+@pytest.mark.parametrize("caps", [(30, 30), (40, 40), (10, 50), (20, 30)])
+@pytest.mark.parametrize("program", ["eagerloop", "trainh"])
+def test_two_capped_tenants_beside_a_side_by_side_one_each_get_their_cap(
+        sim: Path, caps: Tuple[int, int], program: str) -> None:
+    # Two capped ones share the card by turns; a tenant side by side beside
+    # them halved each turn (a 50 beside a 10 and the eager loop got 17 %
+    # while it was, 47.5 in the window after; two 40s 36.3): side by side
+    # only beside one other process, and every figure is what it is without
+    # the option (the capped ones then keep their caps: the test above).
+    procs = (f"a:matmul:{caps[0]}:0", f"b:matmul:{caps[1]}:1", f"c:{program}:0:2")
+    turns = simulate(sim, 6, *procs)
+    side = simulate(sim, 6, *procs[:2], procs[2] + ":side")
+    assert side["c"].side[0] == 0, side.procs
+    assert without_side(side) == without_side(turns), (turns.procs, side.procs)
+
+
+@pytest.mark.parametrize("cap", [30, 50])
+def test_two_busy_uncapped_tenants_with_side_by_side_on_beside_a_capped_one_take_turns(
+        sim: Path, cap: int) -> None:
+    # The host-bound step went side by side, the eager loop stayed in turns
+    # (its waits for its windows), and the capped 30 waited for the loop's
+    # windows with the step's work in its own turns: 26.1-27.1, its credit
+    # lost (simulated). Beside two others neither goes: as without the option.
+    turns = simulate(sim, 6, f"a:matmul:{cap}:0", "e:trainh:0:1", "f:eagerloop:0:2")
+    side = simulate(sim, 6, f"a:matmul:{cap}:0", "e:trainh:0:1:side", "f:eagerloop:0:2:side")
+    assert side["e"].side[0] == side["f"].side[0] == 0, side.procs
+    assert without_side(side) == without_side(turns), (turns.procs, side.procs)
+    assert within(side["a"].cardtime, cap), side.procs
 
 
 @pytest.mark.parametrize("program", ["eagerloop", "trainh"])

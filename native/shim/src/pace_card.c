@@ -178,17 +178,18 @@ int gs_card_others_say(const struct gpuslice_cardfile *c, int mine, unsigned wha
     return 0;
 }
 
-/* Whether another process has used the card within GS_PACE_STALE_NS (its
- * seat says so, drained or not). */
+/* How many other processes have used the card within GS_PACE_STALE_NS
+ * (their seats say so, drained or not). */
 int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now)
 {
+    int n = 0;
     for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
         const struct gpuslice_cardfile_seat *s = &c->seats[i];
         if (i != mine && seat_held(__atomic_load_n(&s->owner, __ATOMIC_RELAXED),
                                    __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED), now))
-            return 1;
+            n++;
     }
-    return 0;
+    return n;
 }
 
 /* Whether another process may still launch into a turn taken at `since`:

@@ -5,8 +5,8 @@
  * passes, a training step whose host work outlasts its kernels) then gets
  * less than plain time slicing gives it beside the same neighbour uncapped
  * (goal 2; docs/compute-limit.md, Side by side). Such a process, whose own
- * work seldom keeps it waiting, launches through the holders' turns instead,
- * and says so in its seat. A capped process beside such a seat is charged,
+ * work seldom keeps it waiting, launches through the holder's turns instead
+ * where it is the only other process on the card, and says so in its seat. A capped process beside such a seat is charged,
  * for its intervals, at most its launches at the time each took with no such
  * neighbour (the GPU's time slices of the neighbour's kernels are not its
  * card time); and once it runs short of its cap while awake (a 90 beside a
@@ -114,7 +114,16 @@ static void uncapped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned l
     }
     int shorted =
         gs_card_others_say(io->card, io->seat, GPUSLICE_CARDFILE_SHORT, now, GS_PACE_STALE_NS);
-    p->side = !shorted && !io->gate_close &&
+    /* Only beside one other process: two capped ones share the card by
+     * turns, and each turn, time sliced with ours, gave its holder half of
+     * it (a 50 and a 10 beside the eager loop side by side: the 50 at 17 %
+     * while it was, then 47.5 in the window after; two 40s 36.3); beside a
+     * capped one and another uncapped one in turns, the capped one waited
+     * for the other's windows with our work in its turns, and lost its
+     * credit (a 30 beside the step side by side and the eager loop: 26.1-27.1,
+     * simulated). */
+    int others = gs_card_others_seated(io->card, io->seat, now);
+    p->side = !shorted && others < 2 && !io->gate_close &&
               p->waiting_pm < (p->side ? GS_PACE_SIDE_OFF_PM : GS_PACE_SIDE_ON_PM);
 }
 
