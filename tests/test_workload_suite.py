@@ -179,36 +179,45 @@ def test_subsets_shrink_the_plan():
         cl.parse(["--neighbours", "resnet"])
 
 
-def test_gates_run_each_uncapped_normal_tenants_scenario_twice_and_judge_both():
-    args = cl.parse(["--part", "1", "--no-mps", "--gates"])
-    assert args.gates
+@pytest.mark.parametrize("flag,suffix,off,on", [
+    ("--gates", " gated", cr.GATES_OFF, cr.GATES_ON),
+    ("--side", " side", {}, cr.SIDE_ON)])
+def test_gates_or_side_run_each_uncapped_normal_tenants_scenario_twice_and_judge_both(
+        flag, suffix, off, on):
+    args = cl.parse(["--part", "1", "--no-mps", flag])
+    assert getattr(args, flag[2:])
     plain, _ = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, False,
-                        gates=True)
+                        **{flag[2:]: True})
     names = [sc.name for sc in plain]
     for base in ("beside matmul 30", "beside matmul 30+30", "beside train 50",
                  "high beside matmul none"):
         i = names.index(base)
-        assert names[i + 1] == f"{base} gated"
-        for sc, want in ((plain[i], cr.GATES_OFF), (plain[i + 1], cr.GATES_ON)):
+        assert names[i + 1] == f"{base}{suffix}"
+        for sc, want in ((plain[i], off), (plain[i + 1], on)):
             for t in sc.tenants:
                 assert t.env == (want if t.shim else {}), (sc.name, t.key)
-    # No tenant there could gate: a capped L, a high L beside a capped neighbour, a reference.
+    # No tenant there waits for turns: a capped L, a high L beside a capped
+    # neighbour, a reference.
     for name in ("L50 beside matmul 50", "high beside matmul 50", "ref 1 matmul", "alone"):
-        assert name in names and f"{name} gated" not in names
+        assert name in names and f"{name}{suffix}" not in names
         assert all(not t.env for t in plain[names.index(name)].tenants)
-    # The gated twin is judged against the same plain time slicing run.
+    # The twin is judged against the same plain time slicing run.
     p99 = {"ref 1 matmul": 5.0, "ref 2 matmul": 9.0, "ref 1 train": 6.0, "alone": 1.0,
-           "beside matmul 50": 4.0, "beside matmul 50 gated": 6.0}
+           "beside matmul 50": 4.0, f"beside matmul 50{suffix}": 6.0}
     fill(plain, p99)
     rows, _ = rows_of(plain)
     got = {(r[0], r[1], r[2]): r for r in rows}
     key = next(k for k in got if k[2] == "beside matmul 50")
     assert got[key][7] == "0.80" and got[key][-2] == ct.PASS
-    gated = got[(key[0], key[1], "beside matmul 50 gated")]
-    assert gated[7] == "1.20" and gated[-2] == ct.FAIL
-    # Without --gates, nothing is doubled and nothing is steered.
+    twin = got[(key[0], key[1], f"beside matmul 50{suffix}")]
+    assert twin[7] == "1.20" and twin[-2] == ct.FAIL
+    # Without the flag, nothing is doubled and nothing is steered.
     plain, _ = cl.build(args.shapes, args.arrivals, args.neighbours, args.rows, False)
-    assert not any(sc.name.endswith("gated") or any(t.env for t in sc.tenants) for sc in plain)
+    assert not any(sc.name.endswith(suffix) or any(t.env for t in sc.tenants) for sc in plain)
+    # Two doubling flags at once: one line, exit 2.
+    with pytest.raises(SystemExit) as e:
+        cl.parse(["--gates", "--side"])
+    assert e.value.code == 2
 
 
 def test_an_ab_runs_each_shim_scenario_with_both_builds_alternating_and_compares_them(
