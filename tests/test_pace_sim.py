@@ -69,8 +69,10 @@ class Run:
         return self.procs[name]
 
 
-def simulate(sim: Path, seconds: int, *procs: str, turns: bool = True) -> Run:
-    res = subprocess.run([str(sim), *([] if turns else ["--no-turns"]), str(seconds), *procs],
+def simulate(sim: Path, seconds: int, *procs: str, turns: bool = True,
+             side_all: bool = False) -> Run:
+    flag = [] if turns and not side_all else ["--side"] if turns else ["--no-turns"]
+    res = subprocess.run([str(sim), *flag, str(seconds), *procs],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     out: Dict[str, Proc] = {}
@@ -900,6 +902,17 @@ def test_two_capped_tenants_beside_a_side_by_side_one_each_get_their_cap(
     side = simulate(sim, 6, *procs[:2], procs[2] + ":side")
     assert side["c"].side[0] == 0, side.procs
     assert without_side(side) == without_side(turns), (turns.procs, side.procs)
+
+
+def test_pace_sim_side_puts_every_process_side_by_side(sim: Path) -> None:
+    # pace_sim --side: GPUSLICE_COMPUTE_SIDE=1 in every container, what side
+    # by side by default would do (docs/compute-limit.md, Why not by default):
+    # as the option on each process, and nothing without it.
+    procs = ("a:matmul:30:0", "e:trainh:0:1")
+    every = simulate(sim, 4, *procs, side_all=True)
+    assert every["e"].side[0] > 0, every.procs
+    assert every.procs == simulate(sim, 4, procs[0], procs[1] + ":side").procs
+    assert simulate(sim, 4, *procs)["e"].side == (), every.procs
 
 
 @pytest.mark.parametrize("cap", [30, 50])

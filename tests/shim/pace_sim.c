@@ -22,9 +22,11 @@
  * if it heads the queue of the context running). A queue holds at most QUEUE_DEPTH
  * kernels; a launch into a full queue blocks, as the driver's does.
  *
- * Usage: pace_sim [--no-turns] SECONDS PROC...
+ * Usage: pace_sim [--no-turns | --side] SECONDS PROC...
  *   PROC = name:program:cap:container[:option]...
  *   --no-turns: tenants share the card side by side (GPUSLICE_COMPUTE_TURNS=0)
+ *   --side: every process with the option side (GPUSLICE_COMPUTE_SIDE=1 in
+ *   every container: what side by side by default would do)
  *   program: matmul (230 us kernels, 10 us launches), tiny (2 us kernels,
  *   10 us launches: CPU-bound), graph (570 us replays, 15 us launches),
  *   big (8 ms kernels), huge (13.7 ms: a 16384^2 fp16 matmul on an H200),
@@ -255,6 +257,7 @@ static unsigned long long early_charged[MAX_PROCS + 1];
 static unsigned bucket_cap[MAX_PROCS + 1];
 static struct gpuslice_cardfile card;
 static int turns = 1;
+static int side_all; /* --side */
 /* The GPU's state: the context it runs (-1: none), the one it ran last, how
  * much of the slice and of a context switch is left, the time it executed. */
 static int gpu_on, gpu_last;
@@ -1012,7 +1015,7 @@ static int parse_proc(const char *arg, struct proc *p)
     p->every_ns = p->prog ? p->prog->every_ns : 0;
     p->wake_ns = p->wake_due = 0;
     p->gates = 0;
-    p->side = 0;
+    p->side = side_all;
     for (char *opt; (opt = strtok_r(NULL, ":", &save));) {
         double from, to;
         char tail;
@@ -1052,9 +1055,13 @@ int main(int argc, char **argv)
         turns = 0;
         argv++;
         argc--;
+    } else if (argc > 1 && strcmp(argv[1], "--side") == 0) {
+        side_all = 1;
+        argv++;
+        argc--;
     }
     if (argc < 3) {
-        fprintf(stderr, "usage: pace_sim [--no-turns] SECONDS name:program:cap:container"
+        fprintf(stderr, "usage: pace_sim [--no-turns | --side] SECONDS name:program:cap:container"
                         "[:option]...\n");
         return 2;
     }
