@@ -519,7 +519,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
          * queues as under plain time slicing; held to the short queue, a
          * host-bound step waited at its fences for a capped neighbour's
          * time slices, and its waits then took it for GPU-bound. */
-        int short_queue = c && gs_card_others_seated(c, io->seat, now) &&
+        int short_queue = c && gs_card_others_seated(c, io->seat, now, 1) &&
                           (!gs_pace_host_bound(p) || io->gate_close);
         unsigned long long bound =
             queue_bound(p, now, short_queue ? GS_PACE_QUEUE_NS : GS_PACE_ALONE_QUEUE_NS);

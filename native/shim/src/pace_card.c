@@ -179,11 +179,13 @@ int gs_card_others_say(const struct gpuslice_cardfile *c, int mine, unsigned wha
 }
 
 /* How many other processes have used the card within GS_PACE_STALE_NS
- * (their seats say so, drained or not). */
-int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now)
+ * (their seats say so, drained or not), counted up to `enough` (a fence
+ * point asks whether there is one: it stops at the first). */
+int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now,
+                          int enough)
 {
     int n = 0;
-    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS; i++) {
+    for (int i = 0; i < GPUSLICE_CARDFILE_SEATS && n < enough; i++) {
         const struct gpuslice_cardfile_seat *s = &c->seats[i];
         if (i != mine && seat_held(__atomic_load_n(&s->owner, __ATOMIC_RELAXED),
                                    __atomic_load_n(&s->backlog_ns, __ATOMIC_RELAXED), now))

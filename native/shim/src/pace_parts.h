@@ -87,8 +87,9 @@ unsigned long long gs_card_others_queued_ns(const struct gpuslice_cardfile *c, i
  * _SHORT) and its process stamped it within `fresh`. */
 int gs_card_others_say(const struct gpuslice_cardfile *c, int mine, unsigned what,
                        unsigned long long now, unsigned long long fresh);
-/* How many other processes have used the card within GS_PACE_STALE_NS. */
-int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now);
+/* How many other processes have used the card within GS_PACE_STALE_NS, up to `enough`. */
+int gs_card_others_seated(const struct gpuslice_cardfile *c, int mine, unsigned long long now,
+                          int enough);
 /* Say in our seat that we wait for our own queue (on), or no longer. */
 void gs_card_blocked(struct gpuslice_cardfile *c, int seat, unsigned long long token, int on);
 /* Whether another process may still launch into a turn taken at `since`. */

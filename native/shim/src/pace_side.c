@@ -122,7 +122,7 @@ static void uncapped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned l
      * for the other's windows with our work in its turns, and lost its
      * credit (a 30 beside the step side by side and the eager loop: 26.1-27.1,
      * simulated). */
-    int others = gs_card_others_seated(io->card, io->seat, now);
+    int others = gs_card_others_seated(io->card, io->seat, now, 2);
     p->side = !shorted && others < 2 && !io->gate_close &&
               p->waiting_pm < (p->side ? GS_PACE_SIDE_OFF_PM : GS_PACE_SIDE_ON_PM);
 }
