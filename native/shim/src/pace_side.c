@@ -5,9 +5,10 @@
  * passes, a training step whose host work outlasts its kernels) then gets
  * less than plain time slicing gives it beside the same neighbour uncapped
  * (goal 2; docs/compute-limit.md, Side by side). Such a process, whose own
- * work seldom keeps it waiting, launches through the holder's turns instead
- * where it is the only other process on the card, and says so in its seat. A capped process beside such a seat is charged,
- * for its intervals, at most its launches at the time each took with no such
+ * work seldom keeps it waiting, launches through the holder's turns instead,
+ * where that holder is the only other process on the card, and says so in
+ * its seat. A capped process beside such a seat is charged, for its
+ * intervals, at most its launches at the time each took with no such
  * neighbour (the GPU's time slices of the neighbour's kernels are not its
  * card time); and once it runs short of its cap while awake (a 90 beside a
  * neighbour that time slicing gives half the card), it says so, and the
