@@ -164,9 +164,9 @@ def pacer_note(data: dict) -> str:
     """'host-bound (14 of 64 behind); a launch charged 9.8 us in 230 busy periods' first
     intervals, 28.4 in later ones; 120 stand-asides, 8.2 ms of others' work off; 41.7 ms of
     credit not kept in 90 refills', and side by side where it reckoned any epoch: the shim's
-    account of a whole run at exit (run_all's "pacer"), '' without one. A launch charged more in first intervals than in later ones
-    is what a hand-over or a wake-up costs it; credit not kept, for a GPU-bound tenant, what
-    others' turns cost its cap."""
+    account of a whole run at exit (run_all's "pacer"), '' without one. A launch charged more
+    in first intervals than in later ones is what a hand-over or a wake-up costs it; credit
+    not kept, for a GPU-bound tenant, what others' turns cost its cap."""
     acct = data.get("pacer") or {}
     parts = []
     b = acct.get("bound")

@@ -66,11 +66,12 @@ static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap
 {
     if (wall > apart + GS_PACE_SIDE_EPOCH_NS / 4) {
         unsigned long long awake = wall - apart;
-        long long owed = ((long long)(awake * cap / 100) - (long long)charged) * 1000 / (long long)awake;
+        long long owed =
+            ((long long)(awake * cap / 100) - (long long)charged) * 1000 / (long long)awake;
         p->owed_pm += (owed - p->owed_pm) / 4;
     }
     p->side_near = gs_card_others_say(io->card, io->seat, GPUSLICE_CARDFILE_SIDE, now,
-                              GS_PACE_SIDE_EPOCH_NS + GS_PACE_BACKLOG_NS);
+                                      GS_PACE_SIDE_EPOCH_NS + GS_PACE_BACKLOG_NS);
     /* Its time a launch learned again every few seconds after it was last
      * (a kernel that grew), charged as it was meanwhile. */
     if (p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS)
