@@ -1240,6 +1240,24 @@ def test_outside_neighbours_keep_their_cap_beside_requests(sim: Path, nname: str
                     shape, arrival, nname, cap, shares, claimed)
 
 
+@pytest.mark.parametrize("cap", [30, 40])
+@pytest.mark.parametrize("neighbour", ["step", "uneven"])
+@pytest.mark.parametrize("shape,arrival", [("mlp", ""), ("bert", ":poisson"), ("twograph", ""),
+                                           ("rpc", ":poisson")])
+def test_a_capped_tenant_of_uneven_kernels_beside_side_by_side_requests_keeps_its_cap(
+        sim: Path, shape: str, arrival: str, neighbour: str, cap: int) -> None:
+    # Beside a side-by-side seat a capped process is charged at most what its
+    # launches take alone; held to their average, an interval of its longer
+    # kernels paid for a mean one while a shorter one paid its own: the step
+    # (60 and 8 us kernels in turn) at 40 ran at 43.2 by card time beside
+    # graph replays, one 3 ms kernel in ten at 30 up to 67.9 beside mlp
+    # (pace_side.c). Outside shapes: none of these is the suite's.
+    run = simulate(sim, 6, f"l:{OUTSIDE_SHAPES[shape]}:0:0{arrival}:side",
+                   f"n:{OUTSIDE_NEIGHBOURS[neighbour]}:{cap}:1")
+    assert run["l"].side[0] > 0, run.procs
+    assert all(c <= cap + TOLERANCE for c in settled(run["n"].cardtime)), run.procs
+
+
 def test_a_program_given_by_its_figures_runs_as_given(sim: Path) -> None:
     # The outside checks' shapes are read from the command line: a request
     # of 12 kernels of 90 us is 1.1 ms of GPU work; a malformed or

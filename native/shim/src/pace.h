@@ -68,6 +68,8 @@
 #define GS_PACE_SHORT_SETTLE_NS 1000000000ull /* ... not in its first second */
 #define GS_PACE_SOLO_KNOWN_NS 50000000ull /* ... nor while it has timed less than this of its launches with no such neighbour */
 #define GS_PACE_SOLO_STALE_NS 4000000000ull /* ... within this long */
+#define GS_PACE_SOLO_SPREADS 2ull /* ... an interval is charged at most its launches at that time and this many spreads */
+#define GS_PACE_SOLO_UNEVEN 2ull /* ... and in full where a launch strays from it by more than 1/this on average */
 #define GS_PACE_WAIT_PLACES 8 /* a request's waits told apart by their place in it (gs_pace_waited) */
 #define GS_PACE_FOLLOWED 64   /* waits_resumed of waits all followed at once; below half, one lets go */
 #define GS_PACE_BEHIND 64     /* fences_behind of fence points that all found the GPU behind us; below half, host-bound */
@@ -107,7 +109,8 @@ struct gs_pacer {
     unsigned per_fence;            /* launches between fences */
     unsigned long long per_launch_ns; /* GPU time one launch takes, smoothed; 0: unknown */
     /* Side by side (pace_side.c): a capped process's own time a launch, how
-     * much of its intervals it was learned from since it began to learn it
+     * far one interval's time a launch strays from it (smoothed), how
+ * much of its intervals it was learned from since it began to learn it
      * (again) and when it last learned, whether it was ever known, and
      * whether the intervals completing now may teach it (no one else's work
      * on the card); whether a side-by-side neighbour is there, how far short
@@ -117,7 +120,7 @@ struct gs_pacer {
      * goes side by side; the epoch they are reckoned over
      * (GS_PACE_SIDE_EPOCH_NS), what the counters below (and its charges,
      * charged_*) said at its start, and when the first began. */
-    unsigned long long solo_ns, solo_known_ns, solo_at_ns;
+    unsigned long long solo_ns, solo_spread_ns, solo_known_ns, solo_at_ns;
     int solo_ok, solo_clean;
     int side_near;
     long long owed_pm;
