@@ -187,10 +187,10 @@ def pacer_note(data: dict) -> str:
     if side and (side["side"] or side["waiting_pm"]):
         parts.append(f"side by side in {side['side']} of {side['epochs']} epochs, its own waits "
                      f"{side['waiting_pm'] / 10:.0f} % of its time")
-    if side and (side["long"] or side["owed"]):
+    if side and (side["long"] or side["high"] or side["owed"]):
         parts.append(f"said it was short in {side['learning']} epochs learning its time a launch, "
-                     f"{side['long']} for long kernels, {side['owed']} short of its cap (of "
-                     f"{side['epochs']})")
+                     f"{side['long']} for long kernels, {side['high']} for a cap over half the "
+                     f"card, {side['owed']} short of its cap (of {side['epochs']})")
     return "; ".join(parts)
 
 

@@ -190,9 +190,10 @@ def pacer_cut(stderr: str) -> Optional[Dict[str, int]]:
 # those it went side by side in (uncapped), and those it said it was short in (capped), why.
 PACER_SIDE = re.compile(r"side by side: (\d+) of (\d+) epochs side by side, its own waits "
                         r"(\d+) per mille of its time; said it was short in (\d+) while it "
-                        r"learned its time a launch, (\d+) for long kernels, (\d+) short of its "
-                        r"cap \((-?\d+) per mille at exit\)")
-SIDE_FIELDS = ("side", "epochs", "waiting_pm", "learning", "long", "owed", "owed_pm")
+                        r"learned its time a launch, (\d+) for long kernels, (\d+) for a cap "
+                        r"over half the card, (\d+) short of its cap \((-?\d+) per mille at "
+                        r"exit\)")
+SIDE_FIELDS = ("side", "epochs", "waiting_pm", "learning", "long", "high", "owed", "owed_pm")
 
 
 def pacer_side(stderr: str) -> Optional[Dict[str, int]]:

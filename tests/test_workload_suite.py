@@ -646,14 +646,15 @@ def test_a_shim_tenants_account_at_exit_is_read_from_its_log_and_noted():
 
 SIDE_LOG = ("gpuslice[7]: debug: device 0: side by side: 180 of 200 epochs side by side, its "
             "own waits 212 per mille of its time; said it was short in 0 while it learned its "
-            "time a launch, 0 for long kernels, 0 short of its cap (0 per mille at exit)\n")
+            "time a launch, 0 for long kernels, 0 for a cap over half the card, 0 short of its cap "
+            "(0 per mille at exit)\n")
 
 
 def test_side_by_side_at_exit_is_read_and_noted():
     # An uncapped tenant side by side: how often, and its own waits.
     acct = cr.pacer_account(SIDE_LOG)
     assert acct == {"side": {"side": 180, "epochs": 200, "waiting_pm": 212, "learning": 0,
-                             "long": 0, "owed": 0, "owed_pm": 0}}
+                             "long": 0, "high": 0, "owed": 0, "owed_pm": 0}}
     assert ct.pacer_note({"pacer": acct}) == ("side by side in 180 of 200 epochs, its own "
                                               "waits 21 % of its time")
     # One that never went: why is in its waits.
@@ -663,13 +664,20 @@ def test_side_by_side_at_exit_is_read_and_noted():
     # A capped one beside it: the epochs it said it was short in, and why.
     capped = ("gpuslice[8]: debug: device 0: side by side: 0 of 300 epochs side by side, its own "
               "waits 0 per mille of its time; said it was short in 3 while it learned its time "
-              "a launch, 0 for long kernels, 150 short of its cap (41 per mille at exit)\n")
+              "a launch, 0 for long kernels, 0 for a cap over half the card, 150 short of its "
+              "cap (41 per mille at exit)\n")
     assert ct.pacer_note({"pacer": cr.pacer_account(capped)}) == (
-        "said it was short in 3 epochs learning its time a launch, 0 for long kernels, 150 "
-        "short of its cap (of 300)")
+        "said it was short in 3 epochs learning its time a launch, 0 for long kernels, 0 for a "
+        "cap over half the card, 150 short of its cap (of 300)")
     # Learning alone (every capped tenant, at its start) is not worth a note.
     learning = capped.replace("150 short of", "0 short of")
     assert ct.pacer_note({"pacer": cr.pacer_account(learning)}) == ""
+    # One capped above half the card says so at every epoch, and learns nothing.
+    high = (capped.replace("in 3 while", "in 0 while").replace("150 short of", "0 short of")
+            .replace("0 for a cap over", "300 for a cap over"))
+    assert ct.pacer_note({"pacer": cr.pacer_account(high)}) == (
+        "said it was short in 0 epochs learning its time a launch, 0 for long kernels, 300 for a "
+        "cap over half the card, 0 short of its cap (of 300)")
 
 
 def test_shim_tenants_log_their_account_unless_told_otherwise(monkeypatch):

@@ -81,7 +81,7 @@
  * by the limiter for others (after the first second; its own throttling is
  * not counted); "cut <name> <ms>", the credit its bucket's refills at its
  * settles earned and did not keep, over the burst (after the first second);
- * "side <name> <side> <epochs> <waits per mille> <learning> <long> <short>",
+ * "side <name> <side> <epochs> <waits per mille> <learning> <long> <high> <short>",
  * side by side over its whole run, where it reckoned any epoch (the shim's
  * exit line: pace.h, epochs*);
  * for a request program "latency <name> <p50> <p99> <max>"
@@ -1116,9 +1116,9 @@ int main(int argc, char **argv)
         printf("maxwait %s %.2f\n", p->name, p->max_wait / 1e6);
         printf("cut %s %.2f\n", p->name, p->credit_cut / 1e6);
         if (p->pacer.epochs) /* side by side (pace_side.c), its whole run: as the shim's exit line */
-            printf("side %s %llu %llu %d %llu %llu %llu\n", p->name, p->pacer.epochs_side,
+            printf("side %s %llu %llu %d %llu %llu %llu %llu\n", p->name, p->pacer.epochs_side,
                    p->pacer.epochs, p->pacer.waiting_pm, p->pacer.epochs_learning,
-                   p->pacer.epochs_long, p->pacer.epochs_owed);
+                   p->pacer.epochs_long, p->pacer.epochs_high, p->pacer.epochs_owed);
         if (p->requests) {
             qsort(p->latency, (size_t)p->requests, sizeof p->latency[0], by_value);
             /* Per window, the time it had a request open: what it claimed of the card. */

@@ -805,9 +805,10 @@ __attribute__((destructor)) static void flush_at_exit(void)
         if (q->epochs)
             GS_LOG(GS_LOG_DEBUG, "device %d: side by side: %llu of %llu epochs side by side, "
                    "its own waits %d per mille of its time; said it was short in %llu while "
-                   "it learned its time a launch, %llu for long kernels, %llu short of its "
-                   "cap (%lld per mille at exit)", i, q->epochs_side, q->epochs, q->waiting_pm,
-                   q->epochs_learning, q->epochs_long, q->epochs_owed, q->owed_pm);
+                   "it learned its time a launch, %llu for long kernels, %llu for a cap over "
+                   "half the card, %llu short of its cap (%lld per mille at exit)", i,
+                   q->epochs_side, q->epochs, q->waiting_pm, q->epochs_learning, q->epochs_long,
+                   q->epochs_high, q->epochs_owed, q->owed_pm);
         gs_pace_leave(&pd->p, &pd->io);
         pthread_mutex_unlock(&pd->mu);
     }

@@ -64,6 +64,7 @@
 #define GS_PACE_SIDE_ON_PM 400    /* ... goes side by side once below this per mille of its time waiting for its work */
 #define GS_PACE_SIDE_OFF_PM 600   /* ... and back to turns above this */
 #define GS_PACE_SHORT_PM 25       /* a capped one beside it short of its cap by more than this per mille */
+#define GS_PACE_SIDE_MOST_CAP 50u /* ... and one capped above this says so always: time slicing gives a busy context half */
 #define GS_PACE_SHORT_HOLD_NS 1000000000ull /* ... says so this long, twice, four times as long if again */
 #define GS_PACE_SHORT_SETTLE_NS 1000000000ull /* ... not in its first second */
 #define GS_PACE_SOLO_KNOWN_NS 50000000ull /* ... nor while it has timed less than this of its launches with no such neighbour */
@@ -133,8 +134,9 @@ struct gs_pacer {
     /* Its epochs, ever (launch.c's "side by side" line at exit): reckoned;
      * uncapped, those it went side by side in; capped, those it said it was
      * short in, while it learned its time a launch, for kernels of a time
-     * slice or more, and for running short of its cap. */
-    unsigned long long epochs, epochs_side, epochs_learning, epochs_long, epochs_owed;
+     * slice or more, for running short of its cap, and for a cap above
+     * GS_PACE_SIDE_MOST_CAP. */
+    unsigned long long epochs, epochs_side, epochs_learning, epochs_long, epochs_owed, epochs_high;
     unsigned long long last_launch_ns, last_fence_ns;
     unsigned long long launch_ns;  /* the clock when the current launch began */
     unsigned long long returned_ns; /* when the last launch returned to the application */

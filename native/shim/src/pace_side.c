@@ -67,7 +67,9 @@ static unsigned long long charged_ever(const struct gs_pacer *p)
 
 int gs_pace_side_learning(const struct gs_pacer *p, struct gs_pace_io *io)
 {
-    return io->card && io->turns && p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS && io->cap(io);
+    unsigned cap = io->cap(io);
+    return io->card && io->turns && p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS && cap &&
+           cap <= GS_PACE_SIDE_MOST_CAP;
 }
 
 /* A capped process: how far short of its cap it ran while awake (not asleep
@@ -93,15 +95,21 @@ static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap
         p->solo_at_ns = now;
     else if (now - p->solo_at_ns > GS_PACE_SOLO_STALE_NS)
         p->solo_known_ns = 0;
-    if (p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS || p->per_launch_ns >= GS_PACE_GATE_BATCH_NS) {
-        /* Turns while it learns its own time a launch, and for kernels of
-         * a time slice or more, into every one of which the GPU lets a
-         * neighbour's work (a loop of 13.7 ms kernels beside a host-bound
-         * step side by side got 20 % at a cap of 50, simulated): said
-         * again at every epoch while so. */
+    if (cap > GS_PACE_SIDE_MOST_CAP || p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS ||
+        p->per_launch_ns >= GS_PACE_GATE_BATCH_NS) {
+        /* Turns above half the card, which time slicing gives a busy
+         * context beside another (on an H100 a 90 beside eager requests
+         * side by side lost its band, 78.3 in a window, before it said it
+         * was short; simulated, one look cost it nothing); while it learns
+         * its own time a launch; and for kernels of a time slice or more,
+         * into every one of which the GPU lets a neighbour's work (a loop
+         * of 13.7 ms kernels beside a host-bound step side by side got
+         * 20 % at a cap of 50, simulated): said again at every epoch. */
         if (p->short_until_ns < now + 2 * GS_PACE_SIDE_EPOCH_NS)
             p->short_until_ns = now + 2 * GS_PACE_SIDE_EPOCH_NS;
-        if (p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS)
+        if (cap > GS_PACE_SIDE_MOST_CAP)
+            p->epochs_high++;
+        else if (p->solo_known_ns < GS_PACE_SOLO_KNOWN_NS)
             p->epochs_learning++;
         else
             p->epochs_long++;
