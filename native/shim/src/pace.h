@@ -70,7 +70,7 @@
 #define GS_PACE_SOLO_KNOWN_NS 50000000ull /* ... nor while it has timed less than this of its launches with no such neighbour */
 #define GS_PACE_SOLO_STALE_NS 4000000000ull /* ... within this long */
 #define GS_PACE_SOLO_SPREADS 2ull /* ... an interval is charged at most its launches at that time and this many spreads */
-#define GS_PACE_SOLO_UNEVEN 2ull /* ... and in full where a launch strays from it by more than 1/this on average */
+#define GS_PACE_SOLO_UNEVEN 2ull /* ... and in full where the spread is more than 1/this of that time */
 #define GS_PACE_WAIT_PLACES 8 /* a request's waits told apart by their place in it (gs_pace_waited) */
 #define GS_PACE_FOLLOWED 64   /* waits_resumed of waits all followed at once; below half, one lets go */
 #define GS_PACE_BEHIND 64     /* fences_behind of fence points that all found the GPU behind us; below half, host-bound */
@@ -111,7 +111,7 @@ struct gs_pacer {
     unsigned long long per_launch_ns; /* GPU time one launch takes, smoothed; 0: unknown */
     /* Side by side (pace_side.c): a capped process's own time a launch, how
      * far one interval's time a launch strays from it (smoothed), how
- * much of its intervals it was learned from since it began to learn it
+     * much of its intervals it was learned from since it began to learn it
      * (again) and when it last learned, whether it was ever known, and
      * whether the intervals completing now may teach it (no one else's work
      * on the card); whether a side-by-side neighbour is there, how far short

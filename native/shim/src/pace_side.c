@@ -9,10 +9,11 @@
  * where that holder is the only other process on the card, and says so in
  * its seat. A capped process beside such a seat is charged, for its
  * intervals, at most its launches at the time each took with no such
- * neighbour (the GPU's time slices of the neighbour's kernels are not its
- * card time); and once it runs short of its cap while awake (a 90 beside a
- * neighbour that time slicing gives half the card), it says so, and the
- * uncapped ones take turns again.
+ * neighbour, and a margin for how much that time varies (the GPU's time
+ * slices of the neighbour's kernels are not its card time); and once it
+ * runs short of its cap while awake, it says so, and the uncapped ones
+ * take turns again. One capped above half the card, which time slicing
+ * cannot give it beside a busy neighbour, says so always.
  */
 #include "pace_parts.h"
 
