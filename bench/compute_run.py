@@ -215,7 +215,8 @@ def pacer_account(log: str) -> Dict[str, Any]:
     charges' parts, the credit its bucket did not keep, what its queue's bound rested on, and
     side by side (where it reckoned any epoch); those of them it printed."""
     got = {"charged": shimbench.pacer_charged(log), "cut": shimbench.pacer_cut(log),
-           "bound": shimbench.pacer_bound(log), "side": shimbench.pacer_side(log)}
+           "bound": shimbench.pacer_bound(log), "side": shimbench.pacer_side(log),
+           "holds": shimbench.pacer_holds(log)}
     return {k: v for k, v in got.items() if v}
 
 

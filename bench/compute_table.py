@@ -191,6 +191,12 @@ def pacer_note(data: dict) -> str:
         parts.append(f"said it was short in {side['learning']} epochs learning its time a launch, "
                      f"{side['long']} for long kernels, {side['high']} for a cap over half the "
                      f"card, {side['owed']} short of its cap (of {side['epochs']})")
+    holds = acct.get("holds")
+    if holds:
+        at = ", ".join(f"{ms / 1000:.2f} s ({pm / 10:.1f} points)" for ms, pm in holds["at"])
+        more = f" and {holds['holds'] - len(holds['at'])} more" if holds["holds"] > len(
+            holds["at"]) else ""
+        parts.append(f"{holds['holds']} holds for running short, from {at}{more}")
     return "; ".join(parts)
 
 

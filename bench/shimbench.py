@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple, Sequence
+from typing import Any, Callable, Dict, List, Optional, Tuple, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 SHIM = REPO / "native" / "shim" / "build" / "libgpuslice.so"
@@ -198,6 +198,20 @@ SIDE_FIELDS = ("side", "epochs", "waiting_pm", "learning", "long", "high", "owed
 
 def pacer_side(stderr: str) -> Optional[Dict[str, int]]:
     return first_account(PACER_SIDE, SIDE_FIELDS, stderr)
+
+
+# A capped one's holds for running short (pace.h, hold_*): how many, and when the first
+# ones began (ms after its first epoch) with how short it ran then (per mille).
+PACER_HOLDS = re.compile(r"side by side: (\d+) holds for running short, from (.*)")
+HOLD = re.compile(r"(\d+) ms \((-?\d+) per mille\)")
+
+
+def pacer_holds(stderr: str) -> Optional[Dict[str, Any]]:
+    found = PACER_HOLDS.search(stderr)
+    if not found:
+        return None
+    return {"holds": int(found.group(1)),
+            "at": [[int(ms), int(pm)] for ms, pm in HOLD.findall(found.group(2))]}
 
 
 # What its queue's bound rested on at exit (pace.h, gs_pace_host_bound): how many of its

@@ -59,6 +59,10 @@ class Proc:
     # epochs it said it was short in while learning, for long kernels, for a cap over half
     # the card, short of its cap.
     side: Tuple[int, ...] = ()
+    # Its holds for running short: how many, and (ms after its first epoch, per mille
+    # short) for the first of them.
+    holds: int = 0
+    held: List[Tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -97,6 +101,9 @@ def simulate(sim: Path, seconds: int, *procs: str, turns: bool = True,
             p.latency = (values[0], values[1], values[2])
         elif word == "side":
             p.side = tuple(int(v) for v in values)
+        elif word == "holds":
+            p.holds = int(values[0])
+            p.held = [(int(a), int(b)) for a, b in zip(values[1::2], values[2::2])]
     return Run(out, executing)
 
 
@@ -827,6 +834,25 @@ def test_side_by_side_tenants_leave_a_capped_one_its_cap(sim: Path, program: str
     for cap in (30, 50, 70, 90):
         run = simulate(sim, 8, f"m:matmul:{cap}:0", f"e:{program}:0:1:side")
         assert within(run["m"].cardtime, cap), (cap, run.procs)
+
+
+def test_a_capped_tenant_tells_when_its_holds_for_running_short_began(sim: Path) -> None:
+    # Beside a loop under which time slicing gives a matmul 46 % of the
+    # card, a 50 side by side runs short, says so after its first second,
+    # and holds its neighbour in turns 1 s, then 2, then 4: the exit line
+    # (and pace_sim's `holds`) says when each hold began and how short it
+    # ran then, for a GPU run to show whether its holds come as here, each
+    # soon after the last ended, while its windows stay in its band.
+    run = simulate(sim, 8, "m:matmul:50:0", "e:loop,k=60,k2=6,l=60,n=300,h=200:0:1:side")
+    m = run["m"]
+    assert m.holds >= 2 and len(m.held) == m.holds, run.procs
+    assert m.held[0][0] >= 1000, run.procs  # GS_PACE_SHORT_SETTLE_NS
+    assert all(pm > 25 for _, pm in m.held), run.procs  # GS_PACE_SHORT_PM
+    for k in range(1, len(m.held)):
+        assert m.held[k][0] - m.held[k - 1][0] >= 1000 << min(k - 1, 2), run.procs
+    assert within(m.cardtime, 50), run.procs
+    # An uncapped one holds nothing.
+    assert run["e"].holds == 0 and not run["e"].held, run.procs
 
 
 @pytest.mark.parametrize("cap", [70, 90])

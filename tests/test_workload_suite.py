@@ -672,6 +672,19 @@ def test_side_by_side_at_exit_is_read_and_noted():
     # Learning alone (every capped tenant, at its start) is not worth a note.
     learning = capped.replace("150 short of", "0 short of")
     assert ct.pacer_note({"pacer": cr.pacer_account(learning)}) == ""
+    # When its holds for running short began, and how short it ran then.
+    held = capped + ("gpuslice[8]: debug: device 0: side by side: 3 holds for running short, "
+                     "from 1001 ms (36 per mille), 2159 ms (27 per mille), 4331 ms (27 per "
+                     "mille)\n")
+    acct = cr.pacer_account(held)
+    assert acct["holds"] == {"holds": 3, "at": [[1001, 36], [2159, 27], [4331, 27]]}
+    assert ct.pacer_note({"pacer": acct}).endswith(
+        "; 3 holds for running short, from 1.00 s (3.6 points), 2.16 s (2.7 points), 4.33 s "
+        "(2.7 points)")
+    # More than the shim keeps: the rest counted.
+    many = held.replace("3 holds", "11 holds")
+    assert ct.pacer_note({"pacer": cr.pacer_account(many)}).endswith(
+        "4.33 s (2.7 points) and 8 more")
     # One capped above half the card says so at every epoch, and learns nothing.
     high = (capped.replace("in 3 while", "in 0 while").replace("150 short of", "0 short of")
             .replace("0 for a cap over", "300 for a cap over"))

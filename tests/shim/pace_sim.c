@@ -83,7 +83,9 @@
  * settles earned and did not keep, over the burst (after the first second);
  * "side <name> <side> <epochs> <waits per mille> <learning> <long> <high> <short>",
  * side by side over its whole run, where it reckoned any epoch (the shim's
- * exit line: pace.h, epochs*);
+ * exit line: pace.h, epochs*); "holds <name> <n> <ms> <per mille> ...", a
+ * capped one's holds for running short, how many and when the first began
+ * with how short it ran (pace.h, hold_*);
  * for a request program "latency <name> <p50> <p99> <max>"
  * (ms, from its first launch to its last kernel done, after the first
  * second); then "executing <percent>", the time the GPU executed kernels.
@@ -1119,6 +1121,12 @@ int main(int argc, char **argv)
             printf("side %s %llu %llu %d %llu %llu %llu %llu\n", p->name, p->pacer.epochs_side,
                    p->pacer.epochs, p->pacer.waiting_pm, p->pacer.epochs_learning,
                    p->pacer.epochs_long, p->pacer.epochs_high, p->pacer.epochs_owed);
+        if (p->pacer.holds) { /* its holds for running short, as the shim's exit line */
+            printf("holds %s %u", p->name, p->pacer.holds);
+            for (unsigned k = 0; k < p->pacer.holds && k < GS_PACE_HOLDS_KEPT; k++)
+                printf(" %u %d", p->pacer.hold_at_ms[k], p->pacer.hold_owed_pm[k]);
+            printf("\n");
+        }
         if (p->requests) {
             qsort(p->latency, (size_t)p->requests, sizeof p->latency[0], by_value);
             /* Per window, the time it had a request open: what it claimed of the card. */

@@ -809,6 +809,18 @@ __attribute__((destructor)) static void flush_at_exit(void)
                    "half the card, %llu short of its cap (%lld per mille at exit)", i,
                    q->epochs_side, q->epochs, q->waiting_pm, q->epochs_learning, q->epochs_long,
                    q->epochs_high, q->epochs_owed, q->owed_pm);
+        /* When its holds for running short began: whether they came in a
+         * burst or one by one, early or late, is what a GPU run must show
+         * (docs/compute-limit.md, What is left, Side by side). */
+        if (q->holds) {
+            char at[GS_PACE_HOLDS_KEPT * 48] = "";
+            size_t n = 0;
+            for (unsigned k = 0; k < q->holds && k < GS_PACE_HOLDS_KEPT && n < sizeof at; k++)
+                n += (size_t)snprintf(at + n, sizeof at - n, "%s%u ms (%d per mille)",
+                                      k ? ", " : "", q->hold_at_ms[k], q->hold_owed_pm[k]);
+            GS_LOG(GS_LOG_DEBUG, "device %d: side by side: %u holds for running short, from %s",
+                   i, q->holds, at);
+        }
         gs_pace_leave(&pd->p, &pd->io);
         pthread_mutex_unlock(&pd->mu);
     }

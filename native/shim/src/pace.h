@@ -67,6 +67,7 @@
 #define GS_PACE_SIDE_MOST_CAP 50u /* ... and one capped above this says so always: time slicing gives a busy context half */
 #define GS_PACE_SHORT_HOLD_NS 1000000000ull /* ... says so this long, twice, four times as long if again */
 #define GS_PACE_SHORT_SETTLE_NS 1000000000ull /* ... not in its first second */
+#define GS_PACE_HOLDS_KEPT 8      /* ... the first this many of those holds told at exit */
 #define GS_PACE_SOLO_KNOWN_NS 50000000ull /* ... nor while it has timed less than this of its launches with no such neighbour */
 #define GS_PACE_SOLO_STALE_NS 4000000000ull /* ... within this long */
 #define GS_PACE_SOLO_SPREADS 2ull /* ... an interval is charged at most its launches at that time and this many spreads */
@@ -137,6 +138,12 @@ struct gs_pacer {
      * slice or more, for running short of its cap, and for a cap above
      * GS_PACE_SIDE_MOST_CAP. */
     unsigned long long epochs, epochs_side, epochs_learning, epochs_long, epochs_owed, epochs_high;
+    /* Its holds for running short (GS_PACE_SHORT_HOLD_NS), for the exit line:
+     * how many, and when the first ones began (ms after its first epoch) with
+     * how short it ran then (owed_pm). */
+    unsigned holds;
+    unsigned hold_at_ms[GS_PACE_HOLDS_KEPT];
+    int hold_owed_pm[GS_PACE_HOLDS_KEPT];
     unsigned long long last_launch_ns, last_fence_ns;
     unsigned long long launch_ns;  /* the clock when the current launch began */
     unsigned long long returned_ns; /* when the last launch returned to the application */

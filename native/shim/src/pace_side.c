@@ -121,8 +121,15 @@ static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap
         p->epochs_owed++;
         /* Each time it is short again, for longer: one that side by side
          * holds below its cap would otherwise lose a few epochs at every look. */
-        if (p->short_until_ns <= now && p->short_holds < 3)
-            p->short_holds++;
+        if (p->short_until_ns <= now) { /* a hold begins */
+            if (p->short_holds < 3)
+                p->short_holds++;
+            if (p->holds < GS_PACE_HOLDS_KEPT) {
+                p->hold_at_ms[p->holds] = (unsigned)((now - p->first_epoch_ns) / 1000000);
+                p->hold_owed_pm[p->holds] = (int)p->owed_pm;
+            }
+            p->holds++;
+        }
         p->short_until_ns = now + (GS_PACE_SHORT_HOLD_NS << (p->short_holds - 1));
     }
 }
