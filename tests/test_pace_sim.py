@@ -839,20 +839,43 @@ def test_side_by_side_tenants_leave_a_capped_one_its_cap(sim: Path, program: str
 def test_a_capped_tenant_tells_when_its_holds_for_running_short_began(sim: Path) -> None:
     # Beside a loop under which time slicing gives a matmul 46 % of the
     # card, a 50 side by side runs short, says so after its first second,
-    # and holds its neighbour in turns 1 s, then 2, then 4: the exit line
-    # (and pace_sim's `holds`) says when each hold began and how short it
-    # ran then, for a GPU run to show whether its holds come as here, each
-    # soon after the last ended, while its windows stay in its band.
+    # and holds its neighbour in turns: the exit line (and pace_sim's
+    # `holds`) says when each hold began and how short it ran then, for a
+    # GPU run to show how its holds come, while its windows stay in band.
     run = simulate(sim, 8, "m:matmul:50:0", "e:loop,k=60,k2=6,l=60,n=300,h=200:0:1:side")
     m = run["m"]
-    assert m.holds >= 2 and len(m.held) == m.holds, run.procs
+    assert m.holds >= 2 and len(m.held) == min(m.holds, 8), run.procs  # GS_PACE_HOLDS_KEPT
     assert m.held[0][0] >= 1000, run.procs  # GS_PACE_SHORT_SETTLE_NS
     assert all(pm > 25 for _, pm in m.held), run.procs  # GS_PACE_SHORT_PM
-    for k in range(1, len(m.held)):
-        assert m.held[k][0] - m.held[k - 1][0] >= 1000 << min(k - 1, 2), run.procs
+    # A hold lasts 100 ms at least (GS_PACE_SHORT_HOLD_MIN_NS), and an epoch
+    # of side by side comes before the next.
+    assert all(b[0] - a[0] >= 120 for a, b in zip(m.held, m.held[1:])), run.procs
     assert within(m.cardtime, 50), run.procs
     # An uncapped one holds nothing.
     assert run["e"].holds == 0 and not run["e"].held, run.procs
+
+
+@pytest.mark.parametrize("shape", ["loop,k=60,k2=6,l=60,n=300,h=200",
+                                   "loop,k=60,k2=6,l=50,n=300,h=200",
+                                   "loop,k=60,k2=6,l=65,n=300,h=200",
+                                   "loop,k=40,k2=10,l=45,n=200,h=400"])
+def test_a_capped_tenant_short_side_by_side_holds_its_neighbour_for_what_it_ran_short(
+        sim: Path, shape: str) -> None:
+    # A 40 beside loops under which time slicing gives a matmul 46 % runs
+    # short side by side at moments (the GPU's slices), and holds its
+    # neighbour in turns long enough that the stretch and the hold leave it
+    # a point short at most (GS_PACE_SHORT_MEAN_PM): a duty cycle. Holds of
+    # 1 s, then 2, then 4 left the loop side by side in three short
+    # stretches of 8 s (65.3, 62.6 and 85.4 % of its steps alone beside the
+    # first three; plain time slicing 83.8, 70.0 and 90.7; the fourth is
+    # seldom short). Outside shapes; the 40 in its band.
+    plain = statistics.mean(settled(
+        simulate(sim, 8, "m:matmul:0:0:noshim", f"e:{shape}:0:1:noshim")["e"].share))
+    turns = statistics.mean(settled(simulate(sim, 8, "m:matmul:40:0", f"e:{shape}:0:1")["e"].share))
+    run = simulate(sim, 8, "m:matmul:40:0", f"e:{shape}:0:1:side")
+    assert within(run["m"].cardtime, 40), run.procs
+    got = statistics.mean(settled(run["e"].share))
+    assert got >= 0.95 * plain and got > turns, (plain, turns, run.procs)
 
 
 @pytest.mark.parametrize("cap", [70, 90])

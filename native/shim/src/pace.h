@@ -65,7 +65,9 @@
 #define GS_PACE_SIDE_OFF_PM 600   /* ... and back to turns above this */
 #define GS_PACE_SHORT_PM 25       /* a capped one beside it short of its cap by more than this per mille */
 #define GS_PACE_SIDE_MOST_CAP 50u /* ... and one capped above this says so always: time slicing gives a busy context half */
-#define GS_PACE_SHORT_HOLD_NS 1000000000ull /* ... says so this long, twice, four times as long if again */
+#define GS_PACE_SHORT_MEAN_PM 10  /* ... says so long enough that its side-by-side stretch and the hold are this short on the whole */
+#define GS_PACE_SHORT_HOLD_MIN_NS 100000000ull /* ... and at least this long */
+#define GS_PACE_SHORT_HOLD_MAX_NS 4000000000ull /* ... and at most this long */
 #define GS_PACE_SHORT_SETTLE_NS 1000000000ull /* ... not in its first second */
 #define GS_PACE_HOLDS_KEPT 8      /* ... the first this many of those holds told at exit */
 #define GS_PACE_SOLO_KNOWN_NS 50000000ull /* ... nor while it has timed less than this of its launches with no such neighbour */
@@ -117,7 +119,8 @@ struct gs_pacer {
      * whether the intervals completing now may teach it (no one else's work
      * on the card); whether a side-by-side neighbour is there, how far short
      * of its cap it ran while awake (per mille of the card, smoothed), until
-     * when it says so and how often it did; an uncapped one's share of its
+     * when it says so, the card time it was owed in its stretch side by side
+     * since it last said so and when that stretch began; an uncapped one's share of its
      * time waiting for its own work (per mille, smoothed), and whether it
      * goes side by side; the epoch they are reckoned over
      * (GS_PACE_SIDE_EPOCH_NS), what the counters below (and its charges,
@@ -127,7 +130,8 @@ struct gs_pacer {
     int side_near;
     long long owed_pm;
     unsigned long long short_until_ns;
-    int short_holds;
+    long long stretch_owed_ns;
+    unsigned long long stretch_since_ns;
     int waiting_pm;
     int side;
     unsigned long long epoch_ns, epoch_sleep_ns, epoch_card_ns, epoch_queue_ns, epoch_charged_ns;
@@ -138,7 +142,7 @@ struct gs_pacer {
      * slice or more, for running short of its cap, and for a cap above
      * GS_PACE_SIDE_MOST_CAP. */
     unsigned long long epochs, epochs_side, epochs_learning, epochs_long, epochs_owed, epochs_high;
-    /* Its holds for running short (GS_PACE_SHORT_HOLD_NS), for the exit line:
+    /* Its holds for running short (GS_PACE_SHORT_MEAN_PM), for the exit line:
      * how many, and when the first ones began (ms after its first epoch) with
      * how short it ran then (owed_pm). */
     unsigned holds;
