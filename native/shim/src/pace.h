@@ -122,9 +122,9 @@ struct gs_pacer {
      * when it says so, the card time it was owed in its stretch side by
      * side since it last said so and when that stretch began; an uncapped
      * one's share of its time waiting for its own work (per mille,
-     * smoothed), and whether it goes side by side; the epoch they are reckoned over
-     * (GS_PACE_SIDE_EPOCH_NS), what the counters below (and its charges,
-     * charged_*) said at its start, and when the first began. */
+     * smoothed), and whether it goes side by side; the epoch they are
+     * reckoned over (GS_PACE_SIDE_EPOCH_NS), what the counters below (and
+     * its charges, charged_*) said at its start, and when the first began. */
     unsigned long long solo_ns, solo_spread_ns, solo_known_ns, solo_at_ns;
     int solo_ok, solo_clean;
     int side_near;
