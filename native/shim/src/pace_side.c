@@ -144,13 +144,11 @@ static void capped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned cap
          * 84 with these), simulated, the capped one in its band either way. */
         long long stretch =
             p->stretch_since_ns ? (long long)(now - p->stretch_since_ns) : 0;
-        long long hold = p->stretch_owed_ns * 1000 / (long long)GS_PACE_SHORT_MEAN_PM - stretch;
-        if (hold < (long long)GS_PACE_SHORT_HOLD_MIN_NS)
-            hold = (long long)GS_PACE_SHORT_HOLD_MIN_NS;
-        if (hold > (long long)GS_PACE_SHORT_HOLD_MAX_NS)
-            hold = (long long)GS_PACE_SHORT_HOLD_MAX_NS;
-        if (p->short_until_ns < now + (unsigned long long)hold)
-            p->short_until_ns = now + (unsigned long long)hold;
+        long long want = p->stretch_owed_ns * 1000 / (long long)GS_PACE_SHORT_MEAN_PM - stretch;
+        unsigned long long hold = clamp_ns(want > 0 ? (unsigned long long)want : 0,
+                                           GS_PACE_SHORT_HOLD_MIN_NS, GS_PACE_SHORT_HOLD_MAX_NS);
+        if (p->short_until_ns < now + hold)
+            p->short_until_ns = now + hold;
     }
 }
 
