@@ -62,10 +62,11 @@ BUDGET_S = 550.0  # one device command may run 600 s: the rest is margin
 # turns on the host, or behind its gate on the GPU (docs/compute-limit.md, Gates).
 GATES_ON = {"GPUSLICE_COMPUTE_GATES": "1"}
 GATES_OFF = {"GPUSLICE_COMPUTE_GATES": "0"}
-# --side of compute_share: the uncapped tenant launches through capped
-# holders' turns while its own waits take little of its time
-# (docs/compute-limit.md, Side by side).
-SIDE_ON = {"GPUSLICE_COMPUTE_SIDE": "1"}
+# --turns of compute_share and compute_latency: the uncapped tenant waits
+# for capped holders' turns however little of its time its own waits take,
+# as it did before side by side was the default (docs/compute-limit.md,
+# Side by side).
+SIDE_OFF = {"GPUSLICE_COMPUTE_SIDE": "0"}
 
 
 @dataclass

@@ -1430,16 +1430,17 @@ def test_malformed_gates_setting_is_named_and_gates_stay_off(shim: Shim, tmp_pat
     assert rc_of(rows, "launch") == 0 and value_of(rows, "waits")[1] == 0, rows
 
 
-@pytest.mark.parametrize("value", ["1", "0"])
+@pytest.mark.parametrize("value", ["1", "0", "unset"])
 def test_side_by_side_a_host_bound_tenant_says_so_in_its_seat(shim: Shim, tmp_path: Path,
                                                                value: str) -> None:
-    # GPUSLICE_COMPUTE_SIDE=1: an uncapped process whose own waits take little
-    # of its time (short kernels, the host idle between launches) launches
-    # through a holder's turns after its first epochs and says so in its seat
+    # Side by side (the default; GPUSLICE_COMPUTE_SIDE=0 turns it off): an
+    # uncapped process whose own waits take little of its time (short
+    # kernels, the host idle between launches) launches through a holder's
+    # turns after its first epochs and says so in its seat
     # (docs/compute-limit.md, Side by side); off, it never does.
+    env = {} if value == "unset" else {"GPUSLICE_COMPUTE_SIDE": value}
     res, path = beside_a_forged_holder(shim, tmp_path, ["launch", "kernel", "5", "usleep", "300"] * 1000,
-                                       GPUSLICE_COMPUTE_SIDE=value, FAKECUDA_KERNEL_NS="20000",
-                                       GPUSLICE_LOG="debug")
+                                       FAKECUDA_KERNEL_NS="20000", GPUSLICE_LOG="debug", **env)
     launches = [r for r in results(res) if r[0] == "launch"]
     assert len(launches) == 1000 and all(r[1] == "0" for r in launches), res.stderr
     ffi, lib = cheader.ffi(), cheader.ffi().dlopen(None)
@@ -1447,11 +1448,11 @@ def test_side_by_side_a_host_bound_tenant_says_so_in_its_seat(shim: Shim, tmp_pa
     modes = [c.seats[i].mode for i in range(lib.GPUSLICE_CARDFILE_SEATS) if c.seats[i].owner]
     assert modes, "no seat taken"
     side = any(m & lib.GPUSLICE_CARDFILE_SIDE for m in modes)
-    assert side == (value == "1"), (value, modes)
+    assert side == (value != "0"), (value, modes)
     # Its account at exit says how many of its epochs it went side by side
     # in (bench/compute_share prints it); off, it reckons none.
     account = bench_module("shimbench").pacer_side(res.stderr)
-    if value == "1":
+    if value != "0":
         assert account is not None and 0 < account["side"] <= account["epochs"], res.stderr
         assert account["waiting_pm"] < 400 and account["learning"] == account["owed"] == 0
     else:
@@ -1459,13 +1460,18 @@ def test_side_by_side_a_host_bound_tenant_says_so_in_its_seat(shim: Shim, tmp_pa
 
 
 @pytest.mark.parametrize("value", ["yes", "2"])
-def test_malformed_side_setting_is_named_and_the_tenant_waits_for_turns(shim: Shim, tmp_path: Path,
-                                                                        value: str) -> None:
-    res, _ = beside_a_forged_holder(shim, tmp_path, ["launch", "kernel", "20"],
-                                    GPUSLICE_COMPUTE_SIDE=value, FAKECUDA_KERNEL_NS="1000000")
+def test_malformed_side_setting_is_named_and_the_tenant_goes_side_by_side(
+        shim: Shim, tmp_path: Path, value: str) -> None:
+    res, path = beside_a_forged_holder(shim, tmp_path,
+                                       ["launch", "kernel", "5", "usleep", "300"] * 1000,
+                                       GPUSLICE_COMPUTE_SIDE=value, FAKECUDA_KERNEL_NS="20000")
     warned = [line for line in res.stderr.splitlines() if "GPUSLICE_COMPUTE_SIDE" in line]
     assert len(warned) == 1 and f'GPUSLICE_COMPUTE_SIDE="{value}"' in warned[0], res.stderr
-    assert "expected 1 or 0" in warned[0] and "waits for capped holders' turns" in warned[0]
+    assert "expected 1 or 0" in warned[0] and "launches through capped turns" in warned[0]
+    ffi, lib = cheader.ffi(), cheader.ffi().dlopen(None)
+    c = ffi.cast("struct gpuslice_cardfile *", ffi.from_buffer(path.read_bytes()))
+    assert any(c.seats[i].mode & lib.GPUSLICE_CARDFILE_SIDE
+               for i in range(lib.GPUSLICE_CARDFILE_SEATS) if c.seats[i].owner)
     assert rc_of(results(res), "launch") == 0
 
 

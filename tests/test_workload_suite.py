@@ -181,8 +181,8 @@ def test_subsets_shrink_the_plan():
 
 @pytest.mark.parametrize("flag,suffix,off,on", [
     ("--gates", " gated", cr.GATES_OFF, cr.GATES_ON),
-    ("--side", " side", {}, cr.SIDE_ON)])
-def test_gates_or_side_run_each_uncapped_normal_tenants_scenario_twice_and_judge_both(
+    ("--turns", " turns", {}, cr.SIDE_OFF)])
+def test_gates_or_turns_run_each_uncapped_normal_tenants_scenario_twice_and_judge_both(
         flag, suffix, off, on):
     args = cl.parse(["--part", "1", "--no-mps", flag])
     assert getattr(args, flag[2:])
@@ -216,7 +216,7 @@ def test_gates_or_side_run_each_uncapped_normal_tenants_scenario_twice_and_judge
     assert not any(sc.name.endswith(suffix) or any(t.env for t in sc.tenants) for sc in plain)
     # Two doubling flags at once: one line, exit 2.
     with pytest.raises(SystemExit) as e:
-        cl.parse(["--gates", "--side"])
+        cl.parse(["--gates", "--turns"])
     assert e.value.code == 2
 
 
@@ -721,7 +721,13 @@ def test_the_benches_show_a_capped_tenants_account(monkeypatch):
     rows = judged_suite(monkeypatch, {}, [0.6, 0.6, 0.6, 0.6], account=acct)
     capped = [r for (_, _, cap), r in rows.items() if cap != "none"]
     assert capped and all("host-bound (14 of 64 behind)" in r.note for r in capped), capped[0].note
-    assert all("host-bound" not in r.note for (_, _, cap), r in rows.items() if cap == "none")
+    # And an uncapped tenant's beside a capped one (side by side, the default,
+    # or what kept it in turns); not alone, not beside uncapped ones.
+    beside = [r for (name, _, cap), r in rows.items()
+              if cap == "none" and name.startswith("pair ") and r.program != "matmul"]
+    assert beside and all("host-bound (14 of 64 behind)" in r.note for r in beside)
+    assert all("host-bound" not in r.note for (name, _, cap), r in rows.items()
+               if cap == "none" and not name.startswith("pair "))
 
 
 def test_a_failed_tenant_is_an_error_and_unanswered_requests_count():
@@ -771,18 +777,18 @@ SUITE_SECONDS = 4
 
 def judged_suite(monkeypatch, eagerloop: Dict[str, float], refs: List[float],
                  charged: Optional[float] = None, account: Optional[dict] = None,
-                 side: bool = False, trio: Optional[List[float]] = None) -> Dict:
+                 turns: bool = False, trio: Optional[List[float]] = None) -> Dict:
     """compute_share --suite's plan (caps 30) on synthetic runs: eagerloop at the
     given share of its rate in each pair, at refs[k] in the k-th plain time
     slicing run (its uncapped matmul at 0.4), every other program at its cap
     or whole; with `charged`, the capped tenants' regions sampled at that
     share of each second; with `account`, every shim tenant's account at exit
-    (run_all's "pacer"); with `side`, the pairs side by side too (--side);
+    (run_all's "pacer"); with `turns`, the pairs waiting for turns too (--turns);
     with `trio`, --crowds too, eagerloop at trio[k] in the k-th run of the
     trio and its references, in plan order; its rows, by (scenario,
     program, cap)."""
     plan = cs.scenarios((30,), pairs_only=True, crowds=trio is not None, suite_rows=True,
-                        side=side)
+                        turns=turns)
     ref_shares = iter(refs)
     trio_shares = iter(trio or [])
     at = 1000.0
@@ -878,25 +884,25 @@ def test_goal_2_judges_the_training_loop_against_its_own_references(monkeypatch)
     assert by[(cs.ts_ref("train"), "train", "none")].result == "ref"
 
 
-def test_compute_share_side_runs_each_goal_2_pair_side_by_side_too_and_judges_it(monkeypatch):
-    plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True, side=True)
+def test_compute_share_turns_runs_each_goal_2_pair_in_turns_too_and_judges_it(monkeypatch):
+    plan = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True, turns=True)
     names = [sc.name for sc in plan]
     for busy in cs.SUITE_BUSY:
         for cap in cs.SUITE_NEIGHBOUR_CAPS:
             i = names.index(f"pair {busy}+{cap}")
-            # Right after the pair that waits for turns, the loop's drift aside.
-            assert names[i + 1] == f"pair {busy}+{cap} side"
-            assert all(t.env == cr.SIDE_ON for t in plan[i + 1].tenants)
+            # Right after the pair side by side (the default), the loop's drift aside.
+            assert names[i + 1] == f"pair {busy}+{cap} turns"
+            assert all(t.env == cr.SIDE_OFF for t in plan[i + 1].tenants)
             assert not any(t.env for t in plan[i].tenants)
-    by = judged_suite(monkeypatch, {"pair eagerloop+30 side": 0.7, "pair eagerloop+50 side": 0.5},
-                      [0.6, 0.6, 0.6], side=True)
-    r30 = by[("pair eagerloop+30 side", "eagerloop", "none")]
+    by = judged_suite(monkeypatch, {"pair eagerloop+30 turns": 0.7, "pair eagerloop+50 turns": 0.5},
+                      [0.6, 0.6, 0.6], turns=True)
+    r30 = by[("pair eagerloop+30 turns", "eagerloop", "none")]
     assert r30.result == ct.PASS and "(1.17)" in r30.note, r30.note
-    r50 = by[("pair eagerloop+50 side", "eagerloop", "none")]
+    r50 = by[("pair eagerloop+50 turns", "eagerloop", "none")]
     assert r50.result == ct.FAIL and "(0.83)" in r50.note, r50.note
-    # Without --side, no pair is run side by side.
+    # Without --turns, no pair is steered.
     plain = cs.scenarios((30,), pairs_only=True, crowds=False, suite_rows=True)
-    assert not any(sc.name.endswith(" side") for sc in plain)
+    assert not any(sc.name.endswith(" turns") or any(t.env for t in sc.tenants) for sc in plain)
 
 
 def test_compute_share_crowds_with_suite_runs_two_busy_tenants_beside_a_50_between_references(
@@ -919,11 +925,11 @@ def test_compute_share_crowds_with_suite_runs_two_busy_tenants_beside_a_50_betwe
         assert ts3 not in [sc.name for sc in cs.scenarios((30,), pairs_only=True, **kw)]
 
 
-def test_compute_share_side_without_suite_exits_2_naming_it():
-    res = subprocess.run([sys.executable, str(BENCH / "compute_share"), "--side"],
+def test_compute_share_turns_without_suite_exits_2_naming_it():
+    res = subprocess.run([sys.executable, str(BENCH / "compute_share"), "--turns"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "--side compares the suite's goal-2 pairs: give --suite too" in res.stderr
+    assert "--turns compares the suite's goal-2 pairs: give --suite too" in res.stderr
 
 
 def test_goal_2_judges_each_pair_against_the_time_slicing_runs_around_it(monkeypatch):

@@ -22,11 +22,11 @@
  * if it heads the queue of the context running). A queue holds at most QUEUE_DEPTH
  * kernels; a launch into a full queue blocks, as the driver's does.
  *
- * Usage: pace_sim [--no-turns | --side] SECONDS PROC...
+ * Usage: pace_sim [--no-turns | --no-side] SECONDS PROC...
  *   PROC = name:program:cap:container[:option]...
  *   --no-turns: tenants share the card side by side (GPUSLICE_COMPUTE_TURNS=0)
- *   --side: every process with the option side (GPUSLICE_COMPUTE_SIDE=1 in
- *   every container: what side by side by default would do)
+ *   --no-side: every process with the option noside (GPUSLICE_COMPUTE_SIDE=0
+ *   in every container: turns as they were before side by side was the default)
  *   program: matmul (230 us kernels, 10 us launches), tiny (2 us kernels,
  *   10 us launches: CPU-bound), graph (570 us replays, 15 us launches),
  *   big (8 ms kernels), huge (13.7 ms: a 16384^2 fp16 matmul on an H200),
@@ -61,9 +61,9 @@
  *   the watcher polls every GS_PACE_POLL_NS, waking late as a sleep does,
  *   and WAKE_NS after the card's seq changed), gatefail (its shim has
  *   gates, but the driver refuses every wait: each close fails, and it
- *   waits for turns on the host), side (GPUSLICE_COMPUTE_SIDE=1: uncapped,
- *   it launches through capped holders' turns while its own waits take
- *   little of its time)
+ *   waits for turns on the host), noside (GPUSLICE_COMPUTE_SIDE=0: uncapped,
+ *   it waits for capped holders' turns however little of its time its own
+ *   waits take)
  *   program may also be given by its figures, for shapes the suite does not
  *   have: req,KEY=V,... (a request tenant) or loop,KEY=V,... with k=US (a
  *   kernel), k2=US (every other kernel; with every=N all but one in N), l=US
@@ -207,7 +207,7 @@ struct proc {
     double wake_ns;  /* host time lost, at half speed, after a wait of the pacer's */
     double wake_due; /* that loss, still to be spent */
     int gates;       /* its shim closes a gate instead of waiting for turns; 2: every close fails */
-    int side;        /* GPUSLICE_COMPUTE_SIDE=1 */
+    int side;        /* GPUSLICE_COMPUTE_SIDE: on unless noside */
     unsigned gate_epoch, gate_word; /* the closed period, and what its word opens */
     double watch_at; /* the watcher's next look; INFINITY while the gate is open */
     double slept_ns; /* asleep in the pacer (sleeps, futex waits) within this launch */
@@ -259,7 +259,7 @@ static unsigned long long early_charged[MAX_PROCS + 1];
 static unsigned bucket_cap[MAX_PROCS + 1];
 static struct gpuslice_cardfile card;
 static int turns = 1;
-static int side_all; /* --side */
+static int side_none; /* --no-side */
 /* The GPU's state: the context it runs (-1: none), the one it ran last, how
  * much of the slice and of a context switch is left, the time it executed. */
 static int gpu_on, gpu_last;
@@ -1017,7 +1017,7 @@ static int parse_proc(const char *arg, struct proc *p)
     p->every_ns = p->prog ? p->prog->every_ns : 0;
     p->wake_ns = p->wake_due = 0;
     p->gates = 0;
-    p->side = side_all;
+    p->side = !side_none;
     for (char *opt; (opt = strtok_r(NULL, ":", &save));) {
         double from, to;
         char tail;
@@ -1037,8 +1037,8 @@ static int parse_proc(const char *arg, struct proc *p)
             p->gates = 1;
         else if (strcmp(opt, "gatefail") == 0)
             p->gates = 2;
-        else if (strcmp(opt, "side") == 0)
-            p->side = 1;
+        else if (strcmp(opt, "noside") == 0)
+            p->side = 0;
         else if (sscanf(opt, "rate=%lf%c", &from, &tail) == 1 && from > 0 && from <= 10000)
             p->every_ns = NS / from;
         else if (sscanf(opt, "wake=%lf%c", &from, &tail) == 1 && from >= 0 && from <= 100)
@@ -1057,13 +1057,13 @@ int main(int argc, char **argv)
         turns = 0;
         argv++;
         argc--;
-    } else if (argc > 1 && strcmp(argv[1], "--side") == 0) {
-        side_all = 1;
+    } else if (argc > 1 && strcmp(argv[1], "--no-side") == 0) {
+        side_none = 1;
         argv++;
         argc--;
     }
     if (argc < 3) {
-        fprintf(stderr, "usage: pace_sim [--no-turns | --side] SECONDS name:program:cap:container"
+        fprintf(stderr, "usage: pace_sim [--no-turns | --no-side] SECONDS name:program:cap:container"
                         "[:option]...\n");
         return 2;
     }
@@ -1081,7 +1081,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "pace_sim: bad process \"%s\" (name:program:cap:container"
                     "[:option]..., program matmul|tiny|graph|big|huge|long|train|trainh|trainv|eagerloop|request|eager|"
                     "eagerl|graphreq|decode|cnn|forge|forgehigh|forgegap|forgeblocked|req,...|loop,..., cap 0-100, container 0-%d, "
-                    "options high|low|normal|noshim|unseensync|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail|side)\n",
+                    "options high|low|normal|noshim|unseensync|idle=FROM-TO|rate=N|poisson|wake=MS|gates|gatefail|noside)\n",
                     argv[a], MAX_PROCS - 1);
             return 2;
         }

@@ -25,7 +25,7 @@
 
 /* A seat's mode (its own, kept while it lasts): its process launches through
  * capped holders' turns, side by side, for it seldom waits for its own work
- * (GPUSLICE_COMPUTE_SIDE=1); a capped process beside such a one gets less
+ * (GPUSLICE_COMPUTE_SIDE, on unless 0); a capped process beside such a one gets less
  * than its cap, so they take turns again. */
 #define GPUSLICE_CARDFILE_SIDE 1
 #define GPUSLICE_CARDFILE_SHORT 2

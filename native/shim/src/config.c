@@ -205,9 +205,11 @@ void gs_config_load(struct gs_config *cfg)
     /* Gates: off until they have been measured on more cards (docs/compute-limit.md). */
     cfg->compute_gates = read_switch(GPUSLICE_ENV_COMPUTE_GATES, 0,
                                      "an uncapped process waits for turns on the host");
-    /* Side by side: off until measured on a GPU (docs/compute-limit.md, Side by side). */
-    cfg->compute_side = read_switch(GPUSLICE_ENV_COMPUTE_SIDE, 0,
-                                    "an uncapped process waits for capped holders' turns");
+    /* Side by side: on, for with turns alone a host-bound neighbour of a cap
+     * got less than plain time slicing gives it (docs/compute-limit.md, Side
+     * by side); 0 keeps it waiting for capped holders' turns. */
+    cfg->compute_side = read_switch(GPUSLICE_ENV_COMPUTE_SIDE, 1,
+                                    "a host-bound uncapped process launches through capped turns");
 
     /* Priority orders who runs first; a typo must not stop the container. */
     cfg->priority = GPUSLICE_PRIORITY_NORMAL;

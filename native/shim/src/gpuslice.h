@@ -89,7 +89,7 @@ struct gs_config {
     int any_core;    /* some compute cap was given */
     int compute_turns; /* tenants of a card take turns (GPUSLICE_COMPUTE_TURNS=0: they do not) */
     int compute_gates; /* an uncapped process waits for turns on the GPU (GPUSLICE_COMPUTE_GATES=1) */
-    int compute_side;  /* an uncapped process that seldom waits for its work launches through capped turns (GPUSLICE_COMPUTE_SIDE=1) */
+    int compute_side;  /* an uncapped process that seldom waits for its work launches through capped turns (GPUSLICE_COMPUTE_SIDE=0: it does not) */
     unsigned int priority; /* GPUSLICE_PRIORITY_* (GPUSLICE_PRIORITY), the container's own claim */
     unsigned long long context_reserve;
     char state_dir[512];

@@ -1,18 +1,18 @@
 /*
- * Side by side (opt-in: GPUSLICE_COMPUTE_SIDE=1 in the uncapped tenant). With
- * turns, a busy uncapped process launches only in the windows capped holders
- * leave it, (100 - cap) % of the time: a host-bound one (an eager model's
- * passes, a training step whose host work outlasts its kernels) then gets
- * less than plain time slicing gives it beside the same neighbour uncapped
- * (goal 2; docs/compute-limit.md, Side by side). Such a process, whose own
- * work seldom keeps it waiting, launches through the holder's turns instead,
- * where that holder is the only other process on the card, and says so in
- * its seat. A capped process beside such a seat is charged, for its
- * intervals, at most its launches at the time each took with no such
- * neighbour, and a margin for how much that time varies (the GPU's time
- * slices of the neighbour's kernels are not its card time); and once it
- * runs short of its cap while awake, it says so, and the uncapped ones
- * take turns again. One capped above half the card, which time slicing
+ * Side by side (GPUSLICE_COMPUTE_SIDE, on unless 0 in the uncapped tenant).
+ * With turns alone, a busy uncapped process launches only in the windows
+ * capped holders leave it, (100 - cap) % of the time: a host-bound one (an
+ * eager model's passes, a training step whose host work outlasts its
+ * kernels) then gets less than plain time slicing gives it beside the same
+ * neighbour uncapped (goal 2; docs/compute-limit.md, Side by side). Such a
+ * process, whose own work seldom keeps it waiting, launches through the
+ * holder's turns instead, where that holder is the only other process on
+ * the card, and says so in its seat. A capped process beside such a seat is
+ * charged, for its intervals, at most its launches at the time each took
+ * with no such neighbour, and a margin for how much that time varies (the
+ * GPU's time slices of the neighbour's kernels are not its card time); and
+ * once it runs short of its cap while awake, it says so, and the uncapped
+ * ones take turns again. One capped above half the card, which time slicing
  * cannot give it beside a busy neighbour, says so always.
  */
 #include "pace_parts.h"
@@ -174,7 +174,9 @@ static void uncapped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned l
      * credit (a 30 beside the step side by side and the eager loop: 26.1-27.1,
      * simulated). */
     int others = gs_card_others_seated(io->card, io->seat, now, 2);
-    p->side = !shorted && others < 2 && !io->gate_close &&
+    /* (A gated process whose driver refused its last gate waits on the host
+     * as one without gates does, and may go side by side as such a one.) */
+    p->side = !shorted && others < 2 && (!io->gate_close || p->gate_refused) &&
               p->waiting_pm < (p->side ? GS_PACE_SIDE_OFF_PM : GS_PACE_SIDE_ON_PM);
 }
 
