@@ -58,8 +58,9 @@ TENANTS_PER_CPU = 3
 # prewarm (torch, each program once) and the analysis, 25 s on the H200.
 STARTUP_S = 35.0
 BUDGET_S = 550.0  # one device command may run 600 s: the rest is margin
-# --gates of compute_share and compute_latency: an uncapped tenant waits for
-# turns on the host, or behind its gate on the GPU (docs/compute-limit.md, Gates).
+# --gates of compute_share and compute_latency: an uncapped tenant without
+# gates (side by side where it may, else waiting for turns on the host), or
+# behind its gate on the GPU (docs/compute-limit.md, Gates).
 GATES_ON = {"GPUSLICE_COMPUTE_GATES": "1"}
 GATES_OFF = {"GPUSLICE_COMPUTE_GATES": "0"}
 # --turns of compute_share and compute_latency: the uncapped tenant waits
