@@ -321,7 +321,8 @@ struct gs_pace_io {
      * priorities (GPUSLICE_COMPUTE_TURNS, on unless 0); a turn is a process's. */
     int turns;
     /* Uncapped, it launches through capped holders' turns while its own
-     * waits take little of its time (GPUSLICE_COMPUTE_SIDE, on unless 0; turns on, no gates). */
+     * waits take little of its time (GPUSLICE_COMPUTE_SIDE, on unless 0;
+     * turns on; no gates, or its last gate refused). */
     int side;
     unsigned prio; /* GPUSLICE_PRIORITY_* (limits.h): the container's own claim */
 };
