@@ -751,8 +751,8 @@ def test_a_gated_busy_tenant_beside_a_capped_one(sim: Path, program: str, cap: i
     # Waiting on the host for turns it did 64-66 % of its steps alone beside
     # a 30 and 45-47 beside a 50, whatever its shape; plain time slicing gives
     # the eager loop 56, the host-bound training step 91, the tiny loop 100.
-    # (Side by side, the default, does better than gates here: the test
-    # above.)
+    # (Side by side, the default, does as well beside a 30 and better beside
+    # a 50: test_a_host_bound_tenant_side_by_side_gets_what_time_slicing_gives.)
     plain = statistics.mean(settled(
         simulate(sim, 6, "m:matmul:0:0:noshim", f"e:{program}:0:1:noshim")["e"].share))
     host = simulate(sim, 6, f"m:matmul:{cap}:0", f"e:{program}:0:1:noside")
