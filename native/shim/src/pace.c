@@ -523,7 +523,7 @@ static void fence_point(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
                           (!gs_pace_host_bound(p) || io->gate_close);
         unsigned long long bound =
             queue_bound(p, now, short_queue ? GS_PACE_QUEUE_NS : GS_PACE_ALONE_QUEUE_NS);
-        if (!cap && c && (!io->gate_close || p->gate_refused))
+        if (!cap && c && ungated(p, io))
             bound = window_queue(c, io->seat, now, bound);
         while (p->count > 1 && (gs_pace_queued_ns(p) > bound ||
                                 (p->per_launch_ns == 0 && p->count > GS_PACE_MAX_QUEUED)))

@@ -57,6 +57,13 @@ static inline int window_open(unsigned long long until, unsigned long long now)
     return until > now && until - now <= GS_PACE_ROUND_NS + GS_PACE_DRAIN_NS;
 }
 
+/* It waits on the host as a process without gates does: it has none, or the
+ * driver refused its last close (pace_turns.c, close_gate). */
+static inline int ungated(const struct gs_pacer *p, const struct gs_pace_io *io)
+{
+    return !io->gate_close || p->gate_refused;
+}
+
 /* ----------------------------------------------------------------- pace.c */
 
 /* GPU work we have queued: the launches in flight at the learned time each. */

@@ -174,9 +174,9 @@ static void uncapped_epoch(struct gs_pacer *p, struct gs_pace_io *io, unsigned l
      * credit (a 30 beside the step side by side and the eager loop: 26.1-27.1,
      * simulated). */
     int others = gs_card_others_seated(io->card, io->seat, now, 2);
-    /* (A gated process whose driver refused its last gate waits on the host
-     * as one without gates does, and may go side by side as such a one.) */
-    p->side = !shorted && others < 2 && (!io->gate_close || p->gate_refused) &&
+    /* (A gated process whose driver refused its last gate may go side by
+     * side as one without gates.) */
+    p->side = !shorted && others < 2 && ungated(p, io) &&
               p->waiting_pm < (p->side ? GS_PACE_SIDE_OFF_PM : GS_PACE_SIDE_ON_PM);
 }
 

@@ -563,7 +563,7 @@ int gs_pace_gate_watch(struct gs_pacer *p, struct gs_pace_io *io, unsigned long 
  * beside a 50, 45 % with no gates). */
 static int caught_up(struct gs_pacer *p, struct gs_pace_io *io, unsigned long long now)
 {
-    if (!io->gate_close || p->gate_refused || !p->count || io->seat < 0 ||
+    if (ungated(p, io) || !p->count || io->seat < 0 ||
         now - load(&p->gate_opened_ns) < GS_PACE_GATE_BATCH_NS ||
         !window_open(load(&io->card->free_until_ns), now))
         return 0;
