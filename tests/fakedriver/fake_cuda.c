@@ -76,6 +76,7 @@
  *    the process stays inside the driver, holding none of its locks (as a
  *    real launch into a full queue does): it creates PATH.inside, then
  *    returns once PATH exists. Tests of what other threads can do meanwhile.
+ *    $FAKECUDA_LAUNCH_BLOCK_AT=N: the Nth launch instead (default 1).
  *  - With $FAKECUDA_NO_HOST_REGISTER=1 (read at cuInit), cuMemHostRegister
  *    refuses (CUDA_ERROR_NOT_SUPPORTED), as where memory cannot be pinned:
  *    tests of what a program does without a word the GPU can read.
@@ -361,7 +362,8 @@ static struct hostreg g_hostregs[MAX_HOSTREGS];
 static uint64_t g_kernel_ns; /* FAKECUDA_KERNEL_NS */
 static char g_block_path[4096]; /* FAKECUDA_LAUNCH_BLOCK: "" if unset */
 static bool g_no_host_register; /* FAKECUDA_NO_HOST_REGISTER=1 */
-static int g_block_taken;       /* the one launch that blocks has begun */
+static unsigned long g_block_at = 1; /* FAKECUDA_LAUNCH_BLOCK_AT */
+static unsigned long g_launches_seen; /* launches that reached block_launch */
 
 static _Thread_local struct ctx *t_cur;
 static _Thread_local unsigned t_cur_gen;
@@ -1150,6 +1152,10 @@ static CUresult do_init(void)
     g_kernel_ns = kernel_ns_from_env();
     const char *block = getenv("FAKECUDA_LAUNCH_BLOCK");
     snprintf(g_block_path, sizeof g_block_path, "%s", block ? block : "");
+    const char *block_at = getenv("FAKECUDA_LAUNCH_BLOCK_AT");
+    char *end = NULL;
+    unsigned long at = block_at ? strtoul(block_at, &end, 10) : 0;
+    g_block_at = at && end && !*end ? at : 1;
     const char *no_register = getenv("FAKECUDA_NO_HOST_REGISTER");
     g_no_host_register = no_register && strcmp(no_register, "1") == 0;
     if (fakegpus_load(NULL, &g_gpus, err, sizeof(err)) != 0) {
@@ -2579,12 +2585,13 @@ EXPORT CUresult cuLibraryUnload(CUlibrary library) { LOCKED(module_unload(librar
 
 /* ------------------------------------------------------------- launches */
 
-/* FAKECUDA_LAUNCH_BLOCK: the process's first launch waits, outside g_mu,
- * until the file exists. g_block_path is written once, at cuInit, before
- * any launch can be made. */
-static void block_first_launch(void)
+/* FAKECUDA_LAUNCH_BLOCK: the process's first launch (or its
+ * FAKECUDA_LAUNCH_BLOCK_AT-th) waits, outside g_mu, until the file exists.
+ * g_block_path and g_block_at are written once, at cuInit, before any
+ * launch can be made. */
+static void block_launch(void)
 {
-    if (!g_block_path[0] || __atomic_exchange_n(&g_block_taken, 1, __ATOMIC_ACQ_REL))
+    if (!g_block_path[0] || __atomic_add_fetch(&g_launches_seen, 1, __ATOMIC_ACQ_REL) != g_block_at)
         return;
     char inside[sizeof g_block_path + 8];
     snprintf(inside, sizeof inside, "%s.inside", g_block_path);
@@ -2638,7 +2645,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int
 {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
     (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams, (void)extra;
-    block_first_launch();
+    block_launch();
     LOCKED(launch(hStream));
 }
 EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -2649,21 +2656,21 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigne
 {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
     (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams, (void)extra;
-    block_first_launch();
+    block_launch();
     LOCKED(launch(hStream));
 }
 EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                  void **extra)
 {
     (void)f, (void)kernelParams, (void)extra;
-    block_first_launch();
+    block_launch();
     LOCKED(config ? launch(config->hStream) : CUDA_ERROR_INVALID_VALUE);
 }
 EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
                                       void **kernelParams, void **extra)
 {
     (void)f, (void)kernelParams, (void)extra;
-    block_first_launch();
+    block_launch();
     LOCKED(config ? launch(config->hStream) : CUDA_ERROR_INVALID_VALUE);
 }
 EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
@@ -2674,7 +2681,7 @@ EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
 {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
     (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams;
-    block_first_launch();
+    block_launch();
     LOCKED(launch(hStream));
 }
 EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX,
@@ -2686,7 +2693,7 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDi
 {
     (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
     (void)blockDimZ, (void)sharedMemBytes, (void)kernelParams;
-    block_first_launch();
+    block_launch();
     LOCKED(launch(hStream));
 }
 /* A graph launch: an executable graph of ours gets its memory first (a
@@ -2704,12 +2711,12 @@ static CUresult graph_launch(CUgraphExec h, CUstream stream)
 }
 EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    block_first_launch();
+    block_launch();
     LOCKED(graph_launch(hGraphExec, hStream));
 }
 EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    block_first_launch();
+    block_launch();
     LOCKED(graph_launch(hGraphExec, hStream));
 }
 

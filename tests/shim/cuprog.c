@@ -691,9 +691,10 @@ int main(int argc, char **argv)
             int n = atoi(ARG());
             r = run_launchers(n, atoi(ARG()));
         } else if (!strcmp(op, "blocked")) {
-            /* blocked N: a thread's first launch is held inside the driver
-             * (FAKECUDA_LAUNCH_BLOCK=PATH); meanwhile another thread makes N
-             * launches. Prints whether those returned while the first was
+            /* blocked N: a new thread's launch is held inside the driver
+             * (FAKECUDA_LAUNCH_BLOCK=PATH: the process's first launch, or
+             * its FAKECUDA_LAUNCH_BLOCK_AT-th); meanwhile another thread,
+             * started as soon as that launch is inside, makes N launches. Prints whether those returned while the first was
              * still held (given 30 s: a deadlock, not a slow machine, keeps
              * them), then lets it go. */
             const char *path = getenv("FAKECUDA_LAUNCH_BLOCK");
@@ -707,7 +708,7 @@ int main(int argc, char **argv)
             pthread_create(&held, NULL, launcher_main, (void *)(intptr_t)1);
             struct stat st;
             while (stat(inside, &st) != 0) {
-                struct timespec ts = {0, 1000000};
+                struct timespec ts = {0, 20000};
                 nanosleep(&ts, NULL);
             }
             int n = atoi(ARG());

@@ -469,17 +469,26 @@ static void enter(struct pacer_dev *pd)
  * a want said: the next launch asks the card). Without them, an uncapped
  * process beside an idle high-priority tenant took the mutex at every
  * launch (0.64-0.86 of native launches on an H100), and so did a capped
- * holder nobody waited for. */
-static void leave(struct pacer_dev *pd)
+ * holder nobody waited for. On the way into the driver (to_driver) with a
+ * fence due at that launch's end, tickets from that fence on: its end
+ * takes them back before it fences (enter). */
+static void leave(struct pacer_dev *pd, int to_driver)
 {
     int on_card = pd->io.card && pd->io.turns;
-    unsigned n = on_card && !pd->p.quiet ? 0 : gs_pace_room(&pd->p);
+    unsigned n = 0;
+    unsigned long long until = 0;
+    if (!on_card || pd->p.quiet) {
+        n = gs_pace_room(&pd->p);
+        until = gs_pace_room_until(&pd->p);
+        if (to_driver && (!n || until <= pd->p.launch_ns))
+            n = gs_pace_room_ahead(&pd->p, &until);
+    }
     if (n) {
         __atomic_store_n(&pd->tickets_card, on_card ? pd->io.card : NULL, __ATOMIC_RELAXED);
         if (on_card) /* the words the pacer's look read, not the card now */
             for (int i = 0; i < GS_CARD_QUIET_WORDS; i++)
                 __atomic_store_n(&pd->quiet[i], pd->p.quiet_words[i], __ATOMIC_RELAXED);
-        __atomic_store_n(&pd->tickets_until, gs_pace_room_until(&pd->p), __ATOMIC_RELAXED);
+        __atomic_store_n(&pd->tickets_until, until, __ATOMIC_RELAXED);
         /* Release: a thread that takes a ticket sees the clock it expires at. */
         __atomic_store_n(&pd->tickets, (long)n, __ATOMIC_RELEASE);
     }
@@ -543,7 +552,7 @@ static void begin(struct launch *L, CUstream s, int ptsz)
     }
     gs_pace_launch_begin(&pd->p, &pd->io, L->s);
     L->held = pd->held;
-    leave(pd);
+    leave(pd, 1);
 }
 
 /* After the driver's launch: counted (a ticket), or the pacer's decisions
@@ -572,7 +581,7 @@ static void end(struct launch *L, CUresult r)
             gs_pace_count(&pd->p, 0, 1); /* ran while the pacer held the process back */
         gs_pace_launch_end(&pd->p, &pd->io, L->s, ok);
     }
-    leave(pd);
+    leave(pd, 0);
 }
 
 /* The driver's launch runs with no lock of ours held: begin() and end()

@@ -690,6 +690,20 @@ unsigned long long gs_pace_room_until(const struct gs_pacer *p)
     return fence < gap ? fence : gap;
 }
 
+unsigned gs_pace_room_ahead(const struct gs_pacer *p, unsigned long long *until)
+{
+    /* The launch now going to the driver fences at its end (by count or
+     * by time, on the clock it began at), or another's end through the
+     * pacer does first: what other threads launch meanwhile is counted
+     * into the interval that fence closes, as a launch on a ticket taken
+     * just before it is. Without these, every other launching thread came
+     * through the pacer around each fence point, twice, one at a time. */
+    if (p->need_mark || p->per_fence < 2)
+        return 0;
+    *until = p->launch_ns + GS_PACE_FENCE_NS;
+    return p->per_fence - 1;
+}
+
 void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long unseen)
 {
     p->launches += n;

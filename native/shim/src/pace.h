@@ -336,11 +336,15 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
  * gs_pace_room: how many launches may go to the driver without
  * gs_pace_launch_begin/end before one must come through them again (0 while
  * a marker is due); gs_pace_room_until: the clock by which one must (a
- * fence due by time, or the gap check); gs_pace_count: n such launches the
+ * fence due by time, or the gap check); gs_pace_room_ahead: the same
+ * while a launch that fences at its end is in the driver, counted from
+ * that fence on (*until set; 0 while a marker is due); gs_pace_count: n
+ * such launches the
  * driver took, `unseen` of them while the pacer held the process back
  * (charged at the learned estimate). */
 unsigned gs_pace_room(const struct gs_pacer *p);
 unsigned long long gs_pace_room_until(const struct gs_pacer *p);
+unsigned gs_pace_room_ahead(const struct gs_pacer *p, unsigned long long *until);
 void gs_pace_count(struct gs_pacer *p, unsigned long long n, unsigned long long unseen);
 /* The words of a card that change whenever a quiet process (p->quiet) would
  * have something to do at its next launch: a turn taken, a window left, a
