@@ -212,13 +212,18 @@ def last_line(text: str) -> str:
     return lines[-1][:160] if lines else "no output"
 
 
-def pacer_account(log: str) -> Dict[str, Any]:
+def pacer_account(log: str, start_at: Optional[float] = None) -> Dict[str, Any]:
     """A shim tenant's account at exit (GPUSLICE_LOG=debug, which tenant_env sets): its
     charges' parts, the credit its bucket did not keep, what its queue's bound rested on, and
-    side by side (where it reckoned any epoch); those of them it printed."""
+    side by side (where it reckoned any epoch); those of them it printed. start_at: its
+    run's start (monotonic), where known: its holds then also in the run's seconds
+    ("run_s"; before 0: in its setup)."""
     got = {"charged": shimbench.pacer_charged(log), "cut": shimbench.pacer_cut(log),
            "bound": shimbench.pacer_bound(log), "side": shimbench.pacer_side(log),
            "holds": shimbench.pacer_holds(log)}
+    holds = got["holds"]
+    if holds and start_at is not None and "first_s" in holds:
+        holds["run_s"] = [round(holds["first_s"] + ms / 1000 - start_at, 3) for ms, _ in holds["at"]]
     return {k: v for k, v in got.items() if v}
 
 
@@ -451,6 +456,7 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
     bench's scenario number first + 1 of `count` (run_batches).
     """
     launched: List[Tenant] = []
+    start_of: Dict[str, float] = {}  # a tenant's scenario's start (monotonic)
     pending = sorted(events, key=lambda e: e[0])
     read_region = region_reader()
     charges: Dict[str, List[Tuple[float, int]]] = {}
@@ -465,6 +471,7 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
             for t in sc.tenants:
                 launch(i, sc, t, root, seconds, setup_lead, containers)
                 launched.append(t)
+                start_of[t.key] = sc.start_at
             caps = ", ".join("none" if t.cap is None else str(t.cap) for t in sc.tenants)
             print(f"[{i + 1}/{count or len(plan)}] {sc.name}: {sc.tenants[0].program} "
                   f"(cap {caps}) "
@@ -509,7 +516,8 @@ def run_all(plan: List[Scenario], root: Path, seconds: int, lead: float, bench: 
             t.data = json.loads(out.read_text())
             t.data["charges"] = charges.get(t.key, [])
             if t.shim:
-                t.data["pacer"] = pacer_account(log_tail(root / t.key / "log", 4000))
+                t.data["pacer"] = pacer_account(log_tail(root / t.key / "log", 4000),
+                                                start_of.get(t.key))
 
 
 class Clocks:

@@ -193,10 +193,15 @@ def pacer_note(data: dict) -> str:
                      f"card, {side['owed']} short of its cap (of {side['epochs']})")
     holds = acct.get("holds")
     if holds:
-        at = ", ".join(f"{ms / 1000:.2f} s ({pm / 10:.1f} points)" for ms, pm in holds["at"])
+        # At the seconds of its run where the run's start is known (compute_run), else
+        # after its first epoch (its setup's, in a bench that warms a tenant up first).
+        run_s = holds.get("run_s")
+        at = ", ".join(f"{s:.2f} s ({pm / 10:.1f} points)" for s, (_, pm) in
+                       zip(run_s or [ms / 1000 for ms, _ in holds["at"]], holds["at"]))
         more = f" and {holds['holds'] - len(holds['at'])} more" if holds["holds"] > len(
             holds["at"]) else ""
-        parts.append(f"{holds['holds']} holds for running short, from {at}{more}")
+        frame = "of its run" if run_s else "after its first epoch"
+        parts.append(f"{holds['holds']} holds for running short, from {at} {frame}{more}")
     return "; ".join(parts)
 
 

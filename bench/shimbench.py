@@ -201,8 +201,10 @@ def pacer_side(stderr: str) -> Optional[Dict[str, int]]:
 
 
 # A capped one's holds for running short (pace.h, hold_*): how many, and when the first
-# ones began (ms after its first epoch) with how short it ran then (per mille).
-PACER_HOLDS = re.compile(r"side by side: (\d+) holds for running short, from (.*)")
+# ones began (ms after its first epoch) with how short it ran then (per mille); its first
+# epoch on CLOCK_MONOTONIC (time.monotonic()'s clock), where the shim printed it.
+PACER_HOLDS = re.compile(r"side by side: (\d+) holds for running short, from (.*?)"
+                         r"(?:; its first epoch at (\d+\.\d+) s)?$", re.M)
 HOLD = re.compile(r"(\d+) ms \((-?\d+) per mille\)")
 
 
@@ -210,8 +212,11 @@ def pacer_holds(stderr: str) -> Optional[Dict[str, Any]]:
     found = PACER_HOLDS.search(stderr)
     if not found:
         return None
-    return {"holds": int(found.group(1)),
-            "at": [[int(ms), int(pm)] for ms, pm in HOLD.findall(found.group(2))]}
+    got: Dict[str, Any] = {"holds": int(found.group(1)),
+                           "at": [[int(ms), int(pm)] for ms, pm in HOLD.findall(found.group(2))]}
+    if found.group(3):
+        got["first_s"] = float(found.group(3))
+    return got
 
 
 # What its queue's bound rested on at exit (pace.h, gs_pace_host_bound): how many of its

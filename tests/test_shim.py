@@ -1224,26 +1224,57 @@ def test_turns_a_lease_from_far_ahead_is_ignored(shim: Shim, tmp_path: Path,
         assert card.turn_owner == 0
 
 
-class LeaseForger:
-    """A hostile tenant: renews a turn for a process that does not exist, and
-    says a managed tenant is here, every 0.5 ms, in the card file's own
-    mapping, as long as it runs (the bound on what it costs others is
+class CardForger:
+    """A hostile tenant writing words of a card file in its own mapping, from
+    a thread, as long as it runs (`with`): subclasses say which words
+    (word(), before the thread starts) and what they write (forge(), until
+    stopped). One 8-byte store each, as the shim's own: struct.pack_into
+    zeroes its target before it writes, and a reader could catch the zero."""
+
+    def __init__(self, path: Path) -> None:
+        self.f = open(path, "r+b")
+        self.m = mmap.mmap(self.f.fileno(), 0)
+        self.words: List[ctypes._SimpleCData] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.forge, daemon=True)
+
+    def word(self, offset: int, kind: type = ctypes.c_uint64) -> ctypes._SimpleCData:
+        w = kind.from_buffer(self.m, offset)
+        self.words.append(w)
+        return w
+
+    def forge(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> "CardForger":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        # The words hold the mapping: every reference to them goes first.
+        for name in [k for k, v in vars(self).items() if any(v is w for w in self.words)]:
+            delattr(self, name)
+        self.words.clear()
+        self.m.close()
+        self.f.close()
+
+
+class LeaseForger(CardForger):
+    """Renews a turn for a process that does not exist, and says a managed
+    tenant is here, every 0.5 ms (the bound on what it costs others is
     tests/test_pace_sim.py's: the simulator's forge program)."""
 
     def __init__(self, path: Path) -> None:
+        super().__init__(path)
         ffi = cheader.ffi()
-        self.f = open(path, "r+b")
-        self.m = mmap.mmap(self.f.fileno(), 0)
-        # One 8-byte store each, as the shim's own: struct.pack_into zeroes
-        # its target before it writes, and a reader could catch the zero.
         self.capped, self.owner, self.until = (
-            ctypes.c_uint64.from_buffer(self.m, ffi.offsetof("struct gpuslice_cardfile", name))
+            self.word(ffi.offsetof("struct gpuslice_cardfile", name))
             for name in ("managed_ns", "turn_owner", "turn_until_ns"))
-        self.stop = threading.Event()
         self.renewals = 0
-        self.thread = threading.Thread(target=self.run, daemon=True)
 
-    def run(self) -> None:
+    def forge(self) -> None:
         while not self.stop.is_set():
             now = time.monotonic_ns()
             self.capped.value = now
@@ -1251,17 +1282,6 @@ class LeaseForger:
             self.until.value = now + 4_000_000
             self.renewals += 1
             time.sleep(0.0005)
-
-    def __enter__(self) -> "LeaseForger":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-        del self.capped, self.owner, self.until  # they hold the mapping
-        self.m.close()
-        self.f.close()
 
 
 @pytest.mark.parametrize("cap", [None, "50"])
@@ -1467,6 +1487,57 @@ def test_side_by_side_a_host_bound_tenant_says_so_in_its_seat(shim: Shim, tmp_pa
         assert account["waiting_pm"] < 400 and account["learning"] == account["owed"] == 0
     else:
         assert account is None, res.stderr
+
+
+class SideSeatForger(CardForger):
+    """A neighbour that says it goes side by side: the last seat of the card
+    file, its work ended 10 ms ago, renewed every millisecond (so the
+    capped tenant's intervals are its own, and the seat is recent)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        ffi, lib = cheader.ffi(), cheader.ffi().dlopen(None)
+        seat = ffi.offsetof("struct gpuslice_cardfile", "seats") + (
+            (lib.GPUSLICE_CARDFILE_SEATS - 1) * ffi.sizeof("struct gpuslice_cardfile_seat"))
+        at = {name: seat + ffi.offsetof("struct gpuslice_cardfile_seat", name)
+              for name in ("owner", "backlog_ns", "mode")}
+        self.owner, self.backlog = self.word(at["owner"]), self.word(at["backlog_ns"])
+        self.mode = self.word(at["mode"], ctypes.c_uint32)
+        self.side = lib.GPUSLICE_CARDFILE_SIDE
+
+    def forge(self) -> None:
+        self.owner.value = 777
+        self.mode.value = self.side
+        while not self.stop.is_set():
+            self.backlog.value = time.monotonic_ns() - 10_000_000
+            time.sleep(0.001)
+
+
+def test_a_capped_tenant_short_beside_a_side_by_side_seat_holds_it_and_says_when(
+        shim: Shim, tmp_path: Path) -> None:
+    # A capped 50 whose launches keep the card a fraction of its time (bursts of
+    # 100 launches of 20 us, then 4 ms idle: a busy period each, its gaps not
+    # charged) beside a seat that says it goes side by side: after its first
+    # second it runs short of its cap (as far as its account can tell, one
+    # that wants no more is short too),
+    # says so (a hold: its neighbour takes turns again), and at exit says
+    # when each hold began, after its first epoch, which it dates on the
+    # monotonic clock (bench/compute_run puts the holds in its run's
+    # seconds with it; docs/compute-limit.md, Side by side).
+    s, path = tenant_of_a_card(shim, tmp_path, "50")
+    s = s.with_env(FAKECUDA_KERNEL_NS="20000", GPUSLICE_LOG="debug")
+    write_card(path, time.monotonic_ns())
+    t0 = time.monotonic()
+    with SideSeatForger(path):
+        res = s.run("gpa", "init", "pctx", "0", *(["launch", "kernel", "100", "usleep", "4000"] * 400),
+                    timeout=120)
+    t1 = time.monotonic()
+    holds = bench_module("shimbench").pacer_holds(res.stderr)
+    assert holds is not None and holds["holds"] >= 1, res.stderr
+    assert t0 <= holds["first_s"] <= t1, (t0, holds, t1)
+    ms, owed_pm = holds["at"][0]
+    assert ms >= 1000 and owed_pm > 25, holds  # not in its first second; short by 2.5 %+
+    assert holds["first_s"] + ms / 1000 <= t1, (holds, t1)
 
 
 @pytest.mark.parametrize("value", ["yes", "2"])

@@ -680,11 +680,24 @@ def test_side_by_side_at_exit_is_read_and_noted():
     assert acct["holds"] == {"holds": 3, "at": [[1001, 36], [2159, 27], [4331, 27]]}
     assert ct.pacer_note({"pacer": acct}).endswith(
         "; 3 holds for running short, from 1.00 s (3.6 points), 2.16 s (2.7 points), 4.33 s "
-        "(2.7 points)")
+        "(2.7 points) after its first epoch")
     # More than the shim keeps: the rest counted.
     many = held.replace("3 holds", "11 holds")
     assert ct.pacer_note({"pacer": cr.pacer_account(many)}).endswith(
-        "4.33 s (2.7 points) and 8 more")
+        "4.33 s (2.7 points) after its first epoch and 8 more")
+    # Its first epoch on the monotonic clock (its setup's, in a bench that warms a
+    # tenant up first): the holds at the seconds of its run, which began 7.5 s later.
+    dated = held.replace(" mille)\n", " mille); its first epoch at 1000.250 s\n")
+    acct = cr.pacer_account(dated, start_at=1007.75)
+    assert acct["holds"]["first_s"] == 1000.25
+    assert acct["holds"]["run_s"] == [-6.499, -5.341, -3.169]
+    assert ct.pacer_note({"pacer": acct}).endswith(
+        "from -6.50 s (3.6 points), -5.34 s (2.7 points), -3.17 s (2.7 points) of its run")
+    acct = cr.pacer_account(dated, start_at=995.0)
+    assert ct.pacer_note({"pacer": acct}).endswith(
+        "from 6.25 s (3.6 points), 7.41 s (2.7 points), 9.58 s (2.7 points) of its run")
+    # Without its run's start (a bench that runs no scenario): after its first epoch.
+    assert "run_s" not in cr.pacer_account(dated)["holds"]
     # One capped above half the card says so at every epoch, and learns nothing.
     high = (capped.replace("in 3 while", "in 0 while").replace("150 short of", "0 short of")
             .replace("0 for a cap over", "300 for a cap over"))

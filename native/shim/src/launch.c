@@ -827,8 +827,11 @@ __attribute__((destructor)) static void flush_at_exit(void)
             for (unsigned k = 0; k < q->holds && k < GS_PACE_HOLDS_KEPT && n < sizeof at; k++)
                 n += (size_t)snprintf(at + n, sizeof at - n, "%s%u ms (%d per mille)",
                                       k ? ", " : "", q->hold_at_ms[k], q->hold_owed_pm[k]);
-            GS_LOG(GS_LOG_DEBUG, "device %d: side by side: %u holds for running short, from %s",
-                   i, q->holds, at);
+            /* Its first epoch on CLOCK_MONOTONIC, which a bench's own clock
+             * shares: the holds at the times of its run, not of its setup. */
+            GS_LOG(GS_LOG_DEBUG, "device %d: side by side: %u holds for running short, from %s; "
+                   "its first epoch at %llu.%03llu s", i, q->holds, at,
+                   q->first_epoch_ns / 1000000000ull, q->first_epoch_ns / 1000000ull % 1000ull);
         }
         gs_pace_leave(&pd->p, &pd->io);
         pthread_mutex_unlock(&pd->mu);
