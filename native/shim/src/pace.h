@@ -135,6 +135,7 @@ struct gs_pacer {
     int waiting_pm;
     int side;
     unsigned long long epoch_ns, epoch_sleep_ns, epoch_card_ns, epoch_queue_ns, epoch_charged_ns;
+    unsigned long long epoch_launches; /* spent_launches at its last epoch */
     unsigned long long first_epoch_ns;
     /* Its epochs, ever (launch.c's "side by side" line at exit): reckoned;
      * uncapped, those it went side by side in; capped, those it said it was
