@@ -938,6 +938,36 @@ def test_compute_share_crowds_with_suite_runs_two_busy_tenants_beside_a_50_betwe
         assert ts3 not in [sc.name for sc in cs.scenarios((30,), pairs_only=True, **kw)]
 
 
+def test_compute_share_crowds_with_suite_runs_a_capped_training_loop_beside_the_eager_loop(
+        monkeypatch):
+    # A capped tenant charged in full (the training loop: host-bound, uneven
+    # kernels) beside one that goes side by side, between two runs of the
+    # two under plain time slicing; with --turns once more, its neighbour
+    # in turns, next to it in time.
+    plan = cs.scenarios((30,), pairs_only=True, crowds=True, suite_rows=True, turns=True)
+    names = [sc.name for sc in plan]
+    i = names.index(cs.CAPPED_TRAIN)
+    assert names[i - 1] == names[i + 2] == cs.CAPPED_TRAIN_TS
+    assert names[i + 1] == f"{cs.CAPPED_TRAIN} turns"
+    assert [(t.program, t.cap, t.shim) for t in plan[i].tenants] == [
+        ("train", 50, True), ("eagerloop", None, True)]
+    assert all(t.env == cr.SIDE_OFF for t in plan[i + 1].tenants)
+    assert all(not t.shim for t in plan[i - 1].tenants + plan[i + 2].tenants)
+    # The capped loop judged on its cap; the eager loop reported against the
+    # mean of the two: 0.45 against 0.6.
+    by = judged_suite(monkeypatch, {cs.CAPPED_TRAIN: 0.45, f"{cs.CAPPED_TRAIN} turns": 0.3,
+                                    cs.CAPPED_TRAIN_TS: 0.6}, [0.6, 0.6, 0.6],
+                      turns=True, trio=[0.5, 0.3, 0.7])
+    assert by[(cs.CAPPED_TRAIN, "train", "50")].result == ct.PASS
+    row = by[(cs.CAPPED_TRAIN, "eagerloop", "none")]
+    assert row.result == "report" and row.note.startswith("0.75 x plain time slicing"), row.note
+    turns = by[(f"{cs.CAPPED_TRAIN} turns", "eagerloop", "none")]
+    assert turns.note.startswith("0.50 x plain time slicing"), turns.note
+    # Not without --crowds.
+    assert cs.CAPPED_TRAIN not in [sc.name for sc in cs.scenarios(
+        (30,), pairs_only=True, crowds=False, suite_rows=True)]
+
+
 def test_compute_share_turns_without_suite_exits_2_naming_it():
     res = subprocess.run([sys.executable, str(BENCH / "compute_share"), "--turns"],
                          capture_output=True, text=True, timeout=60)
