@@ -478,10 +478,10 @@ static void leave(struct pacer_dev *pd, int to_driver)
     unsigned n = 0;
     unsigned long long until = 0;
     if (!on_card || pd->p.quiet) {
-        n = gs_pace_room(&pd->p);
-        until = gs_pace_room_until(&pd->p);
-        if (to_driver && (!n || until <= pd->p.launch_ns))
-            n = gs_pace_room_ahead(&pd->p, &until);
+        unsigned ahead = to_driver ? gs_pace_room_ahead(&pd->p, &until) : 0;
+        n = ahead ? ahead : gs_pace_room(&pd->p);
+        if (!ahead)
+            until = gs_pace_room_until(&pd->p);
     }
     if (n) {
         __atomic_store_n(&pd->tickets_card, on_card ? pd->io.card : NULL, __ATOMIC_RELAXED);

@@ -75,15 +75,20 @@ int gs_pace_gap(struct gs_pacer *p)
     return GS_PACE_MARK;
 }
 
+/* A fence is due at a launch that makes `launches` since the last one (by
+ * count), or that began at `now` (by time). */
+static int fence_due(const struct gs_pacer *p, unsigned launches, unsigned long long now)
+{
+    return launches >= p->per_fence || now - p->last_fence_ns >= GS_PACE_FENCE_NS;
+}
+
 int gs_pace_after(struct gs_pacer *p, unsigned long long now)
 {
     p->last_launch_ns = now;
     p->launches++;
     p->spent_launches++;
     p->since_fence++;
-    if (p->since_fence >= p->per_fence || now - p->last_fence_ns >= GS_PACE_FENCE_NS)
-        return GS_PACE_FENCE;
-    return 0;
+    return fence_due(p, p->since_fence, now) ? GS_PACE_FENCE : 0;
 }
 
 int gs_pace_push(struct gs_pacer *p, void *ev, int marker, unsigned long long now)
@@ -692,13 +697,13 @@ unsigned long long gs_pace_room_until(const struct gs_pacer *p)
 
 unsigned gs_pace_room_ahead(const struct gs_pacer *p, unsigned long long *until)
 {
-    /* The launch now going to the driver fences at its end (by count or
-     * by time, on the clock it began at), or another's end through the
+    /* Where the launch now going to the driver fences at its end (by count
+     * or by time, on the clock it began at), or another's end through the
      * pacer does first: what other threads launch meanwhile is counted
      * into the interval that fence closes, as a launch on a ticket taken
      * just before it is. Without these, every other launching thread came
      * through the pacer around each fence point, twice, one at a time. */
-    if (p->need_mark || p->per_fence < 2)
+    if (p->need_mark || p->per_fence < 2 || !fence_due(p, p->since_fence + 1, p->launch_ns))
         return 0;
     *until = p->launch_ns + GS_PACE_FENCE_NS;
     return p->per_fence - 1;

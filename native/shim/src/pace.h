@@ -339,8 +339,8 @@ void gs_pace_launch_end(struct gs_pacer *p, struct gs_pace_io *io, void *stream,
  * a marker is due); gs_pace_room_until: the clock by which one must (a
  * fence due by time, or the gap check); gs_pace_room_ahead: the same
  * while a launch that fences at its end is in the driver, counted from
- * that fence on (*until set; 0 while a marker is due); gs_pace_count: n
- * such launches the
+ * that fence on (*until set; 0 where no fence is due at that launch, or
+ * a marker is); gs_pace_count: n such launches the
  * driver took, `unseen` of them while the pacer held the process back
  * (charged at the learned estimate). */
 unsigned gs_pace_room(const struct gs_pacer *p);
